@@ -1,0 +1,65 @@
+"""marft_envs: the Flex-POMDP environment suite for LLM teams.
+
+>>> import marft_envs
+>>> env = marft_envs.make("relay-v0")
+>>> env.reset(seed=0)
+>>> env.agent_selection
+'scout'
+"""
+
+from marft_envs import envs as _envs  # noqa: F401  (registers the built-in environments)
+from marft_envs.core import (
+    CREDIT_RULES,
+    DAG,
+    AgentProfile,
+    Chain,
+    ChatSpace,
+    DependencyFunction,
+    FlexPOMDPEnv,
+    Independent,
+    Orchestrator,
+    RoundRecord,
+    RoundState,
+    Router,
+    TextSpace,
+    Transition,
+    Turn,
+)
+from marft_envs.registration import (
+    EntryPointError,
+    EnvSpec,
+    UnknownEnvError,
+    make,
+    pprint_registry,
+    register,
+    registry,
+    spec,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CREDIT_RULES",
+    "DAG",
+    "AgentProfile",
+    "Chain",
+    "ChatSpace",
+    "DependencyFunction",
+    "EntryPointError",
+    "EnvSpec",
+    "FlexPOMDPEnv",
+    "Independent",
+    "Orchestrator",
+    "RoundRecord",
+    "RoundState",
+    "Router",
+    "TextSpace",
+    "Transition",
+    "Turn",
+    "UnknownEnvError",
+    "make",
+    "pprint_registry",
+    "register",
+    "registry",
+    "spec",
+]

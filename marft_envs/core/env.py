@@ -1,0 +1,334 @@
+"""The Flex-POMDP as a PettingZoo AEC environment.
+
+:class:`FlexPOMDPEnv` supplies everything that is the same for every agentic task: the turn order
+and visibility decided by a :class:`~marft_envs.core.dependency.DependencyFunction`, rollout
+observations, rewards under a credit-assignment rule, termination versus truncation, seeding and
+rendering. A task subclasses it and supplies three things:
+
+- :meth:`FlexPOMDPEnv._reset_task` draws a new task instance (use ``self.np_random``);
+- :meth:`FlexPOMDPEnv._observation` is the env observation ``o_t^j`` for one agent, as text;
+- :meth:`FlexPOMDPEnv._transition` applies ``T`` after the round and returns the team reward.
+
+One env **timestep** is one round: the agents the dependency function schedules act once each
+(one AEC ``step`` per action); after the last of them the transition runs and rewards are handed out.
+
+Each agent's observation is ``{"messages": [...]}``, a chat transcript: the profile's system prompt,
+then one user message holding the env observation followed by exactly the actions of this round
+that the dependency function made visible to the agent. ``infos[agent]["visible_agents"]`` names
+them. No tokenizer-specific text is ever produced here; chat templates belong to the policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium
+from gymnasium.utils import seeding
+from pettingzoo import AECEnv
+
+from marft_envs.core.credit import CreditRule, assign_credit, resolve_credit
+from marft_envs.core.dependency import Chain, DependencyFunction, RoundState, Turn
+from marft_envs.core.profiles import AgentProfile, as_profiles
+from marft_envs.core.spaces import ChatSpace, TextSpace
+
+__all__ = ["FlexPOMDPEnv", "RoundRecord", "Transition"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Transition:
+    """What a task returns after a round.
+
+    Attributes:
+        reward: The round's team reward ``r_t``, split by the env's credit rule; or a mapping
+            ``{agent: reward}`` that is used as is (agents not named get 0).
+        terminated: The episode reached a terminal state (e.g. the answer was graded as final).
+        info: Extra information copied into every agent's ``infos`` (e.g. ``{"correct": True}``).
+    """
+
+    reward: float | Mapping[str, float] = 0.0
+    terminated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RoundRecord:
+    """One finished round, kept in ``env.history`` for tasks, renderers and tests."""
+
+    timestep: int
+    turns: list[Turn]
+    actions: list[tuple[str, str]]
+    rewards: dict[str, float]
+    info: dict[str, Any]
+
+
+class FlexPOMDPEnv(AECEnv):
+    """Base class for agentic multi-agent environments (paper §3.1, Flex-POMDP).
+
+    Args:
+        profiles: The team: :class:`AgentProfile` objects or dicts (``role``, ``system_prompt``,
+            ``graded``, ``metadata``).
+        dependency: Who acts in a round and whose actions each agent sees; defaults to
+            :class:`~marft_envs.core.dependency.Chain` over the profile order.
+        horizon: Maximum number of rounds; reaching it without termination truncates the episode.
+        credit: Credit-assignment rule name (``"team"``, ``"graded"``, ``"last"``) or callable.
+        max_action_length: Longest accepted action in characters; longer actions are cut to this
+            length, with a warning and ``infos[agent]["action_truncated"] = True``.
+        render_mode: ``"human"`` (rich console) or ``"ansi"`` (returns a string), or None.
+    """
+
+    metadata: dict[str, Any] = {
+        "name": "flex_pomdp_v0",
+        "render_modes": ["human", "ansi"],
+        "is_parallelizable": False,
+    }
+
+    def __init__(
+        self,
+        profiles: Iterable[AgentProfile | Mapping[str, Any]],
+        dependency: DependencyFunction | None = None,
+        *,
+        horizon: int = 1,
+        credit: str | CreditRule = "graded",
+        max_action_length: int = 16384,
+        max_observation_length: int = 262144,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.profiles: dict[str, AgentProfile] = {p.role: p for p in as_profiles(profiles)}
+        if dependency is None:
+            dependency = Chain()
+        if not isinstance(dependency, DependencyFunction):
+            raise TypeError(
+                f"dependency must be a DependencyFunction (e.g. Chain(), Independent(), DAG(...), "
+                f"Router(fn)), got {dependency!r}."
+            )
+        if not isinstance(horizon, int) or horizon < 1:
+            raise ValueError(f"horizon must be a positive integer number of rounds, got {horizon!r}.")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode={render_mode!r} is not supported; use one of "
+                f"{self.metadata['render_modes']} or None."
+            )
+        self.dependency = dependency
+        self.horizon = horizon
+        self.credit = credit
+        resolve_credit(credit)  # fail now, not at the end of the first round
+        self.max_action_length = int(max_action_length)
+        self.render_mode = render_mode
+
+        self.possible_agents = list(self.profiles)
+        self.dependency.reset(self.possible_agents)
+        self.action_spaces = {a: TextSpace(self.max_action_length) for a in self.possible_agents}
+        self.observation_spaces = {
+            a: gymnasium.spaces.Dict({"messages": ChatSpace(max_observation_length)})
+            for a in self.possible_agents
+        }
+        self.np_random, self.np_random_seed = seeding.np_random(None)
+        self.history: list[RoundRecord] = []
+        self.agents: list[str] = []
+
+    # ------------------------------------------------------------------ task hooks
+    def _reset_task(self, options: Mapping[str, Any] | None) -> None:
+        """Draw a new task instance. Use ``self.np_random`` for all randomness."""
+        raise NotImplementedError
+
+    def _observation(self, agent: str) -> str:
+        """The env observation ``o_t^agent`` as text (without other agents' actions this round)."""
+        raise NotImplementedError
+
+    def _transition(self, actions: Mapping[str, str]) -> Transition:
+        """Apply the transition after a round; ``actions`` maps each agent that acted to its action."""
+        raise NotImplementedError
+
+    def _route_context(self) -> Mapping[str, Any]:
+        """State exposed to dependency functions as ``RoundState.context`` (default: nothing)."""
+        return {}
+
+    def _format_visible(self, agent: str, visible: Sequence[tuple[str, str]]) -> str:
+        """How the actions an agent may see are written into its user message."""
+        return "\n\n".join(f"[{role}]\n{action}" for role, action in visible)
+
+    # ------------------------------------------------------------------ PettingZoo API
+    def observation_space(self, agent: str) -> gymnasium.spaces.Space:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Space:
+        return self.action_spaces[agent]
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        if seed is not None:
+            self.np_random, self.np_random_seed = seeding.np_random(seed)
+        self.agents = list(self.possible_agents)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {} for a in self.agents}
+        self.timestep = 0
+        self.history = []
+        self._visible: dict[str, tuple[str, ...]] = {}
+        self.dependency.reset(self.possible_agents)
+        self._reset_task(options)
+        self._start_round()
+
+    def observe(self, agent: str) -> dict[str, list[dict[str, str]]]:
+        return {"messages": self.rollout_messages(agent)}
+
+    def rollout_messages(self, agent: str) -> list[dict[str, str]]:
+        """Agent's rollout observation ``ô``: profile + env observation + visible actions (§3.1)."""
+        if agent not in self.profiles:
+            raise KeyError(f"Unknown agent {agent!r}; the team is {self.possible_agents}.")
+        profile = self.profiles[agent]
+        visible = self._visible_actions(agent)
+        content = self._observation(agent)
+        if visible:
+            content = f"{content}\n\n{self._format_visible(agent, visible)}"
+        messages = []
+        if profile.system_prompt:
+            messages.append({"role": "system", "content": profile.system_prompt})
+        messages.append({"role": "user", "content": content})
+        return messages
+
+    def step(self, action: str | None) -> None:
+        if not self.agents:
+            raise RuntimeError(
+                "step() was called after the episode ended (no live agents). Call reset() to start "
+                "a new episode."
+            )
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            return
+        action = self._check_action(agent, action)
+
+        self._cumulative_rewards[agent] = 0.0
+        self._clear_rewards()
+        self._round.actions.append((agent, action))
+
+        turn = self._schedule()
+        if turn is not None:
+            self._select(turn)
+            return
+        self._end_round()
+
+    def render(self) -> str | None:
+        if self.render_mode is None:
+            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'.")
+            return None
+        from marft_envs.core.rendering import render_transcript
+
+        return render_transcript(self, self.render_mode)
+
+    def close(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ internals
+    @property
+    def round_state(self) -> RoundState:
+        """The round in progress (what the dependency function sees)."""
+        return self._round
+
+    def _visible_actions(self, agent: str) -> list[tuple[str, str]]:
+        sees = self._visible.get(agent, ())
+        return [(a, act) for a, act in self._round.actions if a in sees]
+
+    def _check_action(self, agent: str, action: Any) -> str:
+        if action is None:
+            raise ValueError(
+                f"Agent {agent!r} is still live, so step() needs its text action; None is only for "
+                f"agents whose episode is over (terminated or truncated)."
+            )
+        if not isinstance(action, str):
+            raise TypeError(
+                f"Agent {agent!r}'s action must be a str (the agent's generated text), got "
+                f"{type(action).__name__}: {action!r:.80}. Decode token ids to text first."
+            )
+        if len(action) > self.max_action_length:
+            logger.warning(
+                "Action of %r has %d characters, more than max_action_length=%d; it is cut to that "
+                "length (raise max_action_length to keep it whole).",
+                agent, len(action), self.max_action_length,
+            )
+            self.infos[agent]["action_truncated"] = True
+            action = action[: self.max_action_length]
+        return action
+
+    def _start_round(self) -> None:
+        self._round = RoundState(
+            timestep=self.timestep,
+            agents=tuple(self.possible_agents),
+            context=dict(self._route_context()),
+        )
+        self._visible = {}
+        turn = self._schedule()
+        if turn is None:
+            raise RuntimeError(
+                f"{self.dependency!r} scheduled no agent in round {self.timestep}; a round needs at "
+                f"least one turn."
+            )
+        self._select(turn)
+
+    def _schedule(self) -> Turn | None:
+        turn = self.dependency.next_turn(self._round)
+        if turn is None:
+            return None
+        return self.dependency.validate(turn, self._round)
+
+    def _select(self, turn: Turn) -> None:
+        self._round.turns.append(turn)
+        self._visible[turn.agent] = turn.sees
+        self.agent_selection = turn.agent
+        self.infos[turn.agent] = {
+            "timestep": self.timestep,
+            "turn": len(self._round.actions),
+            "visible_agents": list(turn.sees),
+        }
+
+    def _end_round(self) -> None:
+        actions = dict(self._round.actions)
+        result = self._transition(actions)
+        if not isinstance(result, Transition):
+            raise TypeError(f"{type(self).__name__}._transition must return a Transition, got {result!r}.")
+        if isinstance(result.reward, Mapping):
+            unknown = set(result.reward) - set(self.profiles)
+            if unknown:
+                raise ValueError(f"Transition reward names unknown agent(s) {sorted(unknown)}.")
+            rewards = {a: float(result.reward.get(a, 0.0)) for a in self.profiles}
+            team_reward = float(sum(rewards.values()))
+        else:
+            team_reward = float(result.reward)
+            rewards = assign_credit(self.credit, team_reward, self._round.acted, self.profiles)
+        self.history.append(
+            RoundRecord(
+                timestep=self.timestep,
+                turns=list(self._round.turns),
+                actions=list(self._round.actions),
+                rewards=rewards,
+                info=dict(result.info),
+            )
+        )
+        self.timestep += 1
+        terminated = bool(result.terminated)
+        truncated = not terminated and self.timestep >= self.horizon
+
+        self.rewards = {a: rewards[a] for a in self.agents}
+        self._accumulate_rewards()
+        for a in self.agents:
+            self.infos[a] = {
+                **self.infos.get(a, {}),
+                **result.info,
+                "team_reward": team_reward,
+                "round_actions": [agent for agent, _ in self._round.actions],
+            }
+        if terminated or truncated:
+            for a in self.agents:
+                self.terminations[a] = terminated
+                self.truncations[a] = truncated
+            self.agent_selection = self.agents[0]
+        else:
+            self._start_round()

@@ -1,0 +1,145 @@
+"""Spaces for language actions and chat observations.
+
+gymnasium's ``Text`` space defaults to an alphanumeric charset and rejects real LLM output
+(punctuation, newlines, LaTeX). :class:`TextSpace` accepts *any* string up to a length limit;
+:class:`ChatSpace` holds a chat transcript (``[{"role": ..., "content": ...}]``).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.spaces import Space
+
+__all__ = ["CHAT_ROLES", "ChatSpace", "TextSpace"]
+
+CHAT_ROLES = ("system", "user", "assistant")
+
+# Characters `sample()` draws from: printable ASCII, whitespace and a few non-ASCII symbols an LLM
+# emits in maths, so random actions exercise parsers with realistic garbage.
+_SAMPLE_CHARSET = tuple(string.printable) + tuple("πθ√×÷≤≥−±°€éü中")
+
+
+class TextSpace(Space[str]):
+    """Any Python string of at most ``max_length`` characters.
+
+    Args:
+        max_length: Largest accepted length, in characters.
+        min_length: Smallest accepted length.
+        sample_max_length: Longest string :meth:`sample` draws (keeps sampling cheap).
+        seed: Seed for :meth:`sample`.
+    """
+
+    def __init__(
+        self,
+        max_length: int = 8192,
+        *,
+        min_length: int = 0,
+        sample_max_length: int = 64,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        if not 0 <= min_length <= max_length:
+            raise ValueError(
+                f"TextSpace needs 0 <= min_length <= max_length; got min_length={min_length}, "
+                f"max_length={max_length}."
+            )
+        self.max_length = int(max_length)
+        self.min_length = int(min_length)
+        self.sample_max_length = int(max(min(sample_max_length, max_length), min_length))
+        super().__init__(dtype=str, seed=seed)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        """A random string drawn from printable characters and common maths symbols."""
+        length = int(self.np_random.integers(self.min_length, self.sample_max_length + 1))
+        indices = self.np_random.integers(0, len(_SAMPLE_CHARSET), size=length)
+        return "".join(_SAMPLE_CHARSET[i] for i in indices)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"TextSpace(max_length={self.max_length})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, TextSpace)
+            and other.max_length == self.max_length
+            and other.min_length == self.min_length
+        )
+
+    def __hash__(self) -> int:
+        return hash((TextSpace, self.max_length, self.min_length))
+
+
+class ChatSpace(Space[list]):
+    """A list of chat messages ``{"role": r, "content": text}`` with ``r`` in ``roles``.
+
+    Args:
+        max_length: Largest total number of characters over all message contents.
+        max_messages: Largest number of messages.
+        roles: Allowed message roles.
+        seed: Seed for :meth:`sample`.
+    """
+
+    def __init__(
+        self,
+        max_length: int = 65536,
+        *,
+        max_messages: int = 256,
+        roles: Sequence[str] = CHAT_ROLES,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        self.max_length = int(max_length)
+        self.max_messages = int(max_messages)
+        self.roles = tuple(roles)
+        self._text = TextSpace(max_length)
+        super().__init__(dtype=None, seed=seed)
+
+    def seed(self, seed: int | None = None) -> list[int]:
+        seeds = super().seed(seed)
+        self._text.seed(int(self.np_random.integers(2**31)))
+        return seeds
+
+    def sample(self, mask: Any = None, probability: Any = None) -> list[dict[str, str]]:
+        """A random system + user transcript."""
+        return [
+            {"role": "system", "content": self._text.sample()},
+            {"role": "user", "content": self._text.sample()},
+        ]
+
+    def contains(self, x: Any) -> bool:
+        if not isinstance(x, list | tuple) or len(x) > self.max_messages:
+            return False
+        total = 0
+        for message in x:
+            if not isinstance(message, dict) or set(message) != {"role", "content"}:
+                return False
+            if message["role"] not in self.roles or not isinstance(message["content"], str):
+                return False
+            total += len(message["content"])
+        return total <= self.max_length
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"ChatSpace(max_length={self.max_length}, roles={self.roles})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ChatSpace)
+            and other.max_length == self.max_length
+            and other.max_messages == self.max_messages
+            and other.roles == self.roles
+        )
+
+    def __hash__(self) -> int:
+        return hash((ChatSpace, self.max_length, self.max_messages, self.roles))
