@@ -50,7 +50,7 @@ class EnvSpec:
         entry_point: Env class, callable returning an env, or ``"package.module:attr"``.
         kwargs: Default keyword arguments; :func:`make` overrides merge over them.
         description: One line shown by :func:`pprint_registry`.
-        order_enforcing: Wrap the env in PettingZoo's ``OrderEnforcingWrapper`` at :func:`make`.
+        order_enforcing: Wrap the env in :class:`EnforcedOrder` (PettingZoo's order checks) at :func:`make`.
     """
 
     id: str
@@ -109,8 +109,20 @@ class EnvSpec:
                 f"Entry point of {self.id!r} returned {type(env).__name__}, not a PettingZoo AECEnv."
             )
         if self.order_enforcing:
-            env = OrderEnforcingWrapper(env)
+            env = EnforcedOrder(env)
         return env
+
+
+class EnforcedOrder(OrderEnforcingWrapper):
+    """PettingZoo's order checks, but stepping a finished episode is an error, not a log line."""
+
+    def step(self, action: Any) -> None:
+        if self._has_reset and not self.agents:
+            raise RuntimeError(
+                "step() was called after the episode ended (no live agents). Call reset() to start "
+                "a new episode."
+            )
+        super().step(action)
 
 
 registry: dict[str, EnvSpec] = {}
