@@ -96,7 +96,7 @@ class RoundState:
 class DependencyFunction(ABC):
     """Schedules the agents of one round. Subclass and implement :meth:`next_turn`."""
 
-    def reset(self, agents: Sequence[str]) -> None:
+    def reset(self, agents: Sequence[str]) -> None:  # noqa: B027 (optional hook, not abstract)
         """Called at every env reset with the team's agents; check configuration here."""
 
     @abstractmethod
