@@ -1,0 +1,286 @@
+"""Policy and value losses for MARFT, PPO and GRPO (paper eqs. 2, 3, 5, 6).
+
+Pure functions on torch tensors: no environment, model or trainer imports. Losses are returned as
+quantities to *minimise*; statistics are detached scalar tensors.
+
+Shapes: action-level inputs are ``(B,)`` (one entry per agent decision); token-level inputs are
+``(B, L)`` with a ``(B, L)`` bool mask of generated (non-pad) tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "LossType",
+    "action_log_prob",
+    "approx_kl",
+    "entropy_from_logits",
+    "kl_k3",
+    "masked_mean",
+    "ppo_clip_loss",
+    "value_loss",
+]
+
+LossType = Literal["token_mean", "sequence_mean", "grpo", "bnpo", "dapo", "dr_grpo"]
+_LOSS_TYPES = ("token_mean", "sequence_mean", "grpo", "bnpo", "dapo", "dr_grpo")
+
+
+def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` over the entries where ``mask`` is ``True`` (all entries if ``mask`` is None).
+
+    Args:
+        x: values.
+        mask: bool (or 0/1) tensor broadcastable to ``x``.
+        dim: reduce over this dimension only (default: all).
+
+    Returns:
+        The masked mean; 0 where no entry is valid (instead of NaN).
+    """
+    if mask is None:
+        return x.mean() if dim is None else x.mean(dim)
+    m = mask.to(x.dtype).expand_as(x)
+    if dim is None:
+        return (x * m).sum() / m.sum().clamp(min=1.0)
+    return (x * m).sum(dim) / m.sum(dim).clamp(min=1.0)
+
+
+def kl_k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
+    """Per-token k3 estimator of KL(π_θ ‖ π_ref), as in GRPO (paper eq. 2).
+
+    k3 = exp(ref − lp) − (ref − lp) − 1 with tokens sampled from π_θ: unbiased, and ≥ 0 for every
+    sample because e^x ≥ 1 + x.
+
+    Args:
+        log_probs: log π_θ of the sampled tokens, any shape.
+        ref_log_probs: log π_ref of the same tokens, same shape.
+
+    Returns:
+        Per-element estimate, same shape.
+    """
+    diff = ref_log_probs - log_probs
+    return torch.exp(diff) - diff - 1.0
+
+
+def approx_kl(log_probs: Tensor, old_log_probs: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Masked mean of the k3 estimator of KL(π_old ‖ π_θ) on samples from π_old.
+
+    With r = π_θ / π_old: (r − 1) − log r, the non-negative low-variance estimator used for PPO
+    diagnostics and for the paper's trust-region hard cut (Appendix A).
+
+    Args:
+        log_probs: log π_θ of the sampled actions or tokens.
+        old_log_probs: log π_old (rollout) of the same.
+        mask: bool mask of valid entries.
+
+    Returns:
+        Scalar estimate.
+    """
+    return masked_mean(kl_k3(old_log_probs, log_probs), mask)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of the categorical distribution at every position, computed stably.
+
+    H = −Σ p·log p with log p from ``log_softmax`` (no exp overflow); positions whose logit is −inf
+    (masked vocabulary entries) contribute 0 instead of NaN.
+
+    Args:
+        logits: ``(..., vocab)`` unnormalised logits.
+
+    Returns:
+        ``(...)`` entropies in nats.
+    """
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    p = log_p.exp()
+    return -torch.where(p > 0, p * log_p, torch.zeros_like(p)).sum(-1)
+
+
+def action_log_prob(
+    token_log_probs: Tensor,
+    mask: Tensor | None = None,
+    normalization: Literal["none", "token", "word"] = "none",
+    word_counts: Tensor | None = None,
+) -> Tensor:
+    """Log-probability of a whole action from its tokens (paper eq. 6 and §4.1.1 normalisation).
+
+    log P(a^i | ô^i, a^{1:i−1}) = Σ_j log P(w^{i,j} | ...). Long actions have lower joint
+    probability whatever their merit, so the sum may be divided by a length Z: the number of tokens
+    (``"token"``) or of words (``"word"``, counts given by the caller, since words depend on the
+    detokenised text).
+
+    Args:
+        token_log_probs: ``(B, L)`` log-probs of the generated tokens.
+        mask: ``(B, L)`` bool, ``True`` on generated tokens (default: all).
+        normalization: ``"none"``, ``"token"`` or ``"word"``.
+        word_counts: ``(B,)`` word count of each action; required for ``"word"``.
+
+    Returns:
+        ``(B,)`` action log-probs.
+    """
+    m = torch.ones_like(token_log_probs) if mask is None else mask.to(token_log_probs.dtype)
+    total = (token_log_probs * m).sum(-1)  # (B,)
+    if normalization == "none":
+        return total
+    if normalization == "token":
+        return total / m.sum(-1).clamp(min=1.0)
+    if normalization == "word":
+        if word_counts is None:
+            raise ValueError("normalization='word' needs word_counts, the number of words of each action")
+        return total / word_counts.to(total.dtype).clamp(min=1.0)
+    raise ValueError(f"normalization must be 'none', 'token' or 'word', got {normalization!r}")
+
+
+def _aggregate(
+    per_token: Tensor,
+    mask: Tensor,
+    loss_type: str,
+    max_completion_length: int | None,
+    num_items_in_batch: float | Tensor | None,
+) -> Tensor:
+    """Reduce a ``(B, L)`` per-token loss to a scalar, with TRL's ``loss_type`` semantics."""
+    m = mask.to(per_token.dtype)
+    total = (per_token * m).sum()
+    if loss_type in ("token_mean", "bnpo"):
+        return total / m.sum().clamp(min=1.0)
+    if loss_type in ("sequence_mean", "grpo"):
+        return ((per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "dapo":
+        norm = m.sum().clamp(min=1.0) if num_items_in_batch is None else num_items_in_batch
+        return total / norm
+    if loss_type == "dr_grpo":
+        length = per_token.shape[-1] if max_completion_length is None else max_completion_length
+        return total / (per_token.shape[0] * length)
+    raise ValueError(f"loss_type must be one of {_LOSS_TYPES}, got {loss_type!r}")
+
+
+def ppo_clip_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    mask: Tensor | None = None,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    loss_type: LossType = "token_mean",
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate loss (paper eq. 5), with DAPO clip-higher (eq. 3) and TRL aggregation.
+
+    Per entry: ratio = exp(lp − old_lp) and ℓ = −min(ratio·A, clip(ratio, 1 − ε_low, 1 + ε_high)·A),
+    with ε_low = ``epsilon`` and ε_high = ``epsilon_high`` (default ``epsilon``: symmetric clip).
+
+    Aggregation of the per-entry loss over valid entries (TRL ``GRPOConfig.loss_type`` names):
+
+    * ``"token_mean"`` / ``"bnpo"``: sum over all valid entries of the batch / their number;
+    * ``"sequence_mean"`` / ``"grpo"``: mean over each row's valid entries, then mean over rows
+      (a row without valid entries counts as 0);
+    * ``"dapo"``: sum / ``num_items_in_batch`` — the number of valid tokens in the whole generation
+      batch (across gradient-accumulation steps and processes), defaulting to this call's valid
+      count, where it equals ``"token_mean"``;
+    * ``"dr_grpo"``: sum / (rows × ``max_completion_length``), a constant independent of lengths
+      (default: ``L``, the padded width).
+
+    For action-level inputs of shape ``(B,)`` every entry is its own row, so ``"token_mean"`` is the
+    masked mean over decisions.
+
+    Args:
+        log_probs: ``(B,)`` action log-probs or ``(B, L)`` token log-probs under π_θ.
+        old_log_probs: same shape, under the rollout policy π_old.
+        advantages: same shape, or ``(B,)`` broadcast over the tokens of each row (GRPO).
+        mask: bool, same shape as ``log_probs``; ``True`` on valid entries (default: all).
+        epsilon: ε_low, lower clip range.
+        epsilon_high: ε_high, upper clip range (default ``epsilon``).
+        loss_type: aggregation, see above.
+        max_completion_length: constant length for ``"dr_grpo"``.
+        num_items_in_batch: normaliser for ``"dapo"``.
+
+    Returns:
+        ``(loss, stats)``. ``stats`` (detached scalars over valid entries): ``approx_kl`` (k3,
+        see :func:`approx_kl`), ``clip_fraction`` (entries where the clipped term is active, i.e.
+        the gradient is cut: ratio < 1 − ε_low with A < 0, or ratio > 1 + ε_high with A > 0),
+        ``clip_low_fraction``, ``clip_high_fraction``, ``ratio_mean``.
+    """
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    if epsilon < 0 or eps_high < 0:
+        raise ValueError(f"clip ranges must be >= 0, got epsilon={epsilon}, epsilon_high={epsilon_high}")
+    if log_probs.shape != old_log_probs.shape:
+        raise ValueError(f"log_probs {tuple(log_probs.shape)} and old_log_probs {tuple(old_log_probs.shape)} differ")
+    lp = log_probs if log_probs.dim() == 2 else log_probs.reshape(-1, 1)  # (B, L); L = 1 action-level
+    old = old_log_probs.reshape(lp.shape)
+    adv = advantages
+    if adv.shape != log_probs.shape:
+        if adv.dim() == 1 and log_probs.dim() == 2 and adv.shape[0] == log_probs.shape[0]:
+            adv = adv.unsqueeze(-1)  # (B, 1): one advantage per sequence, as in GRPO
+        else:
+            raise ValueError(
+                f"advantages shape {tuple(advantages.shape)} must equal log_probs shape "
+                f"{tuple(log_probs.shape)} or be (B,)"
+            )
+    adv = adv.reshape(lp.shape[0], -1).to(lp.dtype).detach()
+    m = torch.ones_like(lp, dtype=torch.bool) if mask is None else mask.reshape(lp.shape).bool()
+
+    log_ratio = lp - old.detach()  # (B, L)
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)  # (B, L)
+    loss = _aggregate(per_token, m, loss_type, max_completion_length, num_items_in_batch)
+
+    with torch.no_grad():
+        low = (ratio < 1.0 - epsilon) & (adv < 0)
+        high = (ratio > 1.0 + eps_high) & (adv > 0)
+        stats = {
+            "approx_kl": masked_mean(torch.expm1(log_ratio) - log_ratio, m),
+            "clip_fraction": masked_mean((low | high).float(), m),
+            "clip_low_fraction": masked_mean(low.float(), m),
+            "clip_high_fraction": masked_mean(high.float(), m),
+            "ratio_mean": masked_mean(ratio, m),
+        }
+    return loss, stats
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor | None = None,
+    *,
+    huber_delta: float | None = None,
+    clip_range: float | None = None,
+) -> Tensor:
+    """Critic regression loss (paper Algorithm 3 line 17), optional Huber and PPO value clipping.
+
+    With e = returns − values: MSE ℓ = ½·e²; Huber ℓ = ½·e² if |e| ≤ δ else δ·(|e| − ½δ). The ½ makes
+    the two agree for small errors, so switching between them does not rescale the coefficient.
+    With ``clip_range`` c: V_clip = old + clip(V − old, −c, c) and ℓ = max(ℓ(V), ℓ(V_clip)), the
+    pessimistic choice PPO implementations use to keep the critic near its rollout values.
+
+    Args:
+        values: predicted values, ``(B,)`` or ``(B, L)``.
+        old_values: values recorded at rollout (used only for clipping), same shape.
+        returns: targets (GAE returns), same shape.
+        mask: bool mask of valid entries.
+        huber_delta: Huber threshold δ; ``None`` for MSE.
+        clip_range: value clipping range; ``None`` to disable.
+
+    Returns:
+        Scalar masked mean of ℓ.
+    """
+
+    def elementwise(pred: Tensor) -> Tensor:
+        err = returns.detach() - pred
+        if huber_delta is None:
+            return 0.5 * err**2
+        abs_err = err.abs()
+        return torch.where(abs_err <= huber_delta, 0.5 * err**2, huber_delta * (abs_err - 0.5 * huber_delta))
+
+    loss = elementwise(values)
+    if clip_range is not None:
+        old = old_values.detach()
+        v_clipped = old + torch.clamp(values - old, -clip_range, clip_range)
+        loss = torch.max(loss, elementwise(v_clipped))
+    return masked_mean(loss, mask)
