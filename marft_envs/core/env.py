@@ -172,6 +172,7 @@ class FlexPOMDPEnv(AECEnv):
         self.timestep = 0
         self.history = []
         self._visible: dict[str, tuple[str, ...]] = {}
+        self._round_result: dict[str, Any] = {}
         self.dependency.reset(self.possible_agents)
         self._reset_task(options)
         self._start_round()
@@ -283,7 +284,9 @@ class FlexPOMDPEnv(AECEnv):
         self._round.turns.append(turn)
         self._visible[turn.agent] = turn.sees
         self.agent_selection = turn.agent
+        # The last finished round's result (team reward, task info) stays visible until the next.
         self.infos[turn.agent] = {
+            **self._round_result,
             "timestep": self.timestep,
             "turn": len(self._round.actions),
             "visible_agents": list(turn.sees),
@@ -318,13 +321,13 @@ class FlexPOMDPEnv(AECEnv):
 
         self.rewards = {a: rewards[a] for a in self.agents}
         self._accumulate_rewards()
+        self._round_result = {
+            **result.info,
+            "team_reward": team_reward,
+            "round_actions": [agent for agent, _ in self._round.actions],
+        }
         for a in self.agents:
-            self.infos[a] = {
-                **self.infos.get(a, {}),
-                **result.info,
-                "team_reward": team_reward,
-                "round_actions": [agent for agent, _ in self._round.actions],
-            }
+            self.infos[a] = {**self.infos.get(a, {}), **self._round_result}
         if terminated or truncated:
             for a in self.agents:
                 self.terminations[a] = terminated
