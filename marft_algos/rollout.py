@@ -1,0 +1,278 @@
+"""Batched multi-agent rollouts over N env copies (the paper's rollout threads).
+
+At every tick the collector looks at which agent each live env copy is waiting on, and generates
+for all copies waiting on the same agent in one batched call. The turn order comes from the env (its
+dependency function), so dynamic orders work unchanged. Every decision keeps exactly what the agent
+did — prompt token ids, generated token ids, per-token log-probs — so nothing is ever re-tokenised.
+After a round ends, each decision of the round receives the reward the env's credit rule gave its
+agent, and the round's last decision is marked; after an episode ends its decisions are marked done.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from pettingzoo import AECEnv
+
+from marft_envs.core.env import FlexPOMDPEnv
+
+__all__ = ["Decision", "Episode", "EpisodeRequest", "GenerationSettings", "RolloutCollector"]
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Sampling settings for rollouts.
+
+    Attributes:
+        max_new_tokens: Longest action in tokens.
+        temperature: Softmax temperature (log-probs are of the temperature-scaled distribution).
+        top_p: Nucleus sampling threshold (1 disables).
+        top_k: Top-k sampling (0 disables).
+        do_sample: False for greedy decoding (evaluation).
+    """
+
+    max_new_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    do_sample: bool = True
+
+
+class GeneratingPolicy(Protocol):
+    """What the collector needs from a policy (see ``marft_algos.policy.MultiAgentPolicy``)."""
+
+    def generate(self, agent: str, messages_batch: list[list[dict[str, str]]], **kwargs: Any) -> list[Any]: ...
+
+
+@dataclass
+class Decision:
+    """One agent action: one AEC step of one env copy.
+
+    Attributes:
+        episode: Index of the episode in the collector's output.
+        timestep: Env round ``t`` of the decision.
+        turn: Position of the agent in its round (0 = first to act).
+        agent: The acting agent.
+        prompt_ids: Token ids of the rendered rollout observation (exactly what the model read).
+        action_ids: Generated token ids, exactly as sampled.
+        log_probs: Per-token log-probs of ``action_ids`` under the rollout policy.
+        text: The decoded action that was sent to the env.
+        finished: The generation stopped at EOS (False: cut at ``max_new_tokens``).
+        reward: Reward the env's credit rule gave this agent for the decision's round.
+        round_end: The decision was the last of its round (the env's transition ran after it).
+        done: The episode ended after this decision's round.
+        truncated: The episode ended by truncation (round limit) rather than termination.
+    """
+
+    episode: int
+    timestep: int
+    turn: int
+    agent: str
+    prompt_ids: list[int]
+    action_ids: list[int]
+    log_probs: list[float]
+    text: str
+    finished: bool
+    reward: float = 0.0
+    round_end: bool = False
+    done: bool = False
+    truncated: bool = False
+
+
+@dataclass
+class Episode:
+    """A finished episode of one env copy.
+
+    Attributes:
+        seed: The ``reset`` seed (episodes with equal seeds and options face the same task).
+        options: The ``reset`` options.
+        decisions: Its decisions in the realised order.
+        agent_returns: Sum of each agent's rewards.
+        team_return: Sum of the rounds' team rewards.
+        info: The final round's info (e.g. ``{"correct": True, ...}``).
+        group: Caller-given group id (GRPO groups episodes of the same prompt).
+    """
+
+    seed: int
+    options: dict[str, Any]
+    decisions: list[Decision] = field(default_factory=list)
+    agent_returns: dict[str, float] = field(default_factory=dict)
+    team_return: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+    group: int | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """An episode to run: its reset seed, reset options and (optional) group id."""
+
+    seed: int
+    options: Mapping[str, Any] | None = None
+    group: int | None = None
+
+
+def _unwrapped(env: AECEnv) -> FlexPOMDPEnv:
+    base = env.unwrapped
+    if not isinstance(base, FlexPOMDPEnv):
+        raise TypeError(
+            f"RolloutCollector needs environments built on marft_envs.FlexPOMDPEnv (it reads the "
+            f"round structure), got {type(base).__name__}."
+        )
+    return base
+
+
+class RolloutCollector:
+    """Runs episodes on env copies with a multi-agent policy, batching generation per agent.
+
+    Args:
+        policy: Anything with ``generate(agent, messages_batch, **settings) -> [Generation]``.
+        envs: The env copies (or a factory and a count via :meth:`from_factory`).
+        settings: Sampling settings.
+        seed: Seeds episode resets and sampling.
+    """
+
+    def __init__(
+        self,
+        policy: GeneratingPolicy,
+        envs: Sequence[AECEnv],
+        settings: GenerationSettings | None = None,
+        *,
+        seed: int = 0,
+    ) -> None:
+        if not envs:
+            raise ValueError("RolloutCollector needs at least one environment copy.")
+        for env in envs:
+            _unwrapped(env)
+        self.policy = policy
+        self.envs = list(envs)
+        self.settings = settings or GenerationSettings()
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @classmethod
+    def from_factory(
+        cls,
+        policy: GeneratingPolicy,
+        env_fn: Callable[[], AECEnv],
+        num_envs: int,
+        settings: GenerationSettings | None = None,
+        *,
+        seed: int = 0,
+    ) -> RolloutCollector:
+        """Build ``num_envs`` copies with ``env_fn``."""
+        return cls(policy, [env_fn() for _ in range(num_envs)], settings, seed=seed)
+
+    def requests(self, num_episodes: int) -> list[EpisodeRequest]:
+        """``num_episodes`` fresh episode requests with seeds drawn from the collector's RNG."""
+        seeds = self.rng.integers(0, 2**31 - 1, size=num_episodes)
+        return [EpisodeRequest(int(s)) for s in seeds]
+
+    def collect(
+        self,
+        episodes: int | Iterable[EpisodeRequest],
+        settings: GenerationSettings | None = None,
+    ) -> list[Episode]:
+        """Run the requested episodes to completion; returns them in request order.
+
+        Args:
+            episodes: A number of fresh episodes, or explicit :class:`EpisodeRequest` objects.
+            settings: Overrides the collector's sampling settings (e.g. greedy for evaluation).
+        """
+        settings = settings or self.settings
+        requests = self.requests(episodes) if isinstance(episodes, int) else list(episodes)
+        results: list[Episode] = [
+            Episode(seed=r.seed, options=dict(r.options or {}), group=r.group) for r in requests
+        ]
+        queue = deque(enumerate(requests))
+        running: dict[int, int] = {}  # env index -> episode index
+        round_buffer: dict[int, list[Decision]] = defaultdict(list)
+
+        def start(env_index: int) -> None:
+            if not queue:
+                return
+            episode_index, request = queue.popleft()
+            self.envs[env_index].reset(seed=request.seed, options=dict(request.options or {}))
+            running[env_index] = episode_index
+
+        for env_index in range(len(self.envs)):
+            start(env_index)
+
+        while running:
+            waiting: dict[str, list[int]] = defaultdict(list)
+            for env_index in running:
+                waiting[self.envs[env_index].agent_selection].append(env_index)
+            for agent, env_indices in waiting.items():
+                messages = [self.envs[i].observe(agent)["messages"] for i in env_indices]
+                generations = self.policy.generate(
+                    agent,
+                    messages,
+                    max_new_tokens=settings.max_new_tokens,
+                    temperature=settings.temperature,
+                    top_p=settings.top_p,
+                    top_k=settings.top_k,
+                    do_sample=settings.do_sample,
+                    generator=self.generator,
+                )
+                for env_index, generation in zip(env_indices, generations, strict=True):
+                    finished = self._step(env_index, running[env_index], agent, generation, results, round_buffer)
+                    if finished:
+                        del running[env_index]
+                        start(env_index)
+        return results
+
+    def _step(
+        self,
+        env_index: int,
+        episode_index: int,
+        agent: str,
+        generation: Any,
+        results: list[Episode],
+        round_buffer: dict[int, list[Decision]],
+    ) -> bool:
+        """Apply one generated action; returns True when the env's episode is over."""
+        env = self.envs[env_index]
+        base = _unwrapped(env)
+        rounds_before = len(base.history)
+        decision = Decision(
+            episode=episode_index,
+            timestep=base.timestep,
+            turn=len(base.round_state.actions),
+            agent=agent,
+            prompt_ids=list(generation.prompt_ids),
+            action_ids=list(generation.action_ids),
+            log_probs=list(generation.log_probs),
+            text=generation.text,
+            finished=bool(generation.finished),
+        )
+        env.step(generation.text)
+        buffer = round_buffer[env_index]
+        buffer.append(decision)
+        if len(base.history) == rounds_before:
+            return False
+
+        record = base.history[-1]
+        for d in buffer:
+            d.reward = record.rewards[d.agent]
+        buffer[-1].round_end = True
+        episode = results[episode_index]
+        episode.decisions.extend(buffer)
+        episode.team_return += float(sum(record.rewards.values()))
+        for a, r in record.rewards.items():
+            episode.agent_returns[a] = episode.agent_returns.get(a, 0.0) + r
+        buffer.clear()
+
+        if env.agents and not any(env.terminations[a] or env.truncations[a] for a in env.agents):
+            return False
+        truncated = any(env.truncations.values())
+        for d in episode.decisions:
+            if d.timestep == record.timestep:
+                d.done, d.truncated = True, truncated
+        episode.info = dict(record.info)
+        while env.agents:  # retire every agent so the env is ready for the next reset
+            env.step(None)
+        return True
