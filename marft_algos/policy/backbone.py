@@ -1,0 +1,226 @@
+"""One base causal LM, its tokenizer and the LoRA adapters that live on it.
+
+A :class:`Backbone` owns a transformers causal LM (wrapped in a peft ``PeftModel`` once it has an
+adapter), its tokenizer and a table of adapters with their trainable flags. All adapters of one
+base model share its weights, so memory is about one model however many agents use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from marft_algos.policy.config import LoraSettings
+
+__all__ = ["Backbone", "load_backbone"]
+
+logger = logging.getLogger(__name__)
+
+
+class Backbone:
+    """A base model shared by agents, with named LoRA adapters.
+
+    Args:
+        name: Model name or path it was loaded from (recorded in checkpoints).
+        model: A transformers causal LM.
+        tokenizer: Its tokenizer.
+        device: Where the model lives.
+    """
+
+    def __init__(self, name: str, model: Any, tokenizer: Any, device: torch.device) -> None:
+        self.name = name
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        #: adapter name -> trainable flag; anything placed on the model (agents, critic) is listed.
+        self.adapters: dict[str, bool] = {}
+        self._adapter_params: dict[str, list[tuple[str, torch.nn.Parameter]]] = {}
+        self.pad_id, self.eos_ids = _special_ids(model, tokenizer)
+
+    @property
+    def is_peft(self) -> bool:
+        """Whether the model is wrapped by peft (it has at least one adapter)."""
+        return hasattr(self.model, "peft_config")
+
+    def add_adapter(
+        self,
+        adapter: str,
+        lora: LoraSettings,
+        *,
+        trainable: bool,
+        path: str | None = None,
+        seed: int | None = None,
+    ) -> None:
+        """Add a LoRA adapter, fresh or loaded from a peft adapter folder.
+
+        Args:
+            adapter: Adapter name (unique on this backbone).
+            lora: Settings of a fresh adapter (ignored when ``path`` is given).
+            trainable: Whether its parameters may require gradients.
+            path: Folder of a saved peft adapter to load instead.
+            seed: Seed for the LoRA A initialisation; the global RNG is left untouched.
+        """
+        from peft import PeftModel, get_peft_model
+
+        if adapter in self.adapters:
+            raise ValueError(f"Adapter {adapter!r} already exists on base model {self.name!r}.")
+        if adapter in "lora_":
+            # peft finds adapter weights by name inside "lora_A.<name>" keys; such names are ambiguous.
+            raise ValueError(
+                f"Adapter name {adapter!r} is part of peft's 'lora_' prefix and would be confused "
+                f"with it when loading; pick a longer name, e.g. AgentSpec(adapter='agent_{adapter}')."
+            )
+        if "." in adapter or not adapter:
+            raise ValueError(
+                f"Adapter names must be non-empty and contain no '.', got {adapter!r}."
+            )
+        rng = _seeded(seed, self.device)
+        with rng:
+            if path is not None:
+                if self.is_peft:
+                    self.model.load_adapter(path, adapter_name=adapter, is_trainable=trainable)
+                else:
+                    self.model = PeftModel.from_pretrained(
+                        self.model, path, adapter_name=adapter, is_trainable=trainable
+                    )
+            elif self.is_peft:
+                self.model.add_adapter(adapter, lora.to_peft())
+            else:
+                self.model = get_peft_model(self.model, lora.to_peft(), adapter_name=adapter)
+        self.model.to(self.device)
+        self.model.eval()
+        self.adapters[adapter] = trainable
+        self._index_adapter_params()
+        self.apply_trainable_flags()
+
+    def _index_adapter_params(self) -> None:
+        # peft parameter names look like "...q_proj.lora_A.<adapter>.weight".
+        self._adapter_params = {name: [] for name in self.adapters}
+        for pname, param in self.model.named_parameters():
+            parts = pname.split(".")
+            if not any(p.startswith("lora_") for p in parts):
+                continue
+            for adapter in self.adapters:
+                if adapter in parts:
+                    self._adapter_params[adapter].append((pname, param))
+                    break
+
+    def adapter_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
+        """Parameters of one adapter (in a stable order)."""
+        return [p for _, p in self._adapter_params[adapter]]
+
+    def named_adapter_parameters(self, adapter: str) -> list[tuple[str, torch.nn.Parameter]]:
+        """``(name, parameter)`` pairs of one adapter."""
+        return list(self._adapter_params[adapter])
+
+    def apply_trainable_flags(self) -> None:
+        """Make exactly the trainable adapters' parameters require gradients.
+
+        peft's ``set_adapter`` marks the active adapter trainable and every other one frozen; the
+        policy switches adapters on every call, so the flags are re-applied from the table.
+        """
+        for adapter, params in self._adapter_params.items():
+            flag = self.adapters[adapter]
+            for _, p in params:
+                if p.requires_grad != flag:
+                    p.requires_grad_(flag)
+
+    @contextlib.contextmanager
+    def using(self, adapter: str | None) -> Iterator[Any]:
+        """Context in which the model acts with ``adapter`` (None: the base model, adapters off).
+
+        Yields:
+            The model to call.
+        """
+        if adapter is None:
+            if self.is_peft:
+                with self.model.disable_adapter():
+                    yield self.model
+            else:
+                yield self.model
+            return
+        if adapter not in self.adapters:
+            raise KeyError(f"No adapter {adapter!r} on base model {self.name!r}.")
+        if self.model.active_adapter != adapter:
+            self.model.set_adapter(adapter)
+            self.apply_trainable_flags()
+        yield self.model
+
+
+def _special_ids(model: Any, tokenizer: Any) -> tuple[int, list[int]]:
+    """Pad id and every id that ends a turn (tokenizer eos plus the model's generation eos ids)."""
+    eos: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        eos.append(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        for i in [gen_eos] if isinstance(gen_eos, int) else gen_eos:
+            if int(i) not in eos:
+                eos.append(int(i))
+    if not eos:
+        raise ValueError(
+            "The tokenizer has no eos_token and the model's generation_config names no "
+            "eos_token_id; set tokenizer.eos_token to the token that ends an assistant turn."
+        )
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = eos[0]
+    return int(pad), eos
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    if seed is None:
+        yield
+        return
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def load_backbone(
+    name_or_path: str,
+    *,
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str = "cpu",
+    model_kwargs: dict[str, Any] | None = None,
+) -> Backbone:
+    """Load a causal LM and its tokenizer with ``from_pretrained`` and freeze the base weights.
+
+    The model's own ``generation_config`` (Hub defaults such as ``top_k=20`` or a repetition
+    penalty) is replaced by a neutral one holding only the special token ids: sampling settings
+    always come from the policy call, so the sampling distribution is exactly the one whose
+    log-probs the policy reports.
+
+    Args:
+        name_or_path: Hub id or local folder.
+        dtype: Weight dtype (``torch.float32`` default, ``"auto"`` for the checkpoint's dtype).
+        device: Device for the weights.
+        model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments.
+
+    Returns:
+        The loaded :class:`Backbone` (in eval mode, base parameters frozen).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    dev = torch.device(device)
+    kwargs = dict(model_kwargs or {})
+    kwargs.setdefault("dtype", dtype if dtype is not None else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    model.to(dev)
+    model.eval()
+    model.requires_grad_(False)
+    original = model.generation_config
+    backbone = Backbone(str(name_or_path), model, tokenizer, dev)
+    model.generation_config = GenerationConfig(
+        eos_token_id=backbone.eos_ids,
+        pad_token_id=backbone.pad_id,
+        bos_token_id=getattr(original, "bos_token_id", None),
+    )
+    return backbone

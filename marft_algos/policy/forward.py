@@ -1,0 +1,183 @@
+"""Batch layout and forward passes shared by generation, training and the critic.
+
+Every forward over ``prompt + action`` uses one layout, the one ``model.generate`` sees during
+rollout: prompts are **left**-padded so that they all end at column ``P`` (the widest prompt),
+actions start at column ``P`` and are **right**-padded to the longest action ``T``::
+
+    [pad pad p p p p | a a a a pad]
+    [p p p p p p p p | a a pad pad]
+     <---- P ------->  <--- T --->
+
+Position ids count only real tokens (``cumsum(attention_mask) - 1``), as ``generate`` does, so a
+token's logits do not depend on how much padding its row received. The logits that predict action
+token ``t`` sit at column ``P - 1 + t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = [
+    "PackedBatch",
+    "action_logits",
+    "decoder_hidden_states",
+    "left_pad",
+    "log_probs_and_entropy",
+    "pack",
+    "unwrap_causal_lm",
+]
+
+
+class PackedBatch(NamedTuple):
+    """A padded ``prompt + action`` batch (see the module docstring for the layout)."""
+
+    input_ids: torch.Tensor  # (batch, P + T)
+    attention_mask: torch.Tensor  # (batch, P + T)
+    position_ids: torch.Tensor  # (batch, P + T)
+    action_ids: torch.Tensor  # (batch, T), pad where action_mask is False
+    action_mask: torch.Tensor  # (batch, T) bool
+    prompt_width: int  # P
+
+
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists into ``(input_ids, attention_mask)``, both ``(batch, max_len)``."""
+    if not sequences:
+        raise ValueError("Empty batch: pass at least one prompt.")
+    width = max(len(s) for s in sequences)
+    if width == 0 or any(len(s) == 0 for s in sequences):
+        raise ValueError("Every prompt needs at least one token; got an empty prompt.")
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        ids[i, width - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
+        mask[i, width - len(seq) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def pack(
+    prompt_ids: Sequence[Sequence[int]],
+    action_ids: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device | str,
+) -> PackedBatch:
+    """Lay out prompts and actions as ``[left-padded prompt | right-padded action]`` rows."""
+    if len(prompt_ids) != len(action_ids):
+        raise ValueError(
+            f"prompt_ids and action_ids must have the same batch size, got {len(prompt_ids)} and "
+            f"{len(action_ids)}."
+        )
+    prompts, prompt_mask = left_pad(prompt_ids, pad_id, "cpu")  # (batch, P)
+    width = max((len(a) for a in action_ids), default=0)
+    actions = torch.full((len(action_ids), width), pad_id, dtype=torch.long)  # (batch, T)
+    action_mask = torch.zeros((len(action_ids), width), dtype=torch.bool)  # (batch, T)
+    for i, act in enumerate(action_ids):
+        if len(act):
+            actions[i, : len(act)] = torch.as_tensor(list(act), dtype=torch.long)
+            action_mask[i, : len(act)] = True
+    input_ids = torch.cat([prompts, actions], dim=1)  # (batch, P + T)
+    attention_mask = torch.cat([prompt_mask, action_mask.long()], dim=1)  # (batch, P + T)
+    # Same convention as transformers' generate: positions of real tokens count from 0; padding
+    # gets 0 (it is masked out, so its position never matters).
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)  # (batch, P + T)
+    return PackedBatch(
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        position_ids=position_ids.to(device),
+        action_ids=actions.to(device),
+        action_mask=action_mask.to(device),
+        prompt_width=prompts.shape[1],
+    )
+
+
+def unwrap_causal_lm(model: Any) -> Any:
+    """The transformers causal LM inside a peft wrapper (LoRA layers stay injected in it)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def decoder_hidden_states(model: Any, batch: PackedBatch) -> torch.Tensor:
+    """Last hidden states (after the final norm) of a causal LM, without computing logits.
+
+    Args:
+        model: A transformers causal LM, or a peft model wrapping one.
+        batch: The packed input.
+
+    Returns:
+        ``(batch, P + T, hidden)`` hidden states.
+    """
+    causal_lm = unwrap_causal_lm(model)
+    decoder = None
+    get_decoder = getattr(causal_lm, "get_decoder", None)
+    if callable(get_decoder):
+        decoder = get_decoder()
+    if decoder is None or decoder is causal_lm:
+        decoder = getattr(causal_lm, causal_lm.base_model_prefix)
+    out = decoder(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    )
+    return out.last_hidden_state
+
+
+def action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
+    """Logits predicting each action token, ``(batch, T, vocab)``.
+
+    Runs the full causal LM forward (so model-specific output processing such as logit
+    soft-capping applies) but asks it for logits only at the ``T`` predicting columns
+    (``logits_to_keep``), which keeps memory at ``T x vocab`` instead of ``(P + T) x vocab``.
+    """
+    width = batch.action_ids.shape[1]
+    start = batch.prompt_width - 1
+    keep = torch.arange(start, start + width, device=batch.input_ids.device)  # (T,)
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+        logits_to_keep=keep,
+    )
+    logits = out.logits
+    if logits.shape[1] != width:
+        # A model that ignores ``logits_to_keep`` returns every column; slice them here.
+        logits = logits[:, start : start + width]
+    return logits  # (batch, T, vocab)
+
+
+def log_probs_and_entropy(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs of ``targets`` under ``softmax(logits / temperature)``, in float32.
+
+    Args:
+        logits: ``(batch, T, vocab)``.
+        targets: ``(batch, T)`` token ids.
+        mask: ``(batch, T)`` bool; masked entries of the outputs are 0.
+        temperature: Logits are divided by it before the softmax.
+        with_entropy: Also return the entropy of each token's distribution.
+
+    Returns:
+        ``(log_probs, entropy)``, each ``(batch, T)``; ``entropy`` is None unless requested.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}.")
+    scaled = logits.float() / temperature  # (batch, T, vocab)
+    logp_all = torch.log_softmax(scaled, dim=-1)  # (batch, T, vocab)
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (batch, T)
+    logp = logp.masked_fill(~mask, 0.0)
+    entropy = None
+    if with_entropy:
+        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (batch, T)
+        entropy = entropy.masked_fill(~mask, 0.0)
+    return logp, entropy

@@ -1,0 +1,472 @@
+"""The multi-agent policy: which model and adapter each agent acts with, generation and log-probs.
+
+Default configuration (DESIGN §3): one base causal LM and one LoRA adapter per agent (peft
+multi-adapter), so memory stays about one model however many agents there are. Through
+:class:`~marft_algos.policy.config.AgentSpec` agents can instead share an adapter (parameter
+sharing), use different base models (heterogeneous teams with their own tokenizers and chat
+templates), or act frozen (no optimizer ever sees their parameters).
+
+**Token-in, token-out.** :meth:`MultiAgentPolicy.generate` returns the exact token ids each agent
+sampled together with their log-probs; trainers feed those ids back into
+:meth:`MultiAgentPolicy.token_log_probs` and never re-tokenise generated text.
+
+**Log-prob convention.** A token's log-prob is ``log softmax(logits / temperature)`` at that token,
+in float32, where ``temperature`` is the policy's (:attr:`MultiAgentPolicy.temperature`, also
+stored on every :class:`Generation`). ``top_k`` / ``top_p`` truncation shapes sampling only, not the
+reported log-probs. Rollout log-probs are computed after generation by the very forward function
+the update uses (:meth:`token_log_probs` under ``no_grad``), so for unchanged weights the PPO ratio
+is 1 up to float round-off from different batch padding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+from marft_algos.policy.backbone import Backbone, load_backbone
+from marft_algos.policy.config import AgentSpec, LoraSettings
+from marft_algos.policy.forward import (
+    action_logits,
+    left_pad,
+    log_probs_and_entropy,
+    pack,
+)
+from marft_algos.policy.rendering import render_prompt_ids
+
+__all__ = ["Generation", "MultiAgentPolicy", "TokenLogProbs"]
+
+logger = logging.getLogger(__name__)
+
+
+class Generation(NamedTuple):
+    """One sampled action of one agent.
+
+    Attributes:
+        prompt_ids: Token ids of the rendered prompt (no padding).
+        action_ids: Exactly the sampled token ids, EOS included when produced, no padding.
+        log_probs: Per-token log-probs of ``action_ids`` (policy log-prob convention).
+        text: ``action_ids`` decoded without special tokens (what the env receives).
+        finished: True if the agent produced an end-of-turn token, False if it hit the length cap.
+        agent: The agent that acted.
+        temperature: Temperature of the log-prob convention used for ``log_probs``.
+    """
+
+    prompt_ids: list[int]
+    action_ids: list[int]
+    log_probs: list[float]
+    text: str
+    finished: bool
+    agent: str = ""
+    temperature: float = 1.0
+
+
+class TokenLogProbs(NamedTuple):
+    """Result of :meth:`MultiAgentPolicy.token_log_probs` (unpacks as a 3-tuple)."""
+
+    log_probs: torch.Tensor  # (batch, T_act), 0 where mask is False
+    entropy: torch.Tensor | None  # (batch, T_act) or None
+    mask: torch.Tensor  # (batch, T_act) bool
+
+
+@dataclass(frozen=True)
+class _AgentBinding:
+    backbone: str
+    adapter: str | None
+    trainable: bool
+
+
+class MultiAgentPolicy:
+    """Maps every agent of a team to a base model and (optionally) a LoRA adapter.
+
+    Build it with :meth:`from_pretrained`. Models stay in eval mode (dropout off) so that rollout
+    and update forward passes are identical.
+
+    Args:
+        backbones: Loaded base models by name.
+        bindings: Per agent, which backbone and adapter it uses and whether it trains.
+        temperature: Temperature of the log-prob convention and default sampling temperature.
+    """
+
+    def __init__(
+        self,
+        backbones: Mapping[str, Backbone],
+        bindings: Mapping[str, _AgentBinding],
+        *,
+        temperature: float = 1.0,
+    ) -> None:
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}.")
+        self._backbones = dict(backbones)
+        self._bindings = dict(bindings)
+        self.temperature = float(temperature)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_name_or_path: str,
+        agents: Sequence[str],
+        *,
+        specs: Mapping[str, AgentSpec] | None = None,
+        lora: LoraSettings | None = None,
+        torch_dtype: torch.dtype | str | None = None,
+        device: torch.device | str = "cpu",
+        temperature: float = 1.0,
+        seed: int | None = None,
+        model_kwargs: Mapping[str, Any] | None = None,
+    ) -> MultiAgentPolicy:
+        """Load base model(s) and create the agents' adapters.
+
+        Args:
+            model_name_or_path: Default base model (Hub id or local folder) for agents whose spec
+                names none.
+            agents: Agent names, e.g. ``env.possible_agents``.
+            specs: Per-agent :class:`AgentSpec`; agents left out get ``AgentSpec()`` (own
+                trainable adapter on the default base).
+            lora: Settings of every fresh adapter (default :class:`LoraSettings`).
+            torch_dtype: Weight dtype; default float32 (exact log-prob equality on CPU).
+            device: Device for all models, e.g. ``"cpu"`` or ``"cuda:0"``.
+            temperature: Log-prob convention temperature and default sampling temperature.
+            seed: Seed of the fresh adapters' initialisation (global RNG left untouched).
+            model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments.
+
+        Returns:
+            The policy.
+        """
+        agents = list(agents)
+        if not agents:
+            raise ValueError("agents is empty; pass the env's agent names (env.possible_agents).")
+        if len(set(agents)) != len(agents):
+            raise ValueError(f"Agent names must be unique, got {agents}.")
+        specs = dict(specs or {})
+        unknown = sorted(set(specs) - set(agents))
+        if unknown:
+            raise ValueError(f"specs name unknown agents {unknown}; the agents are {agents}.")
+        lora = lora or LoraSettings()
+
+        bindings: dict[str, _AgentBinding] = {}
+        # adapter name -> (backbone, trainable, path, first agent) to detect conflicting specs.
+        adapters: dict[str, tuple[str, bool, str | None, str]] = {}
+        for agent in agents:
+            spec = specs.get(agent, AgentSpec())
+            model = str(spec.model or model_name_or_path)
+            name = spec.adapter_name(agent)
+            if name is not None:
+                seen = adapters.get(name)
+                if seen is None:
+                    adapters[name] = (model, spec.trainable, spec.adapter_path, agent)
+                elif seen[:3] != (model, spec.trainable, spec.adapter_path):
+                    raise ValueError(
+                        f"Agents {seen[3]!r} and {agent!r} share adapter {name!r} but their specs "
+                        f"differ (base model, trainable, adapter_path): {seen[:3]} vs "
+                        f"{(model, spec.trainable, spec.adapter_path)}. A shared adapter is one set "
+                        f"of parameters on one base model; give the agents the same spec or "
+                        f"different adapter names."
+                    )
+            bindings[agent] = _AgentBinding(model, name, spec.trainable)
+
+        backbones: dict[str, Backbone] = {}
+        for binding in bindings.values():
+            if binding.backbone not in backbones:
+                backbones[binding.backbone] = load_backbone(
+                    binding.backbone,
+                    dtype=torch_dtype,
+                    device=device,
+                    model_kwargs=dict(model_kwargs or {}),
+                )
+        for i, (name, (model, trainable, path, _)) in enumerate(adapters.items()):
+            backbones[model].add_adapter(
+                name,
+                lora,
+                trainable=trainable,
+                path=path,
+                seed=None if seed is None else seed + i,
+            )
+        return cls(backbones, bindings, temperature=temperature)
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def agents(self) -> list[str]:
+        """Agent names, in construction order."""
+        return list(self._bindings)
+
+    def _binding(self, agent: str) -> _AgentBinding:
+        try:
+            return self._bindings[agent]
+        except KeyError:
+            raise KeyError(
+                f"Unknown agent {agent!r}; the policy's agents are {self.agents}."
+            ) from None
+
+    def backbone(self, agent: str) -> Backbone:
+        """The :class:`Backbone` (base model, tokenizer, adapters) an agent acts on."""
+        return self._backbones[self._binding(agent).backbone]
+
+    @property
+    def backbones(self) -> dict[str, Backbone]:
+        """All loaded base models by name."""
+        return dict(self._backbones)
+
+    def tokenizer(self, agent: str) -> Any:
+        """The tokenizer of an agent's base model."""
+        return self.backbone(agent).tokenizer
+
+    def model(self, agent: str) -> Any:
+        """The (peft-wrapped) model an agent acts with; use :meth:`acting` to switch adapters."""
+        return self.backbone(agent).model
+
+    def base_model_name(self, agent: str) -> str:
+        """Name or path of the base model an agent acts with."""
+        return self._binding(agent).backbone
+
+    def adapter_name(self, agent: str) -> str | None:
+        """The agent's adapter name (shared adapters have one name), or None for the plain base."""
+        return self._binding(agent).adapter
+
+    def is_trainable(self, agent: str) -> bool:
+        """Whether the agent trains (has a trainable adapter)."""
+        b = self._binding(agent)
+        return b.trainable and b.adapter is not None
+
+    def trainable_parameters(self, agent: str) -> list[torch.nn.Parameter]:
+        """The agent's adapter parameters for its optimizer; ``[]`` for a frozen agent.
+
+        Agents sharing an adapter return the same parameter objects.
+        """
+        b = self._binding(agent)
+        if not b.trainable or b.adapter is None:
+            return []
+        return self._backbones[b.backbone].adapter_parameters(b.adapter)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """All trainable adapter parameters of all agents, each once."""
+        seen: dict[int, torch.nn.Parameter] = {}
+        for agent in self.agents:
+            for p in self.trainable_parameters(agent):
+                seen.setdefault(id(p), p)
+        return list(seen.values())
+
+    def adapter_groups(self) -> dict[tuple[str, str], list[str]]:
+        """``(base model, adapter) -> agents`` for every adapter, shared or not."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for agent, b in self._bindings.items():
+            if b.adapter is not None:
+                groups.setdefault((b.backbone, b.adapter), []).append(agent)
+        return groups
+
+    @contextlib.contextmanager
+    def acting(self, agent: str, *, reference: bool = False) -> Iterator[Any]:
+        """Context in which the agent's model has the agent's adapter active.
+
+        Args:
+            agent: The agent.
+            reference: Disable all adapters instead (the reference policy: the plain base model).
+
+        Yields:
+            The model to call.
+        """
+        b = self._binding(agent)
+        adapter = None if reference else b.adapter
+        with self._backbones[b.backbone].using(adapter) as model:
+            yield model
+
+    # ------------------------------------------------------------------ rendering
+    def render(
+        self, agent: str, messages: Sequence[Mapping[str, Any]] | Mapping[str, Any]
+    ) -> list[int]:
+        """Prompt ids of an observation under the agent's chat template."""
+        return render_prompt_ids(self.tokenizer(agent), messages)
+
+    # ------------------------------------------------------------------ log-probs
+    def token_log_probs(
+        self,
+        agent: str,
+        prompt_ids: Sequence[Sequence[int]],
+        action_ids: Sequence[Sequence[int]],
+        *,
+        reference: bool = False,
+        with_entropy: bool = False,
+        temperature: float | None = None,
+    ) -> TokenLogProbs:
+        """Per-token log-probs of actions given prompts, differentiable w.r.t. the agent's adapter.
+
+        Args:
+            agent: The agent.
+            prompt_ids: Prompt token ids per sample.
+            action_ids: Action token ids per sample (as returned in :class:`Generation`).
+            reference: Use the base model with all adapters disabled (the KL reference policy).
+            with_entropy: Also return per-token entropies of the temperature-scaled distribution.
+            temperature: Override the policy temperature of the log-prob convention.
+
+        Returns:
+            ``(log_probs, entropy, mask)``, each ``(batch, T_act)`` with ``T_act`` the longest
+            action; padded entries are 0 and ``mask`` is False there.
+        """
+        backbone = self.backbone(agent)
+        temp = self.temperature if temperature is None else float(temperature)
+        batch = pack(prompt_ids, action_ids, backbone.pad_id, backbone.device)
+        if batch.action_ids.shape[1] == 0:
+            empty = torch.zeros(batch.action_ids.shape, device=backbone.device)
+            return TokenLogProbs(empty, empty.clone() if with_entropy else None, batch.action_mask)
+        with self.acting(agent, reference=reference) as model:
+            logits = action_logits(model, batch)  # (batch, T, vocab)
+        logp, entropy = log_probs_and_entropy(
+            logits, batch.action_ids, batch.action_mask, temperature=temp, with_entropy=with_entropy
+        )
+        return TokenLogProbs(logp, entropy, batch.action_mask)
+
+    # ------------------------------------------------------------------ generation
+    def generate(
+        self,
+        agent: str,
+        messages_batch: Sequence[Sequence[Mapping[str, Any]] | Mapping[str, Any]],
+        *,
+        max_new_tokens: int,
+        temperature: float | None = None,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        do_sample: bool = True,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """Sample one action per observation for one agent, in a single batched ``generate`` call.
+
+        Args:
+            agent: The agent acting.
+            messages_batch: One chat transcript (or env observation ``{"messages": ...}``) per
+                sample; rendered with the agent's chat template.
+            max_new_tokens: Length cap of an action.
+            temperature: Sampling temperature; default the policy temperature. Reported log-probs
+                always use the policy temperature (see the module docstring).
+            top_p: Nucleus sampling threshold (1.0 = off).
+            top_k: Top-k sampling (0 = off).
+            do_sample: False for greedy decoding.
+            generator: Seeds the sampling: one seed is drawn from it and sampling runs under that
+                seed in a forked RNG, so the same generator state gives the same samples and the
+                global RNG is not advanced.
+            seed: Same as ``generator`` with an explicit seed. Without either, sampling uses the
+                global torch RNG (``torch.manual_seed`` makes it reproducible).
+
+        Returns:
+            One :class:`Generation` per observation, in order.
+        """
+        tokenizer = self.tokenizer(agent)
+        prompts = [render_prompt_ids(tokenizer, m) for m in messages_batch]
+        return self.generate_from_ids(
+            agent,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            do_sample=do_sample,
+            generator=generator,
+            seed=seed,
+        )
+
+    def generate_from_ids(
+        self,
+        agent: str,
+        prompt_ids: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float | None = None,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        do_sample: bool = True,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """:meth:`generate` from already-rendered prompt token ids (multi-turn token-in)."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
+        if generator is not None and seed is not None:
+            raise ValueError("Pass either generator or seed, not both.")
+        backbone = self.backbone(agent)
+        temp = self.temperature if temperature is None else float(temperature)
+        prompts = [list(map(int, p)) for p in prompt_ids]
+        input_ids, attention_mask = left_pad(prompts, backbone.pad_id, backbone.device)  # (B, P)
+        gen_kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": do_sample,
+            "eos_token_id": backbone.eos_ids,
+            "pad_token_id": backbone.pad_id,
+            "use_cache": True,
+        }
+        if do_sample:
+            if temp <= 0:
+                raise ValueError(f"temperature must be > 0 when sampling, got {temp}.")
+            gen_kwargs.update(temperature=temp, top_p=top_p, top_k=top_k)
+        if generator is not None:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        with _rng_scope(seed, backbone.device), torch.no_grad(), self.acting(agent) as model:
+            sequences = model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs
+            )  # (B, P + T_gen)
+        new_tokens = sequences[:, input_ids.shape[1] :].tolist()  # (B, T_gen)
+        eos = set(backbone.eos_ids)
+        actions: list[list[int]] = []
+        finished: list[bool] = []
+        for row in new_tokens:
+            stop = next((i for i, tok in enumerate(row) if tok in eos), None)
+            actions.append(row if stop is None else row[: stop + 1])
+            finished.append(stop is not None)
+        with torch.no_grad():
+            logp, _, mask = self.token_log_probs(agent, prompts, actions)  # (B, T_act)
+        logp_rows = [logp[i, mask[i]].tolist() for i in range(len(actions))]
+        return [
+            Generation(
+                prompt_ids=prompts[i],
+                action_ids=actions[i],
+                log_probs=logp_rows[i],
+                text=backbone.tokenizer.decode(actions[i], skip_special_tokens=True),
+                finished=finished[i],
+                agent=agent,
+                temperature=self.temperature,
+            )
+            for i in range(len(actions))
+        ]
+
+    # ------------------------------------------------------------------ persistence
+    def save_adapters(self, directory: str) -> None:
+        """Save every adapter in standard peft format, one folder per adapter.
+
+        See :func:`marft_algos.policy.adapters.save_adapters`.
+        """
+        from marft_algos.policy.adapters import save_adapters
+
+        save_adapters(self, directory)
+
+    def load_adapters(self, directory: str, *, strict: bool = True) -> None:
+        """Load adapter weights saved by :meth:`save_adapters` into the existing adapters.
+
+        See :func:`marft_algos.policy.adapters.load_adapters`.
+        """
+        from marft_algos.policy.adapters import load_adapters
+
+        load_adapters(self, directory, strict=strict)
+
+    def to(self, device: torch.device | str) -> MultiAgentPolicy:
+        """Move every base model (and its adapters) to ``device``."""
+        dev = torch.device(device)
+        for backbone in self._backbones.values():
+            backbone.model.to(dev)
+            backbone.device = dev
+        return self
+
+
+@contextlib.contextmanager
+def _rng_scope(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Run under ``torch.manual_seed(seed)`` in a forked RNG, or unchanged when seed is None."""
+    if seed is None:
+        yield
+        return
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
