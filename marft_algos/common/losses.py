@@ -254,7 +254,7 @@ def value_loss(
 ) -> Tensor:
     """Critic regression loss (paper Algorithm 3 line 17), optional Huber and PPO value clipping.
 
-    With e = returns − values: MSE ℓ = ½·e²; Huber ℓ = ½·e² if |e| ≤ δ else δ·(|e| − ½δ). The ½ makes
+    With e = returns − values: MSE ℓ = ½·e²; Huber ℓ = ½·e² if abs(e) ≤ δ else δ·(abs(e) − ½δ). The ½ makes
     the two agree for small errors, so switching between them does not rescale the coefficient.
     With ``clip_range`` c: V_clip = old + clip(V − old, −c, c) and ℓ = max(ℓ(V), ℓ(V_clip)), the
     pessimistic choice PPO implementations use to keep the critic near its rollout values.
