@@ -68,15 +68,13 @@ class Backbone:
 
         if adapter in self.adapters:
             raise ValueError(f"Adapter {adapter!r} already exists on base model {self.name!r}.")
+        if not adapter or "." in adapter:
+            raise ValueError(f"Adapter names must be non-empty and contain no '.', got {adapter!r}.")
         if adapter in "lora_":
             # peft finds adapter weights by name inside "lora_A.<name>" keys; such names are ambiguous.
             raise ValueError(
                 f"Adapter name {adapter!r} is part of peft's 'lora_' prefix and would be confused "
                 f"with it when loading; pick a longer name, e.g. AgentSpec(adapter='agent_{adapter}')."
-            )
-        if "." in adapter or not adapter:
-            raise ValueError(
-                f"Adapter names must be non-empty and contain no '.', got {adapter!r}."
             )
         rng = _seeded(seed, self.device)
         with rng:
