@@ -1,0 +1,733 @@
+"""A built-in, seeded, procedurally generated math problem set with exact answers.
+
+``make("math-dual-v0")`` must work on a fresh machine with no download, so the default data of the
+math environments is generated here. Every problem has an exact answer (computed with
+:class:`fractions.Fraction`, never floats), written the way the MATH benchmark writes answers
+(``\\frac{3}{4}``, ``-7``, ``6\\sqrt{2}``, ``(2,-3)``, ``-3, \\frac{1}{2}``), and a short worked
+solution: the intermediate results, one per line, ending in ``\\boxed{answer}``. A small model can be
+trained supervised on those solutions, and a "reasoner" agent that states the intermediate results
+genuinely helps an "actor" that must give the final answer.
+
+| family | subject | level 1 → level 5 |
+|---|---|---|
+| ``arithmetic`` | Prealgebra | 2 operations on small numbers → 5 operations with parentheses |
+| ``fractions`` | Prealgebra | same-denominator sums → three-term expressions with ÷ |
+| ``powers`` | Prealgebra | squares and square roots → fractional and negative exponents |
+| ``percent`` | Prealgebra | easy percentages → successive changes and reverse percentages |
+| ``linear`` | Algebra | ``x + a = b`` → equations with fractions, fractional answers |
+| ``system`` | Algebra | ``x + y = s, x - y = d`` → 2×2 systems with fractional solutions |
+| ``word`` | Prealgebra | one-step stories → four-step stories |
+| ``quadratic`` | Algebra | ``x^2 = k`` → non-monic quadratics with rational roots |
+
+A problem's ``subject`` is its family name, so ``dataset.filter(subjects=["fractions"])`` selects one
+family. Randomness comes only from a :class:`random.Random` instance seeded by the caller.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from marft_envs.math.data import MathProblem
+
+__all__ = ["FAMILIES", "LEVELS", "Family", "generate_problems", "iter_problems"]
+
+LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5)
+"""The difficulty levels every family supports (1 easiest), as in the MATH benchmark."""
+
+# What a family returns: problem text, answer, and the worked steps (without the final \boxed{}).
+Draft = tuple[str, str, list[str]]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kind of generated problem.
+
+    Attributes:
+        name: Registry key, also used as the problem's ``subject``.
+        description: One line for docs and ``repr``.
+        make: ``make(rng, level) -> (problem, answer, steps)``; may raise :class:`_Retry` to ask
+            for a fresh draw when the random numbers gave a degenerate problem.
+    """
+
+    name: str
+    description: str
+    make: Callable[[random.Random, int], Draft]
+
+
+class _Retry(Exception):
+    """Raised inside a family when a draw is degenerate; the caller draws again."""
+
+
+# --- LaTeX formatting ------------------------------------------------------------------------
+
+
+def fmt(value: Fraction | int) -> str:
+    """An exact number as MATH writes answers: ``7``, ``-7``, ``\\frac{3}{4}``, ``-\\frac{3}{4}``."""
+    value = Fraction(value)
+    if value.denominator == 1:
+        return str(value.numerator)
+    sign = "-" if value < 0 else ""
+    return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
+
+
+def fmt_decimal(value: Fraction) -> str:
+    """A terminating decimal without trailing zeros (``82.5``); exact by construction."""
+    scaled, places = Fraction(value), 0
+    while scaled.denominator != 1:
+        if places > 30:
+            raise ValueError(f"{value} has no terminating decimal expansion")
+        scaled, places = scaled * 10, places + 1
+    digits = str(abs(scaled.numerator)).rjust(places + 1, "0")
+    text = digits if places == 0 else f"{digits[:-places]}.{digits[-places:]}"
+    return f"-{text}" if value < 0 else text
+
+
+def op_text(value: Fraction | int) -> str:
+    """A number as an operand: negative numbers get parentheses."""
+    return f"({fmt(value)})" if value < 0 else fmt(value)
+
+
+def _raw_frac(num: int, den: int) -> str:
+    """An unreduced fraction (intermediate steps show ``\\frac{9}{12}`` before reducing)."""
+    sign = "-" if num * den < 0 else ""
+    return f"{sign}\\frac{{{abs(num)}}}{{{abs(den)}}}"
+
+
+def lin(a: int, b: int, var: str = "x") -> str:
+    """``a x + b`` as text: ``3x + 5``, ``x - 4``, ``-x``, ``7``."""
+    head = "" if a == 0 else var if a == 1 else f"-{var}" if a == -1 else f"{a}{var}"
+    if not head:
+        return str(b)
+    return head if b == 0 else f"{head} {'+' if b > 0 else '-'} {abs(b)}"
+
+
+def lin2(a: int, b: int, c: Fraction | int) -> str:
+    """The equation ``a x + b y = c`` as text (``2x - y = 7``)."""
+    y_term = "y" if abs(b) == 1 else f"{abs(b)}y"
+    return f"{lin(a, 0)} {'+' if b > 0 else '-'} {y_term} = {fmt(c)}"
+
+
+def poly2(a: int, b: int, c: int) -> str:
+    """``a x^2 + b x + c`` as text (``2x^2 + 5x - 3``)."""
+    text = "x^2" if a == 1 else f"{a}x^2"
+    if b:
+        text += f" {'+' if b > 0 else '-'} {'' if abs(b) == 1 else abs(b)}x"
+    if c:
+        text += f" {'+' if c > 0 else '-'} {abs(c)}"
+    return text
+
+
+# --- expression trees (arithmetic and fractions) ----------------------------------------------
+
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2}
+_SYM = {"+": "+", "-": "-", "*": "\\times", "/": "\\div"}
+
+
+@dataclass
+class _Expr:
+    """A binary expression tree over exact numbers; ``op`` is ``None`` for a leaf."""
+
+    value: Fraction
+    op: str | None = None
+    left: _Expr | None = None
+    right: _Expr | None = None
+
+    def render(self) -> str:
+        if self.op is None:
+            return fmt(self.value)
+        assert self.left is not None and self.right is not None
+        left, right = self.left.render(), self.right.render()
+        if self.left.op and _PREC[self.left.op] < _PREC[self.op]:
+            left = f"({left})"
+        # Equal precedence on the right also gets parentheses, so that left-to-right reading of
+        # the text evaluates in exactly the order of the worked steps.
+        if self.right.op and _PREC[self.right.op] <= _PREC[self.op]:
+            right = f"({right})"
+        return f"{left} {_SYM[self.op]} {right}"
+
+    def nodes(self) -> Iterator[_Expr]:
+        """Post-order: children before parents, i.e. the order of evaluation."""
+        if self.left is not None and self.right is not None:
+            yield from self.left.nodes()
+            yield from self.right.nodes()
+        yield self
+
+    def steps(self) -> list[str]:
+        return [_step(n) for n in self.nodes() if n.op is not None]
+
+
+def _step(node: _Expr) -> str:
+    assert node.op is not None and node.left is not None and node.right is not None
+    a, b, op = node.left.value, node.right.value, node.op
+    head = f"{op_text(a)} {_SYM[op]} {op_text(b)}"
+    if a.denominator == 1 and b.denominator == 1:
+        return f"{head} = {fmt(node.value)}"
+    parts = [head]
+    if op in "+-":
+        den = math.lcm(a.denominator, b.denominator)
+        na, nb = a.numerator * den // a.denominator, b.numerator * den // b.denominator
+        parts.append(f"{_raw_frac(na, den)} {op} {_raw_frac(nb, den)}")
+        parts.append(_raw_frac(na + nb if op == "+" else na - nb, den))
+    elif op == "*":
+        parts.append(_raw_frac(a.numerator * b.numerator, a.denominator * b.denominator))
+    else:
+        parts.append(f"{op_text(a)} \\times {op_text(1 / b)}")
+        parts.append(_raw_frac(a.numerator * b.denominator, a.denominator * b.numerator))
+    parts.append(fmt(node.value))
+    # Drop repeated forms (e.g. a fraction already in lowest terms).
+    kept = [p for i, p in enumerate(parts) if i == 0 or p != parts[i - 1]]
+    return " = ".join(kept)
+
+
+def random_expression(
+    rng: random.Random, n_ops: int, ops: str, leaf: Callable[[], Fraction], *, integer: bool
+) -> _Expr:
+    """A random tree with ``n_ops`` operators; with ``integer`` every division is exact."""
+    if n_ops == 0:
+        return _Expr(leaf())
+    op = rng.choice(ops)
+    k = rng.randint(0, n_ops - 1)
+    left = random_expression(rng, k, ops, leaf, integer=integer)
+    right = random_expression(rng, n_ops - 1 - k, ops, leaf, integer=integer)
+    if op == "/":
+        if integer and right.op is None:
+            right = _Expr(Fraction(rng.randint(2, 12)))
+        if right.value == 0:
+            raise _Retry
+        if integer and (left.value / right.value).denominator != 1:
+            if left.op is not None:
+                raise _Retry
+            left = _Expr(right.value * rng.randint(2, 12))
+    value = {
+        "+": lambda: left.value + right.value,
+        "-": lambda: left.value - right.value,
+        "*": lambda: left.value * right.value,
+        "/": lambda: left.value / right.value,
+    }[op]()
+    return _Expr(value, op, left, right)
+
+
+# --- arithmetic and fractions: random expression trees ---------------------------------------
+
+# (operations, largest leaf, operators, parentheses allowed, largest |intermediate|)
+_ARITH_LEVELS = {
+    1: (2, 20, "+-*", False, 500),
+    2: (2, 30, "+-*/", False, 1000),
+    3: (3, 40, "+-*/", True, 2000),
+    4: (4, 60, "+-*/", True, 5000),
+    5: (5, 99, "+-*/", True, 20000),
+}
+
+
+def _arithmetic(rng: random.Random, level: int) -> Draft:
+    n_ops, top, ops, parens, limit = _ARITH_LEVELS[level]
+
+    def leaf() -> Fraction:
+        return Fraction(rng.randint(2 if level > 1 else 1, top))
+
+    expr = random_expression(rng, n_ops, ops, leaf, integer=True)
+    text = expr.render()
+    if not parens and "(" in text:
+        raise _Retry
+    values = [node.value for node in expr.nodes()]
+    if max(abs(v) for v in values) > limit or (level <= 2 and min(values) < 0):
+        raise _Retry
+    steps = expr.steps()
+    return f"Compute {text}.", fmt(expr.value), steps
+
+
+_FRACTION_LEVELS = {
+    # (operations, largest denominator, operators)
+    1: (1, 12, "+"),
+    2: (1, 12, "+-"),
+    3: (1, 12, "*/"),
+    4: (2, 12, "+-*"),
+    5: (2, 20, "+-*/"),
+}
+
+
+def _fractions(rng: random.Random, level: int) -> Draft:
+    n_ops, top, ops = _FRACTION_LEVELS[level]
+    common = rng.randint(3, top)
+
+    def leaf() -> Fraction:
+        den = common if level == 1 else rng.randint(2, top)
+        num = rng.randint(1, den - 1 if level <= 2 else 2 * den)
+        value = Fraction(num, den)
+        # Level 1 shows one common denominator, so only fractions already in lowest terms qualify.
+        if value.denominator == 1 or (level == 1 and value.denominator != common):
+            raise _Retry
+        return value
+
+    expr = random_expression(rng, n_ops, ops, leaf, integer=False)
+    values = [node.value for node in expr.nodes()]
+    if (level <= 2 and expr.value < 0) or max(v.denominator for v in values) > 400:
+        raise _Retry
+    return f"Compute {expr.render()}.", fmt(expr.value), expr.steps()
+
+
+# --- powers and roots -------------------------------------------------------------------------
+
+
+def _simplify_sqrt(n: int) -> tuple[int, int]:
+    """``sqrt(n) = outer * sqrt(inner)`` with ``inner`` square-free."""
+    outer, inner = 1, n
+    k = 2
+    while k * k <= inner:
+        while inner % (k * k) == 0:
+            inner //= k * k
+            outer *= k
+        k += 1
+    return outer, inner
+
+
+def _powers(rng: random.Random, level: int) -> Draft:
+    if level == 1:
+        if rng.random() < 0.5:
+            a = rng.randint(2, 15)
+            return f"Compute {a}^2.", str(a * a), [f"{a}^2 = {a} \\times {a} = {a * a}"]
+        a = rng.randint(2, 15)
+        return f"Compute \\sqrt{{{a * a}}}.", str(a), [f"{a}^2 = {a * a}, so \\sqrt{{{a * a}}} = {a}"]
+    if level == 2:
+        a, m = rng.randint(2, 5), rng.randint(3, 5)
+        b, n = rng.randint(2, 5), rng.randint(2, 4)
+        sign = rng.choice("+-")
+        pa, pb = a**m, b**n
+        value = pa + pb if sign == "+" else pa - pb
+        steps = [f"{a}^{m} = {pa}", f"{b}^{n} = {pb}", f"{pa} {sign} {pb} = {value}"]
+        return f"Compute {a}^{m} {sign} {b}^{n}.", str(value), steps
+    if level == 3:
+        a = rng.randint(2, 5)
+        m = rng.randint(5, 12)
+        n = rng.randint(2, m - 1)
+        if a**m > 10**5:
+            raise _Retry
+        if rng.random() < 0.5:
+            k = m - n
+            steps = [f"{a}^{{{m}}} \\div {a}^{{{n}}} = {a}^{{{m} - {n}}} = {a}^{{{k}}}", f"{a}^{{{k}}} = {a**k}"]
+            return f"Compute {a}^{{{m}}} \\div {a}^{{{n}}}.", str(a**k), steps
+        p, q = rng.randint(2, 6), rng.randint(2, 6)
+        k = p + q
+        if a**k > 10**5:
+            raise _Retry
+        steps = [f"{a}^{{{p}}} \\times {a}^{{{q}}} = {a}^{{{p} + {q}}} = {a}^{{{k}}}", f"{a}^{{{k}}} = {a**k}"]
+        return f"Compute {a}^{{{p}}} \\times {a}^{{{q}}}.", str(a**k), steps
+    if level == 4:
+        outer, inner = rng.randint(2, 12), rng.choice([2, 3, 5, 6, 7, 10, 11])
+        n = outer * outer * inner
+        answer = f"{outer}\\sqrt{{{inner}}}"
+        steps = [f"{n} = {outer * outer} \\times {inner}", f"\\sqrt{{{n}}} = \\sqrt{{{outer * outer}}} \\times \\sqrt{{{inner}}} = {answer}"]
+        return f"Simplify \\sqrt{{{n}}}.", answer, steps
+    # level 5: rational exponents, possibly negative: b^(p/q) with b a perfect q-th power
+    q = rng.choice([2, 3, 4])
+    root = rng.randint(2, {2: 12, 3: 5, 4: 3}[q])
+    p = rng.choice([k for k in range(1, 5) if math.gcd(k, q) == 1])
+    sign = rng.choice([1, -1])
+    base = root**q
+    value = Fraction(root**p) ** sign
+    exponent = f"{'-' if sign < 0 else ''}{p}/{q}"
+    root_text = f"\\sqrt{{{base}}}" if q == 2 else f"\\sqrt[{q}]{{{base}}}"
+    steps = [f"{root_text} = {root}", f"{root}^{p} = {root**p}"]
+    if sign < 0:
+        steps.append(f"{base}^{{{exponent}}} = \\frac{{1}}{{{root**p}}}")
+    return f"Compute {base}^{{{exponent}}}.", fmt(value), steps
+
+
+# --- percentages -------------------------------------------------------------------------------
+
+
+def _percent(rng: random.Random, level: int) -> Draft:
+    if level <= 2:
+        p = rng.choice([10, 20, 25, 50, 75]) if level == 1 else rng.randint(2, 95)
+        unit = 100 // math.gcd(p, 100)
+        n = unit * rng.randint(1, 400 // unit if level == 1 else 2000 // unit)
+        value = Fraction(p * n, 100)
+        steps = [f"{p}\\% = \\frac{{{p}}}{{100}}", f"\\frac{{{p}}}{{100}} \\times {n} = {fmt(value)}"]
+        return f"What is {p}\\% of {n}?", fmt(value), steps
+    if level == 3:
+        whole = rng.choice([20, 25, 40, 50, 80, 120, 150, 200, 250, 400, 500])
+        p = rng.randint(1, 99)
+        part = Fraction(p * whole, 100)
+        if part.denominator != 1:
+            raise _Retry
+        if rng.random() < 0.5:
+            steps = [f"\\frac{{{part}}}{{{whole}}} = {fmt(Fraction(p, 100))}", f"{fmt(Fraction(p, 100))} = {p}\\%"]
+            return f"What percent of {whole} is {part}?", str(p), steps
+        steps = [f"{p}\\% of the number is {part}", f"The number is {part} \\times \\frac{{100}}{{{p}}} = {whole}"]
+        return f"{part} is {p}\\% of what number?", str(whole), steps
+    if level == 4:
+        price = rng.randint(2, 40) * 10
+        up, down = rng.choice([5, 10, 15, 20, 25, 30, 40, 50]), rng.choice([5, 10, 15, 20, 25, 30, 40, 50])
+        mid = Fraction(price) * (100 + up) / 100
+        final = mid * (100 - down) / 100
+        if final.denominator not in (1, 2, 4, 5, 10, 20, 25, 50, 100):
+            raise _Retry
+        steps = [
+            f"{price} \\times {fmt_decimal(Fraction(100 + up, 100))} = {fmt_decimal(mid)}",
+            f"{fmt_decimal(mid)} \\times {fmt_decimal(Fraction(100 - down, 100))} = {fmt_decimal(final)}",
+        ]
+        text = f"A price of {price} rises by {up}\\%, then falls by {down}\\%. What is the new price?"
+        return text, fmt_decimal(final), steps
+    # level 5: reverse percentage or percent change
+    if rng.random() < 0.5:
+        p = rng.choice([5, 10, 12, 15, 20, 25, 30, 35, 40, 60])
+        original = rng.randint(2, 60) * 20
+        after = Fraction(original * (100 - p), 100)
+        if after.denominator != 1:
+            raise _Retry
+        steps = [
+            f"{after} is {100 - p}\\% of the original price",
+            f"{after} \\times \\frac{{100}}{{{100 - p}}} = {original}",
+        ]
+        return f"After a {p}\\% discount, a coat costs {after}. What was the original price?", str(original), steps
+    old = rng.randint(2, 50) * 4
+    change = Fraction(rng.randint(-60, 150), 1)
+    new = Fraction(old) * (100 + change) / 100
+    if change == 0 or new.denominator != 1:
+        raise _Retry
+    word = "increase" if change > 0 else "decrease"
+    steps = [f"{new} - {old} = {new - old}", f"\\frac{{{new - old}}}{{{old}}} \\times 100 = {change}"]
+    return f"A value goes from {old} to {new}. What is the percent {word}?", str(abs(change)), steps
+
+
+# --- linear equations and systems -------------------------------------------------------------
+
+
+def _linear(rng: random.Random, level: int) -> Draft:
+    if level == 1:
+        x, a = rng.randint(-5, 30), rng.randint(1, 30)
+        b = x + a
+        return f"Solve for x: x + {a} = {b}.", str(x), [f"x = {b} - {a} = {x}"]
+    if level == 2:
+        x, a, b = rng.randint(-10, 15), rng.randint(2, 9), rng.randint(-20, 20)
+        c = a * x + b
+        steps = [f"{a}x = {c} - {op_text(Fraction(b))} = {c - b}", f"x = {_raw_frac(c - b, a)} = {x}"]
+        return f"Solve for x: {lin(a, b)} = {c}.", str(x), steps
+    if level == 3:
+        x, a, c = rng.randint(-12, 12), rng.randint(2, 12), rng.randint(1, 11)
+        if a == c:
+            raise _Retry
+        b = rng.randint(-30, 30)
+        d = a * x + b - c * x
+        steps = [f"{a}x - {c}x = {d} - {op_text(Fraction(b))}", f"{lin(a - c, 0)} = {d - b}", f"x = {x}"]
+        return f"Solve for x: {lin(a, b)} = {lin(c, d)}.", str(x), steps
+    if level == 4:
+        # k(x + m) = c x + d, any rational solution
+        k, m = rng.choice([2, 3, 4, 5, 6, -2, -3]), rng.randint(-9, 9)
+        c, d = rng.randint(-7, 9), rng.randint(-30, 30)
+        if k == c or m == 0:
+            raise _Retry
+        x = Fraction(d - k * m, k - c)
+        left = f"{k}({lin(1, m)})"
+        steps = [
+            f"{lin(k, k * m)} = {lin(c, d)}",
+            f"{lin(k - c, 0)} = {d - k * m}",
+            f"x = {fmt(x)}",
+        ]
+        return f"Solve for x: {left} = {lin(c, d)}.", fmt(x), steps
+    # level 5: (a x + b)/p = (c x + d)/q, cross-multiplied
+    p, q = rng.randint(2, 7), rng.randint(2, 7)
+    a, c = rng.randint(1, 5), rng.randint(1, 5)
+    b, d = rng.randint(-9, 9), rng.randint(-9, 9)
+    if p == q or q * a == p * c:
+        raise _Retry
+    x = Fraction(p * d - q * b, q * a - p * c)
+    steps = [
+        f"{q}({lin(a, b)}) = {p}({lin(c, d)})",
+        f"{lin(q * a, q * b)} = {lin(p * c, p * d)}",
+        f"{lin(q * a - p * c, 0)} = {p * d - q * b}",
+        f"x = {fmt(x)}",
+    ]
+    return f"Solve for x: \\frac{{{lin(a, b)}}}{{{p}}} = \\frac{{{lin(c, d)}}}{{{q}}}.", fmt(x), steps
+
+
+def _pair(x: Fraction, y: Fraction) -> str:
+    return f"({fmt(x)},{fmt(y)})"
+
+
+def _system(rng: random.Random, level: int) -> Draft:
+    if level == 1:
+        x, y = rng.randint(1, 20), rng.randint(1, 20)
+        s, d = x + y, x - y
+        steps = [f"Adding: 2x = {s + d}, so x = {x}", f"y = {s} - {x} = {y}"]
+        return f"Solve for (x, y): x + y = {s}, x - y = {d}.", _pair(Fraction(x), Fraction(y)), steps
+    if level == 2:
+        x, y, a = rng.randint(-10, 15), rng.randint(-10, 15), rng.randint(2, 6)
+        s, t = x + y, a * x + y
+        steps = [f"Subtracting: {lin(a - 1, 0)} = {t - s}, so x = {x}", f"y = {s} - {op_text(Fraction(x))} = {y}"]
+        text = f"Solve for (x, y): x + y = {s}, {lin2(a, 1, t)}."
+        return text, _pair(Fraction(x), Fraction(y)), steps
+    lo, hi = {3: (1, 6), 4: (-9, 9), 5: (-9, 9)}[level]
+    a1, b1, a2, b2 = (rng.randint(lo, hi) for _ in range(4))
+    det = a1 * b2 - a2 * b1
+    if det == 0 or 0 in (a1, b1, a2, b2):
+        raise _Retry
+    if level < 5:
+        x, y = Fraction(rng.randint(-12, 12)), Fraction(rng.randint(-12, 12))
+        c1, c2 = a1 * x + b1 * y, a2 * x + b2 * y
+    else:
+        c1, c2 = rng.randint(-20, 20), rng.randint(-20, 20)
+        x = Fraction(c1 * b2 - c2 * b1, det)
+        y = Fraction(a1 * c2 - a2 * c1, det)
+        if (x.denominator == 1 and y.denominator == 1) or max(x.denominator, y.denominator) > 30:
+            raise _Retry
+    steps = [
+        f"Eliminate y: ({a1} \\times {op_text(Fraction(b2))} - {op_text(Fraction(a2))} \\times {op_text(Fraction(b1))})x"
+        f" = {op_text(c1)} \\times {op_text(Fraction(b2))} - {op_text(c2)} \\times {op_text(Fraction(b1))}",
+        f"{det}x = {fmt(c1 * b2 - c2 * b1)}, so x = {fmt(x)}",
+        f"y = \\frac{{{fmt(c1)} - {op_text(Fraction(a1))} \\times {op_text(x)}}}{{{b1}}} = {fmt(y)}",
+    ]
+    text = f"Solve for (x, y): {lin2(a1, b1, c1)}, {lin2(a2, b2, c2)}."
+    return text, _pair(x, y), steps
+
+
+# --- quadratics ----------------------------------------------------------------------------------
+
+
+def _roots_answer(roots: Iterable[Fraction]) -> str:
+    return ", ".join(fmt(r) for r in sorted(set(roots)))
+
+
+def _factor(p: int, root_num: int) -> str:
+    """The linear factor ``p x - root_num``, as ``(x - 2)``, ``(2x + 1)`` or ``x``."""
+    return "x" if root_num == 0 and p == 1 else f"({lin(p, -root_num)})"
+
+
+def _quadratic(rng: random.Random, level: int) -> Draft:
+    if level == 1:
+        k = rng.randint(1, 15)
+        steps = [f"x = \\pm\\sqrt{{{k * k}}} = \\pm {k}"]
+        return f"Find all x with x^2 = {k * k}.", f"-{k}, {k}", steps
+    if level == 2:
+        r = rng.choice([k for k in range(-15, 16) if k != 0])
+        steps = [f"x{_factor(1, r)} = 0", f"x = 0 or x = {r}"]
+        return f"Find all roots of {poly2(1, -r, 0)} = 0.", _roots_answer([Fraction(0), Fraction(r)]), steps
+    if level in (3, 4):
+        lo, hi = (1, 9) if level == 3 else (-12, 12)
+        r, s = rng.randint(lo, hi), rng.randint(lo, hi)
+        if 0 in (r, s):
+            raise _Retry
+        roots = sorted((r, s))
+        steps = [
+            f"Two numbers with sum {r + s} and product {r * s}: {roots[0]} and {roots[1]}",
+            f"{_factor(1, roots[0])}{_factor(1, roots[1])} = 0",
+            f"x = {roots[0]}" + ("" if r == s else f" or x = {roots[1]}"),
+        ]
+        text = f"Find all roots of {poly2(1, -(r + s), r * s)} = 0."
+        return text, _roots_answer([Fraction(r), Fraction(s)]), steps
+    # level 5: (p x - q)(m x - n) with rational roots q/p and n/m
+    p, m = rng.randint(2, 5), rng.randint(1, 3)
+    q, n = rng.choice([k for k in range(-9, 10) if k != 0]), rng.choice([k for k in range(-9, 10) if k != 0])
+    if math.gcd(p, q) != 1 or math.gcd(m, n) != 1:
+        raise _Retry
+    a, b, c = p * m, -(p * n + q * m), q * n
+    roots = sorted({Fraction(q, p), Fraction(n, m)})
+    steps = [
+        f"{poly2(a, b, c)} = {_factor(p, q)}{_factor(m, n)}",
+        " or ".join(f"x = {fmt(r)}" for r in roots),
+    ]
+    return f"Find all roots of {poly2(a, b, c)} = 0.", _roots_answer(roots), steps
+
+
+# --- word problems ------------------------------------------------------------------------------
+
+_NAMES = ("Ava", "Ben", "Cleo", "Dan", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jo", "Kai", "Lea")
+_ITEMS = ("apples", "pens", "books", "stickers", "marbles", "cards", "shells", "coins")
+
+
+def _word(rng: random.Random, level: int) -> Draft:
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    variant = rng.random() < 0.5
+    if level == 1:
+        a, b = rng.randint(5, 60), rng.randint(2, 40)
+        if variant or b >= a:
+            text = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have?"
+            return text, str(a + b), [f"{a} + {b} = {a + b}"]
+        text = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
+        return text, str(a - b), [f"{a} - {b} = {a - b}"]
+    if level == 2:
+        k, m = rng.randint(2, 12), rng.randint(3, 15)
+        if variant:
+            g = rng.randint(1, k * m - 1)
+            text = f"{name} buys {k} boxes of {m} {item} and gives away {g}. How many {item} are left?"
+            return text, str(k * m - g), [f"{k} \\times {m} = {k * m}", f"{k * m} - {g} = {k * m - g}"]
+        total = k * m + rng.randint(0, 40)
+        text = f"{name} has {total} {item} and shares {k * m} equally among {k} friends. How many {item} does each friend get?"
+        return text, str(m), [f"{k * m} \\div {k} = {m}"]
+    if level == 3:
+        p, q, a, c = rng.randint(5, 30), rng.randint(2, 20), rng.randint(2, 9), rng.randint(2, 9)
+        if variant:
+            text = f"Adult tickets cost {p} dollars and child tickets {q} dollars. What do {a} adults and {c} children pay?"
+            steps = [f"{a} \\times {p} = {a * p}", f"{c} \\times {q} = {c * q}", f"{a * p} + {c * q} = {a * p + c * q}"]
+            return text, str(a * p + c * q), steps
+        h, spent = rng.randint(2, 12), rng.randint(1, p * a)
+        text = f"{name} earns {p} dollars an hour for {h} hours, then spends {spent} dollars. How many dollars are left?"
+        if spent >= p * h:
+            raise _Retry
+        return text, str(p * h - spent), [f"{p} \\times {h} = {p * h}", f"{p * h} - {spent} = {p * h - spent}"]
+    if level == 4:
+        v1, t1, v2, t2 = rng.randint(3, 12) * 5, rng.randint(2, 5), rng.randint(3, 12) * 5, rng.randint(2, 5)
+        d1, d2 = v1 * t1, v2 * t2
+        if (d1 + d2) % (t1 + t2) or v1 == v2:
+            raise _Retry
+        text = f"A car drives {v1} km/h for {t1} hours, then {v2} km/h for {t2} hours. What is its average speed in km/h?"
+        steps = [
+            f"{v1} \\times {t1} = {d1}",
+            f"{v2} \\times {t2} = {d2}",
+            f"{d1} + {d2} = {d1 + d2} km in {t1} + {t2} = {t1 + t2} hours",
+            f"{d1 + d2} \\div {t1 + t2} = {(d1 + d2) // (t1 + t2)}",
+        ]
+        return text, str((d1 + d2) // (t1 + t2)), steps
+    # level 5: four steps with a fraction or a percentage
+    if variant:
+        trays, per, bag = rng.randint(2, 12), rng.choice([12, 16, 20, 24, 30, 36]), rng.choice([3, 4, 5, 6, 8])
+        num, den = rng.choice([(1, 2), (1, 3), (2, 3), (1, 4), (3, 4), (2, 5), (3, 5)])
+        total = trays * per
+        sold = total * num // den
+        rest = total - sold
+        if total % den or rest % bag:
+            raise _Retry
+        text = (
+            f"A baker makes {trays} trays of {per} cookies, sells \\frac{{{num}}}{{{den}}} of them and packs "
+            f"the rest in bags of {bag}. How many bags are filled?"
+        )
+        steps = [
+            f"{trays} \\times {per} = {total}",
+            f"\\frac{{{num}}}{{{den}}} \\times {total} = {sold}",
+            f"{total} - {sold} = {rest}",
+            f"{rest} \\div {bag} = {rest // bag}",
+        ]
+        return text, str(rest // bag), steps
+    save, weeks, pct = rng.randint(2, 30) * 5, rng.randint(3, 20), rng.choice([10, 20, 25, 30, 40, 50, 60, 75])
+    total = save * weeks
+    spent = Fraction(total * pct, 100)
+    if spent.denominator != 1:
+        raise _Retry
+    text = f"{name} saves {save} dollars a week for {weeks} weeks, then spends {pct}\\% of it. How many dollars are left?"
+    steps = [
+        f"{save} \\times {weeks} = {total}",
+        f"{pct}\\% of {total} is {spent}",
+        f"{total} - {spent} = {total - spent}",
+    ]
+    return text, str(total - spent), steps
+
+
+FAMILIES: dict[str, Family] = {
+    family.name: family
+    for family in (
+        Family("arithmetic", "integer arithmetic with several operations (order of operations)", _arithmetic),
+        Family("fractions", "sums, differences, products and quotients of fractions", _fractions),
+        Family("powers", "powers, roots, exponent rules, radicals, rational exponents", _powers),
+        Family("percent", "percent of a number, percent change, reverse percentages", _percent),
+        Family("linear", "solve a linear equation for x", _linear),
+        Family("system", "solve a system of two linear equations", _system),
+        Family("word", "short word problems with one to four steps", _word),
+        Family("quadratic", "roots of a quadratic with rational roots", _quadratic),
+    )
+}
+"""The registered problem families, by name (see the module table)."""
+
+
+def _check_choice(levels: Sequence[int], families: Sequence[str] | None) -> tuple[list[int], list[str]]:
+    levels = list(levels)
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if not levels or bad:
+        raise ValueError(f"levels must be a non-empty subset of {LEVELS}, got {levels!r}.")
+    names = list(FAMILIES) if families is None else list(families)
+    for name in names:
+        if name not in FAMILIES:
+            close = difflib.get_close_matches(str(name), FAMILIES, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"Unknown problem family {name!r}; known: {sorted(FAMILIES)}.{hint}")
+    if not names:
+        raise ValueError("families must name at least one family (or be None for all).")
+    return levels, names
+
+
+def iter_problems(
+    *, seed: int, levels: Sequence[int] = LEVELS, families: Sequence[str] | None = None
+) -> Iterator[MathProblem]:
+    """Yield generated problems forever (duplicates possible), balanced over families and levels.
+
+    Every (family, level) combination appears once per cycle, in an order shuffled per cycle, so
+    any prefix of the stream is close to evenly balanced.
+
+    Args:
+        seed: Seed of the private :class:`random.Random`; the same seed gives the same stream.
+        levels: Difficulty levels to draw from (subset of :data:`LEVELS`).
+        families: Family names from :data:`FAMILIES`; ``None`` means all.
+
+    Raises:
+        ValueError: Unknown family or level.
+    """
+    levels, names = _check_choice(levels, families)
+    rng = random.Random(seed)
+    combos = [(name, level) for name in names for level in levels]
+    index = 0
+    while True:
+        order = combos[:]
+        rng.shuffle(order)
+        for name, level in order:
+            for _ in range(1000):
+                try:
+                    text, answer, steps = FAMILIES[name].make(rng, level)
+                    break
+                except _Retry:
+                    continue
+            else:  # pragma: no cover - every family succeeds in a handful of draws
+                raise RuntimeError(f"family {name!r} level {level} failed to produce a problem")
+            solution = "\n".join([*steps, f"\\boxed{{{answer}}}"])
+            yield MathProblem(text, answer, solution, level=level, subject=name, id=f"gen-{seed}-{index}")
+            index += 1
+
+
+def generate_problems(
+    n: int,
+    *,
+    seed: int,
+    levels: Sequence[int] = LEVELS,
+    families: Sequence[str] | None = None,
+    where: Callable[[MathProblem], bool] | None = None,
+) -> list[MathProblem]:
+    """Generate ``n`` distinct problems (no two share a problem text), deterministically.
+
+    Args:
+        n: Number of problems.
+        seed: Seed; the same arguments always give the same list, and the first ``k`` problems of
+            ``n > k`` equal the ``k`` problems of a shorter call.
+        levels: Difficulty levels (subset of :data:`LEVELS`), drawn evenly.
+        families: Family names from :data:`FAMILIES` (``None``: all), drawn evenly.
+        where: Keep only problems for which this returns true (used to hold out a test split).
+
+    Returns:
+        The problems; ``subject`` is the family name, ``id`` is ``"gen-<seed>-<index>"``.
+
+    Raises:
+        ValueError: ``n`` is negative, an unknown family or level, or the chosen families and
+            levels cannot produce ``n`` distinct problems.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}.")
+    problems: list[MathProblem] = []
+    seen: set[str] = set()
+    misses = 0
+    for problem in iter_problems(seed=seed, levels=levels, families=families):
+        if len(problems) >= n:
+            break
+        if problem.problem in seen or (where is not None and not where(problem)):
+            misses += 1
+            # A long run of rejects means the requested slice of the problem space is exhausted.
+            if misses > 2000 + 20 * n:
+                raise ValueError(
+                    f"Could only generate {len(problems)} distinct problems of {n} for levels "
+                    f"{list(levels)} and families {families}; ask for fewer or widen the choice."
+                )
+            continue
+        seen.add(problem.problem)
+        problems.append(problem)
+    return problems
