@@ -39,6 +39,7 @@ __all__ = [
     "ScaleRewards",
     "action_level_gae",
     "discounted_returns",
+    "flatten_action_tokens",
     "group_advantages",
     "normalize_advantages",
     "token_level_gae",
@@ -69,9 +70,14 @@ def _prepare(
 ) -> tuple[bool, Tensor, Tensor, dict[str, Tensor], Tensor, Tensor]:
     """Validate shapes and bring everything to float ``(B, T)`` / bool ``(B, T)`` / ``(B,)``."""
     squeeze = rewards.dim() == 1
-    rewards = _as_batch(rewards, "rewards", squeeze).float()
+    # Advantages are targets: never backpropagate through them. Keep float64 if given.
+    dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+    rewards = _as_batch(rewards.detach(), "rewards", squeeze).to(dtype)
     shape = rewards.shape
-    values = torch.zeros(shape) if values is None else _as_batch(values, "values", squeeze).float()
+    if values is None:
+        values = torch.zeros(shape, dtype=dtype, device=rewards.device)
+    else:
+        values = _as_batch(values.detach(), "values", squeeze).to(dtype)
     out: dict[str, Tensor] = {}
     for name, m in markers.items():
         out[name] = _as_batch(m, name, squeeze).bool()
@@ -83,13 +89,13 @@ def _prepare(
     valid = valid.to(rewards.device)
     out = {k: v.to(rewards.device) for k, v in out.items()}
     if bootstrap_value is None:
-        boot = torch.zeros(shape[0], device=rewards.device)
+        boot = torch.zeros(shape[0], dtype=dtype, device=rewards.device)
     else:
-        boot = torch.as_tensor(bootstrap_value, dtype=torch.float32, device=rewards.device)
+        boot = torch.as_tensor(bootstrap_value, device=rewards.device).detach().to(dtype)
         boot = boot.reshape(-1).expand(shape[0]) if boot.numel() == 1 else boot.reshape(-1)
         if boot.shape[0] != shape[0]:
             raise ValueError(f"bootstrap_value must have one entry per env ({shape[0]}), got {boot.shape[0]}")
-    return squeeze, rewards, values, out, boot.float(), valid
+    return squeeze, rewards, values, out, boot, valid
 
 
 def _gae_backward(
@@ -109,7 +115,7 @@ def _gae_backward(
     batch, length = rewards.shape
     advantages = torch.zeros_like(rewards)  # (B, T)
     next_value = bootstrap_value.clone()  # (B,) value of the next valid step
-    next_adv = torch.zeros(batch, device=rewards.device)  # (B,)
+    next_adv = torch.zeros(batch, dtype=rewards.dtype, device=rewards.device)  # (B,)
     for k in reversed(range(length)):
         d = discounts[:, k]
         delta = rewards[:, k] + d * next_value - values[:, k]
@@ -132,6 +138,7 @@ def _edge_factors(
     inner_gamma: float | None = None,
     inner_lam: float | None = None,
     inner: Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[Tensor, Tensor]:
     """Per-edge discount and trace factors for the flattened sequence.
 
@@ -140,7 +147,7 @@ def _edge_factors(
     """
     between_g = gamma if intra_round_discount else 1.0
     between_l = lam if intra_round_discount else 1.0
-    ended = (round_end & dones).float()
+    ended = (round_end & dones).to(dtype)
     disc = torch.where(round_end, gamma * (1.0 - ended), torch.full_like(ended, between_g))
     lams = torch.where(round_end, torch.full_like(ended, lam), torch.full_like(ended, between_l))
     if inner is not None:
@@ -197,7 +204,9 @@ def action_level_gae(
     squeeze, r, v, marks, boot, ok = _prepare(
         rewards, values, {"round_end": round_end, "dones": dones}, bootstrap_value, valid
     )
-    disc, lams = _edge_factors(marks["round_end"], marks["dones"], gamma, lam, intra_round_discount)
+    disc, lams = _edge_factors(
+        marks["round_end"], marks["dones"], gamma, lam, intra_round_discount, dtype=r.dtype
+    )
     adv, ret = _gae_backward(r, v, disc, lams, boot, ok)
     a, b = _finish(squeeze, adv, ret)
     return a, b
@@ -274,10 +283,73 @@ def token_level_gae(
         inner_gamma=gamma_token,
         inner_lam=lam if lam_token is None else lam_token,
         inner=inner,
+        dtype=r.dtype,
     )
     adv, ret = _gae_backward(r, v, disc, lams, boot, ok)
     a, b = _finish(squeeze, adv, ret)
     return a, b
+
+
+def flatten_action_tokens(
+    token_mask: Tensor,
+    rewards: Tensor,
+    round_end: Tensor,
+    dones: Tensor,
+    valid: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Lay a per-decision token grid out as the flat token sequence :func:`token_level_gae` reads.
+
+    Trainers usually store the tokens of decision ``k`` of env ``b`` at ``[b, k, :]`` of a
+    ``(B, T, L)`` grid, right-padded to ``L`` tokens. Reshaping that grid to ``(B, T·L)`` gives the
+    token sequence in the realised order with pad tokens in between; since padding is transparent to
+    the recursion, only the markers need placing: the decision's reward, ``round_end`` and ``dones``
+    go on its last real token. Per-token values reshape the same way
+    (``values.reshape(B, -1)``) and the advantages back (``adv.reshape(B, T, L)``).
+
+    Args:
+        token_mask: ``(B, T, L)`` bool, ``True`` on generated tokens.
+        rewards: ``(B, T)`` reward of each decision.
+        round_end: ``(B, T)`` bool round ends.
+        dones: ``(B, T)`` bool episode ends.
+        valid: ``(B, T)`` bool, ``False`` on padded decisions (default: all).
+
+    Returns:
+        Dict with ``rewards``, ``action_end``, ``round_end``, ``dones``, ``valid``, each ``(B, T·L)``.
+
+    Raises:
+        ValueError: if a valid decision has no token (its reward would have nowhere to land).
+    """
+    if token_mask.dim() != 3:
+        raise ValueError(f"token_mask must be (B, T, L), got {tuple(token_mask.shape)}")
+    mask = token_mask.bool()
+    batch, steps, length = mask.shape
+    dec_valid = torch.ones(batch, steps, dtype=torch.bool, device=mask.device) if valid is None else valid.bool()
+    counts = mask.sum(-1)  # (B, T)
+    empty = dec_valid & (counts == 0)
+    if empty.any():
+        b, k = (int(i) for i in empty.nonzero()[0])
+        raise ValueError(
+            f"decision {k} of env {b} has no generated token; mark it invalid or keep at least one "
+            "token (e.g. the end-of-sequence token) per action"
+        )
+    mask = mask & dec_valid.unsqueeze(-1)
+    # Index of the last real token of each decision: the highest position with mask set.
+    positions = torch.arange(length, device=mask.device).expand_as(mask)
+    last = torch.where(mask, positions, torch.full_like(positions, -1)).amax(-1)  # (B, T)
+    is_last = (positions == last.unsqueeze(-1)) & mask  # (B, T, L)
+
+    def place(x: Tensor) -> Tensor:
+        grid = torch.zeros(batch, steps, length, dtype=x.dtype, device=mask.device)
+        grid[is_last] = x.unsqueeze(-1).expand(batch, steps, length)[is_last]
+        return grid.reshape(batch, -1)
+
+    return {
+        "rewards": place(rewards),
+        "action_end": is_last.reshape(batch, -1),
+        "round_end": place(round_end.bool()),
+        "dones": place(dones.bool()),
+        "valid": mask.reshape(batch, -1),
+    }
 
 
 def discounted_returns(
@@ -310,7 +382,7 @@ def discounted_returns(
     """
     _, ret = action_level_gae(
         rewards,
-        torch.zeros_like(rewards, dtype=torch.float32),
+        torch.zeros_like(rewards, dtype=rewards.dtype if rewards.is_floating_point() else torch.float32),
         round_end,
         dones,
         bootstrap_value,

@@ -17,6 +17,7 @@ from torch import Tensor
 __all__ = [
     "LossType",
     "action_log_prob",
+    "aggregate_loss",
     "approx_kl",
     "entropy_from_logits",
     "kl_k3",
@@ -134,15 +135,34 @@ def action_log_prob(
     raise ValueError(f"normalization must be 'none', 'token' or 'word', got {normalization!r}")
 
 
-def _aggregate(
+def aggregate_loss(
     per_token: Tensor,
-    mask: Tensor,
-    loss_type: str,
-    max_completion_length: int | None,
-    num_items_in_batch: float | Tensor | None,
+    mask: Tensor | None = None,
+    loss_type: LossType = "token_mean",
+    *,
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | Tensor | None = None,
 ) -> Tensor:
-    """Reduce a ``(B, L)`` per-token loss to a scalar, with TRL's ``loss_type`` semantics."""
-    m = mask.to(per_token.dtype)
+    """Reduce a ``(B, L)`` per-token loss to a scalar with TRL's ``loss_type`` semantics.
+
+    See :func:`ppo_clip_loss` for the definitions. Every aggregation is linear in the per-token
+    loss, so ``aggregate(ℓ_clip) + β·aggregate(kl_k3)`` equals aggregating ``ℓ_clip + β·kl_k3``
+    token by token, as GRPO (paper eq. 2) writes it.
+
+    Args:
+        per_token: ``(B, L)`` per-token loss (a ``(B,)`` input is ``B`` rows of one entry).
+        mask: same shape, bool, ``True`` on valid entries (default: all).
+        loss_type: ``"token_mean"``/``"bnpo"``, ``"sequence_mean"``/``"grpo"``, ``"dapo"`` or
+            ``"dr_grpo"``.
+        max_completion_length: constant length for ``"dr_grpo"`` (default ``L``).
+        num_items_in_batch: normaliser for ``"dapo"`` (default: valid entries in this call).
+
+    Returns:
+        Scalar loss.
+    """
+    if per_token.dim() == 1:
+        per_token = per_token.unsqueeze(-1)  # (B, 1)
+    m = torch.ones_like(per_token) if mask is None else mask.reshape(per_token.shape).to(per_token.dtype)
     total = (per_token * m).sum()
     if loss_type in ("token_mean", "bnpo"):
         return total / m.sum().clamp(min=1.0)
@@ -228,7 +248,13 @@ def ppo_clip_loss(
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, L)
-    loss = _aggregate(per_token, m, loss_type, max_completion_length, num_items_in_batch)
+    loss = aggregate_loss(
+        per_token,
+        m,
+        loss_type,
+        max_completion_length=max_completion_length,
+        num_items_in_batch=num_items_in_batch,
+    )
 
     with torch.no_grad():
         low = (ratio < 1.0 - epsilon) & (adv < 0)

@@ -11,6 +11,7 @@ import torch
 from marft_algos.common import (
     action_level_gae,
     discounted_returns,
+    flatten_action_tokens,
     group_advantages,
     normalize_advantages,
     token_level_gae,
@@ -311,6 +312,63 @@ def test_token_level_default_keeps_reward_over_long_actions() -> None:
     adv99, _ = token_level_gae(rewards, torch.zeros(n), action_end, action_end, action_end,
                                gamma=0.99, lam=1.0, gamma_token=0.99)
     assert adv99[0].item() == pytest.approx(0.99**499, rel=1e-4)
+
+
+def test_flatten_action_tokens_hand() -> None:
+    # The three actions of the case above stored as a (B=1, T=3, L=4) right-padded token grid.
+    token_mask = torch.tensor([[[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 0, 0]]], dtype=torch.bool)
+    flat = flatten_action_tokens(token_mask, t(0.5, 1, 2)[None], b(0, 1, 1)[None], b(0, 0, 1)[None])
+    assert flat["action_end"].reshape(3, 4).tolist() == [
+        [False, False, True, False], [False, True, False, False], [False, True, False, False]
+    ]
+    adv, _ = token_level_gae(
+        flat["rewards"], torch.zeros(1, 12), flat["action_end"], flat["round_end"], flat["dones"],
+        gamma=0.9, lam=1.0, valid=flat["valid"],
+    )
+    torch.testing.assert_close(
+        adv.reshape(3, 4),
+        torch.tensor([[3.02, 3.02, 3.02, 0], [2.8, 2.8, 0, 0], [2.0, 2.0, 0, 0]]),
+    )
+    with pytest.raises(ValueError, match="no generated token"):
+        flatten_action_tokens(torch.zeros(1, 1, 2, dtype=torch.bool), t(1)[None], b(1)[None], b(1)[None])
+
+
+def test_token_grid_equals_compact_sequence() -> None:
+    gen = torch.Generator().manual_seed(5)
+    n_envs, n_dec, width = 3, 6, 5
+    lengths = torch.randint(1, width + 1, (n_envs, n_dec), generator=gen)
+    token_mask = torch.arange(width) < lengths.unsqueeze(-1)  # (B, T, L)
+    rewards = torch.randn(n_envs, n_dec, generator=gen)
+    round_end = torch.rand(n_envs, n_dec, generator=gen) < 0.5
+    dones = torch.rand(n_envs, n_dec, generator=gen) < 0.5
+    values = torch.randn(n_envs, n_dec, width, generator=gen)
+    boot = torch.randn(n_envs, generator=gen)
+    flat = flatten_action_tokens(token_mask, rewards, round_end, dones)
+    kw = dict(gamma=0.95, lam=0.9, gamma_token=0.99, lam_token=0.97)
+    adv, _ = token_level_gae(
+        flat["rewards"], values.reshape(n_envs, -1), flat["action_end"], flat["round_end"],
+        flat["dones"], boot, valid=flat["valid"], **kw,
+    )
+    for env in range(n_envs):
+        # Compact sequence built by hand: each action's real tokens, markers on its last token.
+        r, a_end, r_end, d = [], [], [], []
+        for k in range(n_dec):
+            n = int(lengths[env, k])
+            r += [0.0] * (n - 1) + [float(rewards[env, k])]
+            a_end += [False] * (n - 1) + [True]
+            r_end += [False] * (n - 1) + [bool(round_end[env, k])]
+            d += [False] * (n - 1) + [bool(dones[env, k])]
+        compact_adv, _ = token_level_gae(
+            torch.tensor(r), values[env][token_mask[env]], torch.tensor(a_end), torch.tensor(r_end),
+            torch.tensor(d), boot[env], **kw,
+        )
+        torch.testing.assert_close(adv[env][flat["valid"][env]], compact_adv)
+
+
+def test_float64_kept_and_no_grad_through_targets() -> None:
+    values = V4.double().requires_grad_()
+    adv, ret = action_level_gae(R4.double(), values, END4, b(0, 0, 0, 0), 0.5, gamma=GAMMA, lam=LAM)
+    assert adv.dtype == torch.float64 and not adv.requires_grad and not ret.requires_grad
 
 
 # ---------------------------------------------------------------- group advantages (GRPO)

@@ -11,6 +11,7 @@ from torch.distributions import Categorical, kl_divergence
 
 from marft_algos.common import (
     action_log_prob,
+    aggregate_loss,
     approx_kl,
     entropy_from_logits,
     kl_k3,
@@ -103,6 +104,17 @@ def test_sequence_advantage_broadcast_and_action_level_mask() -> None:
     assert loss.item() == pytest.approx(-1.5)
     with pytest.raises(ValueError, match="loss_type"):
         ppo_clip_loss(lp, lp, ADV2, loss_type="sum")  # type: ignore[arg-type]
+
+
+def test_aggregate_loss_is_linear_so_kl_can_be_added_after() -> None:
+    gen = torch.Generator().manual_seed(6)
+    clip_part, kl_part = torch.randn(4, 5, generator=gen), torch.rand(4, 5, generator=gen)
+    mask = torch.rand(4, 5, generator=gen) < 0.7
+    for loss_type in ("token_mean", "grpo", "dapo", "dr_grpo"):
+        together = aggregate_loss(clip_part + 0.04 * kl_part, mask, loss_type)  # type: ignore[arg-type]
+        apart = aggregate_loss(clip_part, mask, loss_type) + 0.04 * aggregate_loss(kl_part, mask, loss_type)  # type: ignore[arg-type]
+        torch.testing.assert_close(together, apart)
+    assert aggregate_loss(t(1, 2, 3)).item() == pytest.approx(2.0)
 
 
 # ---------------------------------------------------------------- value loss
