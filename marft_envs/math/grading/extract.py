@@ -1,0 +1,104 @@
+"""Find the final answer in a model response."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["MAX_BARE_ANSWER_CHARS", "MAX_BARE_PROSE_WORDS", "extract_answer", "last_boxed"]
+
+# A response without a box counts as a bare answer only when it is short and not prose.
+MAX_BARE_ANSWER_CHARS = 80
+MAX_BARE_PROSE_WORDS = 2
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
+_PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
+_TEXT_BLOCK_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{[^{}]*\}")
+
+
+def _braced(text: str, open_at: int) -> tuple[str, int] | None:
+    """Content of the group opened at ``open_at`` and the index after it; None if unbalanced."""
+    depth = 0
+    i = open_at
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_at + 1 : i], i + 1
+        i += 1
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last top-level ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x``.
+
+    Boxes nested inside a box are part of that box; an unbalanced box is skipped.
+
+    Args:
+        text: Any text.
+
+    Returns:
+        The box content, or ``None`` when there is no complete box.
+    """
+    found: str | None = None
+    pos = 0
+    while True:
+        m = _BOX_RE.search(text, pos)
+        if m is None:
+            return found
+        i = m.end()
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            group = _braced(text, i)
+            if group is None:
+                pos = m.end()
+                continue
+            found, pos = group
+        else:
+            # "\boxed 5": TeX takes one token; answers written this way run to whitespace or $.
+            token = re.match(r"[^\s$]+", text[i:])
+            if token is None or i == m.end():
+                pos = m.end()
+                continue
+            found, pos = token.group(), i + token.end()
+
+
+def extract_answer(response: str) -> str | None:
+    """The final answer of a response.
+
+    Rules, in order:
+
+    1. The content of the last top-level ``\\boxed{}`` (or ``\\fbox{}``, or ``\\boxed x``), with
+       nested braces handled.
+    2. Without a box, the whole response when it is a bare answer: at most
+       ``MAX_BARE_ANSWER_CHARS`` characters on one line, with at most ``MAX_BARE_PROSE_WORDS``
+       words of two or more letters outside LaTeX commands and ``\\text{}`` (so ``"42"``,
+       ``"x = 3"``, ``"\\frac{1}{2}"`` and ``"5 cm"`` count; ``"The answer is 42"`` does not).
+    3. Otherwise ``None``: prose without a box has no extractable final answer.
+
+    Args:
+        response: The model's full response.
+
+    Returns:
+        The answer text (not normalised), or ``None``.
+    """
+    if not isinstance(response, str):
+        return None
+    boxed = last_boxed(response)
+    if boxed is not None:
+        return boxed.strip() or None
+    bare = response.strip().strip("$").strip()
+    bare = re.sub(r"^\\[\[(]|\\[\])]$", "", bare).strip()
+    bare = bare.rstrip(".").strip()
+    if not bare or len(bare) > MAX_BARE_ANSWER_CHARS or "\n" in bare:
+        return None
+    words = _PROSE_WORD_RE.findall(_TEXT_BLOCK_RE.sub(" ", bare))
+    if len(words) > MAX_BARE_PROSE_WORDS:
+        return None
+    return bare

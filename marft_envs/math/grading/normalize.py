@@ -1,0 +1,182 @@
+"""Cheap string normalisation of a final answer, applied before any parsing.
+
+Everything here is a plain string rewrite: presentation that never changes the value (``\\left``,
+thin spaces, ``\\dfrac``, dollar signs, degree marks, percent signs, units, trailing periods) is
+removed so that most equal answers already match as strings and never reach sympy.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["UNIT_WORDS", "normalize_answer", "strip_text_units", "text_key"]
+
+# Unit and filler words dropped after a number ("5 cm", "12 \\text{ square units}"). Single
+# letters are excluded on purpose: "5 m" could be 5m, a product with a variable.
+_UNIT_WORDS_TEXT = """
+    cm mm km meter meters metre metres centimeter centimeters kilometer kilometers millimeter
+    millimeters in inch inches ft foot feet yd yard yards mi mile miles
+    sq square cubic unit units
+    deg degree degrees radian radians
+    dollar dollars cent cents
+    sec second seconds min minute minutes hr hrs hour hours day days week weeks month months
+    year years
+    gram grams kg kilogram kilograms lb lbs pound pounds oz ounce ounces
+    liter liters litre litres ml gallon gallons
+    mph kph
+    percent
+    people persons students ways points times
+"""
+UNIT_WORDS = frozenset(_UNIT_WORDS_TEXT.split())
+
+_UNICODE = {
+    "−": "-",
+    "–": "-",
+    "×": "\\times ",
+    "·": "\\cdot ",
+    "÷": "\\div ",
+    "π": "\\pi ",
+    "∞": "\\infty ",
+    "√": "\\sqrt",
+    "°": "^\\circ",
+    "≤": "\\le ",
+    "≥": "\\ge ",
+    "±": "\\pm ",
+    "∓": "\\mp ",
+    "∪": "\\cup ",
+    "\u00a0": " ",
+}
+_SPACING_RE = re.compile(r"(?<!\\)\\[,;:! ]|\\q?quad(?![a-zA-Z])|~")
+_SIZING_RE = re.compile(r"\\(?:left|right|middle|[bB]igg?[lr]?)(?![a-zA-Z])\.?")
+_STYLE_RE = re.compile(r"\\(?:displaystyle|textstyle|scriptstyle|limits)(?![a-zA-Z])")
+_DEGREE_RE = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree(?![a-zA-Z])")
+_PERCENT_RE = re.compile(r"\\?%")
+_TEXT_CMD_RE = re.compile(
+    r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit)\s*\{"
+)
+_BASE_SUBSCRIPT_RE = re.compile(r"(\d)_\{?(\d+)\}?")
+_LEADING_ZERO_RE = re.compile(r"(?<![\d.])\.(\d)")
+# 1.5e3 / 2E-4: scientific notation (never a product with e, which would need an operand after).
+_SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d.a-zA-Z])")
+# 1\frac{4}{5} as a whole answer is the mixed number 1 + 4/5, not a product.
+_MIXED_RE = re.compile(r"^\s*(-?)\s*(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}\s*$")
+_TRAILING_UNIT_RE = re.compile(r"(?<=[\d}.\s])\s*\b([a-zA-Z]+)\s*(?:\^\s*\{?[23]\}?)?\s*$")
+
+
+def _find_group_end(text: str, open_at: int) -> int:
+    """Index just past the ``}`` closing the ``{`` at ``open_at`` (or -1 if unbalanced)."""
+    depth = 0
+    i = open_at
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+def _replace_text_blocks(text: str, keep: bool) -> str:
+    """Unwrap ``\\text{...}``-like blocks (``keep``) or remove the ones that hold only words."""
+    out = []
+    pos = 0
+    for m in _TEXT_CMD_RE.finditer(text):
+        if m.start() < pos:
+            continue
+        end = _find_group_end(text, m.end() - 1)
+        if end < 0:
+            return text
+        inner = text[m.end() : end - 1]
+        out.append(text[pos : m.start()])
+        if keep or not re.fullmatch(r"[\sa-zA-Z.]*", inner):
+            out.append(inner if keep else f" {inner} ")
+        else:
+            out.append(" ")
+            # A unit such as \text{ cm}^2 carries its power with it.
+            tail = re.match(r"\s*\^\s*\{?[23]\}?", text[end:])
+            if tail:
+                end += tail.end()
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def strip_text_units(text: str) -> str:
+    """Remove word-only ``\\text{}`` blocks and trailing unit words when math remains.
+
+    ``"5 \\text{ cm}^2"`` becomes ``"5"``, but ``"\\text{Evelyn}"`` is kept as it is (nothing
+    would remain), so text answers stay comparable as text.
+
+    Args:
+        text: A normalised answer.
+
+    Returns:
+        The answer without units, or ``text`` unchanged when it is only words.
+    """
+    stripped = _replace_text_blocks(text, keep=False).strip()
+    while True:
+        m = _TRAILING_UNIT_RE.search(stripped)
+        if m is None or m.group(1).lower() not in UNIT_WORDS or m.start() == 0:
+            break
+        stripped = stripped[: m.start()].rstrip()
+    if not stripped or not re.search(r"[\d\\]", stripped):
+        return text.strip()
+    return stripped
+
+
+def normalize_answer(text: str) -> str:
+    """Canonical string form of an answer: presentation removed, value untouched.
+
+    Removes dollar signs and math delimiters, ``\\left``/``\\right`` and sizing commands, spacing
+    commands (``\\!``, ``\\,``, ``~``, ``\\quad``), ``\\displaystyle``, degree marks, percent
+    signs, base subscripts on numerals (``52_8`` → ``52``), ``{,}`` thousands separators,
+    word-only ``\\text{}`` units, trailing unit words and trailing periods; unwraps ``\\boxed{}``;
+    rewrites ``\\dfrac``/``\\tfrac`` to ``\\frac`` and common Unicode symbols to LaTeX; collapses
+    whitespace.
+
+    Args:
+        text: A raw answer, e.g. the content of a ``\\boxed{}``.
+
+    Returns:
+        The normalised answer (possibly empty).
+    """
+    s = text.strip()
+    for src, dst in _UNICODE.items():
+        s = s.replace(src, dst)
+    s = s.replace("\\$", " ").replace("$", " ")
+    s = re.sub(r"^\s*\\[\[(]|\\[\])]\s*$", " ", s)
+    s = re.sub(r"\\(?:boxed|fbox)\s*\{", "{", s)
+    s = _STYLE_RE.sub(" ", s)
+    s = _SIZING_RE.sub("", s)
+    s = re.sub(r",\\!\s*(?=\d{3})", ",", s)  # 10,\!080 is a thousands separator
+    s = _SPACING_RE.sub(" ", s)
+    s = re.sub(r"\\[dtc]frac(?![a-zA-Z])", r"\\frac", s)
+    s = s.replace("{,}", "")
+    s = _SCI_RE.sub(r"\1\\times10^{\2}", s)
+    s = _MIXED_RE.sub(r"\1(\2+\\frac{\3}{\4})", s)
+    # "x = 1 or x = 2" lists solutions; the words must become separators before units go.
+    s = re.sub(r"\\(?:text|mbox)\s*\{\s*(?:or|and)\s*\}", ",", s)
+    if re.search(r"[\d=]", s):
+        s = re.sub(r"\s+(?:or|and)\s+", ", ", s)
+    s = _DEGREE_RE.sub(" ", s)
+    s = _PERCENT_RE.sub(" ", s)
+    s = _BASE_SUBSCRIPT_RE.sub(r"\1", s)
+    s = _LEADING_ZERO_RE.sub(r"0.\1", s)
+    s = strip_text_units(s)
+    s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r"(?:\s*[.;])+$", "", s).strip()
+    return s
+
+
+def text_key(text: str) -> str:
+    """Comparison key of an answer read as words: ``"\\text{(C)}"`` and ``"c"`` share one."""
+    s = _replace_text_blocks(text, keep=True)
+    s = re.sub(r"\\[a-zA-Z]+", " ", s)
+    s = re.sub(r"[\s{}()\[\].,:;'\"`$]", "", s)
+    return s.lower()
