@@ -508,8 +508,8 @@ def normalize_advantages(
     n = stats.sum()
     if n == 0:
         return torch.where(valid, adv, torch.zeros_like(adv))
-    w = stats.float()
-    mean = (adv * w).sum() / n
-    var = (((adv - mean) ** 2) * w).sum() / n
+    kept = torch.where(stats, adv, torch.zeros_like(adv))  # where, not multiply: pads may be NaN
+    mean = kept.sum() / n
+    var = torch.where(stats, (adv - mean) ** 2, torch.zeros_like(adv)).sum() / n
     out = (adv - mean) / (var.sqrt() + eps)
     return torch.where(valid, out, torch.zeros_like(out))

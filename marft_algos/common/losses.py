@@ -43,10 +43,13 @@ def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -
     """
     if mask is None:
         return x.mean() if dim is None else x.mean(dim)
-    m = mask.to(x.dtype).expand_as(x)
+    valid = mask.bool().expand_as(x)
+    # where, not multiply: pad entries may hold inf/NaN (e.g. log-probs of masked tokens).
+    kept = torch.where(valid, x, torch.zeros_like(x))
+    count = valid.to(x.dtype)
     if dim is None:
-        return (x * m).sum() / m.sum().clamp(min=1.0)
-    return (x * m).sum(dim) / m.sum(dim).clamp(min=1.0)
+        return kept.sum() / count.sum().clamp(min=1.0)
+    return kept.sum(dim) / count.sum(dim).clamp(min=1.0)
 
 
 def kl_k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
@@ -123,7 +126,7 @@ def action_log_prob(
         ``(B,)`` action log-probs.
     """
     m = torch.ones_like(token_log_probs) if mask is None else mask.to(token_log_probs.dtype)
-    total = (token_log_probs * m).sum(-1)  # (B,)
+    total = torch.where(m > 0, token_log_probs, torch.zeros_like(token_log_probs)).sum(-1)  # (B,)
     if normalization == "none":
         return total
     if normalization == "token":
@@ -162,12 +165,14 @@ def aggregate_loss(
     """
     if per_token.dim() == 1:
         per_token = per_token.unsqueeze(-1)  # (B, 1)
-    m = torch.ones_like(per_token) if mask is None else mask.reshape(per_token.shape).to(per_token.dtype)
-    total = (per_token * m).sum()
+    valid = torch.ones_like(per_token, dtype=torch.bool) if mask is None else mask.reshape(per_token.shape).bool()
+    m = valid.to(per_token.dtype)
+    kept = torch.where(valid, per_token, torch.zeros_like(per_token))  # (B, L)
+    total = kept.sum()
     if loss_type in ("token_mean", "bnpo"):
         return total / m.sum().clamp(min=1.0)
     if loss_type in ("sequence_mean", "grpo"):
-        return ((per_token * m).sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+        return (kept.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
     if loss_type == "dapo":
         norm = m.sum().clamp(min=1.0) if num_items_in_batch is None else num_items_in_batch
         return total / norm
@@ -244,7 +249,8 @@ def ppo_clip_loss(
     adv = adv.reshape(lp.shape[0], -1).to(lp.dtype).detach()
     m = torch.ones_like(lp, dtype=torch.bool) if mask is None else mask.reshape(lp.shape).bool()
 
-    log_ratio = lp - old.detach()  # (B, L)
+    # Pad entries get ratio 1, so garbage log-probs there (−inf) cannot turn gradients into NaN.
+    log_ratio = torch.where(m, lp - old.detach(), torch.zeros_like(lp))  # (B, L)
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, L)

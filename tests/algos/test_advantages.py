@@ -425,6 +425,7 @@ def test_normalize_advantages_masked_hand() -> None:
     # mean 2, population std sqrt(2/3)
     s = math.sqrt(2 / 3) + 1e-8
     torch.testing.assert_close(out, t(-1 / s, 0, 1 / s, 0))
+    torch.testing.assert_close(normalize_advantages(t(1, 2, 3, math.nan), b(1, 1, 1, 0)), out)
 
 
 def test_normalize_advantages_ignore_zeros_hand() -> None:

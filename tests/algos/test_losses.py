@@ -117,6 +117,18 @@ def test_aggregate_loss_is_linear_so_kl_can_be_added_after() -> None:
     assert aggregate_loss(t(1, 2, 3)).item() == pytest.approx(2.0)
 
 
+def test_garbage_on_padding_does_not_leak() -> None:
+    lp = torch.tensor([[-0.5, -math.inf], [-1.0, math.nan]]).requires_grad_()  # pads hold −inf/NaN
+    old = torch.tensor([[-0.5, 0.0], [-1.0, 0.0]])
+    mask = torch.tensor([[True, False], [True, False]])
+    for loss_type in ("token_mean", "grpo", "dapo", "dr_grpo"):
+        loss, stats = ppo_clip_loss(lp, old, t(1.0, 2.0), mask, loss_type=loss_type)  # type: ignore[arg-type]
+        assert torch.isfinite(loss) and all(torch.isfinite(v) for v in stats.values())
+        (grad,) = torch.autograd.grad(loss, lp)
+        assert torch.isfinite(grad).all() and (grad[:, 1] == 0).all()
+    assert torch.isfinite(action_log_prob(lp.detach(), mask)).all()
+
+
 # ---------------------------------------------------------------- value loss
 
 
