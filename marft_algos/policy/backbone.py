@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,15 +70,18 @@ class Backbone:
         if adapter in self.adapters:
             raise ValueError(f"Adapter {adapter!r} already exists on base model {self.name!r}.")
         if not adapter or "." in adapter:
-            raise ValueError(f"Adapter names must be non-empty and contain no '.', got {adapter!r}.")
+            raise ValueError(
+                f"Adapter names must be non-empty and contain no '.', got {adapter!r}."
+            )
         if adapter in "lora_":
             # peft finds adapter weights by name inside "lora_A.<name>" keys; such names are ambiguous.
             raise ValueError(
                 f"Adapter name {adapter!r} is part of peft's 'lora_' prefix and would be confused "
                 f"with it when loading; pick a longer name, e.g. AgentSpec(adapter='agent_{adapter}')."
             )
-        rng = _seeded(seed, self.device)
-        with rng:
+        with _seeded(seed, self.device), warnings.catch_warnings():
+            # peft still calls transformers' deprecated ``is_gradient_checkpointing``; not ours to fix.
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
             if path is not None:
                 if self.is_peft:
                     self.model.load_adapter(path, adapter_name=adapter, is_trainable=trainable)
