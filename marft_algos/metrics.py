@@ -1,0 +1,72 @@
+"""Metrics sinks: ``metrics.jsonl`` (one record per iteration) and optional TensorBoard.
+
+Every trainer uses the same names: ``rollout/...``, ``train/policy_loss``, ``train/value_loss``,
+``train/approx_kl``, ``train/clip_fraction``, ``train/entropy``, ``eval/accuracy``, ``time/...``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MetricsLogger"]
+
+logger = logging.getLogger(__name__)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf; keep them visible instead of crashing
+    return value
+
+
+class MetricsLogger:
+    """Appends metric records to ``<output_dir>/metrics.jsonl`` and, optionally, TensorBoard.
+
+    Args:
+        output_dir: Run directory; None keeps records in memory only.
+        tensorboard: Also write TensorBoard scalars under ``<output_dir>/tensorboard``.
+    """
+
+    def __init__(self, output_dir: str | Path | None, *, tensorboard: bool = False) -> None:
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        self.records: list[dict[str, Any]] = []
+        self._writer = None
+        if self.output_dir is not None:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            if tensorboard:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+                except ImportError as exc:
+                    raise ImportError(
+                        "tensorboard=True needs the tensorboard package: pip install tensorboard"
+                    ) from exc
+                self._writer = SummaryWriter(str(self.output_dir / "tensorboard"))
+        elif tensorboard:
+            raise ValueError("tensorboard=True needs an output_dir to write to.")
+
+    @property
+    def path(self) -> Path | None:
+        return self.output_dir / "metrics.jsonl" if self.output_dir is not None else None
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Record one iteration's metrics."""
+        record = {"iteration": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self.records.append(record)
+        if self.path is not None:
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self._writer is not None:
+            for key, value in metrics.items():
+                if isinstance(value, int | float):
+                    self._writer.add_scalar(key, value, step)
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

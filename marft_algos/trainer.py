@@ -1,0 +1,436 @@
+"""The training loop every trainer shares: collect → update → log → evaluate → checkpoint.
+
+A trainer is built from explicit objects — ``Trainer(policy, env_fn, config, critic=...,
+eval_env_fn=...)`` — and implements one method, :meth:`Trainer.update`, which turns a batch of
+finished episodes into optimizer steps and returns its metrics. Everything else lives here:
+
+- rollouts over ``config.rollout_threads`` env copies (:class:`~marft_algos.rollout.RolloutCollector`);
+- ``metrics.jsonl`` (one record per iteration) and the config beside it, optional TensorBoard;
+- held-out evaluation with greedy decoding before training and every ``eval_every`` iterations;
+- checkpoints every ``checkpoint_every`` iterations and at the end; :meth:`Trainer.resume`;
+- a guard that skips an update whose loss or gradients are not finite, and says so;
+- detection of entropy blow-ups (the paper's §5.2 collapse) with optional rollback to the last
+  good state.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from pettingzoo import AECEnv
+
+from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
+from marft_algos.metrics import MetricsLogger
+from marft_algos.rollout import Episode, GenerationSettings, RolloutCollector
+
+__all__ = ["Trainer", "TrainerConfig"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerConfig:
+    """Settings shared by every trainer (defaults: the paper's Table 3 where it gives one)."""
+
+    iterations: int = 100
+    """Training iterations (one rollout batch and its update each)."""
+    episodes_per_iteration: int = 16
+    """Episodes collected per iteration."""
+    rollout_threads: int = 4
+    """Env copies stepped together; generation is batched across them (paper: 4)."""
+    seed: int = 0
+    """Seeds episode resets, sampling and minibatch order."""
+    max_new_tokens: int = 512
+    """Longest action in tokens (paper: 512)."""
+    temperature: float = 1.0
+    """Sampling temperature for rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold for rollouts (1 disables)."""
+    top_k: int = 0
+    """Top-k sampling for rollouts (0 disables)."""
+    learning_rate: float = 1e-6
+    """Adam learning rate of every agent's adapter (paper: 1e-6)."""
+    adam_eps: float = 1e-5
+    """Adam epsilon (paper: 1e-5)."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping per adapter (paper: 0.5)."""
+    eval_every: int = 0
+    """Evaluate every K iterations (0: only before and after training)."""
+    eval_episodes: int = 64
+    """Held-out episodes per evaluation (greedy decoding)."""
+    output_dir: str | None = None
+    """Run directory for metrics.jsonl, config.json and checkpoints (None: nothing written)."""
+    checkpoint_every: int = 0
+    """Save a checkpoint every K iterations (0: only at the end); needs output_dir."""
+    tensorboard: bool = False
+    """Also write TensorBoard scalars."""
+    entropy_blowup_factor: float | None = 3.0
+    """Flag an entropy blow-up when train/entropy exceeds this multiple of its early average."""
+    rollback_on_blowup: bool = False
+    """On a blow-up, restore the last good adapters, critic and optimizer states."""
+
+    def __post_init__(self) -> None:
+        positive = ("iterations", "episodes_per_iteration", "rollout_threads", "max_new_tokens", "eval_episodes")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}.")
+        for name in ("eval_every", "checkpoint_every", "top_k"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{type(self).__name__}.{name} must be >= 0, got {getattr(self, name)}.")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.checkpoint_every and self.output_dir is None:
+            raise ValueError("checkpoint_every > 0 needs output_dir: set output_dir to a run directory.")
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """Rollout sampling settings."""
+        return GenerationSettings(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            do_sample=True,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Trainer(ABC):
+    """Base class of every trainer; subclasses implement :meth:`update`.
+
+    Args:
+        policy: A multi-agent policy (``marft_algos.policy.MultiAgentPolicy``) covering every agent.
+        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v0")``.
+        config: The trainer's config dataclass.
+        critic: Value function, for actor-critic trainers.
+        eval_env_fn: Builds one held-out env copy (e.g. on the test split); None skips evaluation.
+    """
+
+    algorithm: ClassVar[str] = "base"
+    config_class: ClassVar[type[TrainerConfig]] = TrainerConfig
+
+    def __init__(
+        self,
+        policy: Any,
+        env_fn: Callable[[], AECEnv],
+        config: TrainerConfig,
+        *,
+        critic: Any = None,
+        eval_env_fn: Callable[[], AECEnv] | None = None,
+    ) -> None:
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}.")
+        self.policy = policy
+        self.config = config
+        self.critic = critic
+        torch.manual_seed(config.seed)
+        self.collector = RolloutCollector.from_factory(
+            policy, env_fn, config.rollout_threads, config.generation, seed=config.seed
+        )
+        self.agents: list[str] = list(self.collector.envs[0].possible_agents)
+        missing = [a for a in self.agents if a not in policy.agents]
+        if missing:
+            raise ValueError(
+                f"The policy has no entry for env agent(s) {missing}; it covers {list(policy.agents)}. "
+                f"Build the policy with the env's agents: MultiAgentPolicy.from_pretrained(model, env.possible_agents)."
+            )
+        self.eval_collector = (
+            RolloutCollector.from_factory(policy, eval_env_fn, config.rollout_threads, config.generation, seed=config.seed)
+            if eval_env_fn is not None
+            else None
+        )
+        self.rng = np.random.default_rng(config.seed)
+        self.optimizers = self._build_optimizers()
+        self.iteration = 0
+        self.logger = MetricsLogger(config.output_dir, tensorboard=config.tensorboard)
+        self._entropy_baseline: list[float] = []
+        self._last_good: dict[str, Any] | None = None
+        if config.output_dir is not None:
+            Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+            (Path(config.output_dir) / "config.json").write_text(
+                json.dumps({"algorithm": self.algorithm, **config.to_dict()}, indent=2, default=str)
+            )
+
+    # ------------------------------------------------------------------ optimisation helpers
+    CRITIC_KEY: ClassVar[str] = "__critic__"
+    """Key of the critic's optimizer in :attr:`optimizers` (agent roles cannot start with '_')."""
+
+    def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """One Adam per trainable adapter; agents sharing an adapter share its optimizer."""
+        optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._optimizer_of: dict[str, str] = {}
+        seen: dict[int, str] = {}
+        for agent in self.agents:
+            params = self.policy.trainable_parameters(agent)
+            if not params:
+                continue
+            key = seen.get(id(params[0]))
+            if key is None:
+                key = agent
+                seen[id(params[0])] = key
+                optimizers[key] = torch.optim.Adam(params, lr=self.config.learning_rate, eps=self.config.adam_eps)
+            self._optimizer_of[agent] = key
+        if not optimizers:
+            raise ValueError("No agent has trainable parameters: every agent is frozen, so there is nothing to train.")
+        return optimizers
+
+    def trainable_agents(self) -> list[str]:
+        """Agents whose adapters this trainer updates."""
+        return [a for a in self.agents if a in self._optimizer_of]
+
+    def zero_grad(self) -> None:
+        for optimizer in self.optimizers.values():
+            optimizer.zero_grad(set_to_none=True)
+
+    def step_policy(self, agents: Sequence[str]) -> tuple[float, bool]:
+        """Clip and apply the gradients of the given agents' adapters.
+
+        Returns:
+            ``(total grad norm, applied)``; nothing is applied when a norm is not finite.
+        """
+        keys = sorted({self._optimizer_of[a] for a in agents if a in self._optimizer_of})
+        norms = []
+        for key in keys:
+            params = [p for group in self.optimizers[key].param_groups for p in group["params"]]
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)))
+        if not all(math.isfinite(n) for n in norms):
+            logger.warning("Skipping a policy update: gradient norm is not finite (%s).", norms)
+            self.zero_grad()
+            return float("nan"), False
+        for key in keys:
+            self.optimizers[key].step()
+        self.zero_grad()
+        return float(sum(norms)), True
+
+    # ------------------------------------------------------------------ the loop
+    @abstractmethod
+    def update(self, episodes: list[Episode]) -> dict[str, Any]:
+        """Optimise on one batch of finished episodes; return ``train/...`` metrics."""
+
+    def collect(self) -> list[Episode]:
+        """The iteration's rollouts (GRPO overrides this to sample groups)."""
+        return self.collector.collect(self.config.episodes_per_iteration)
+
+    def evaluate(self) -> dict[str, Any]:
+        """Greedy held-out evaluation (empty when no ``eval_env_fn`` was given)."""
+        if self.eval_collector is None:
+            return {}
+        requests = evaluation_requests(self.eval_collector, self.config.eval_episodes)
+        episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
+        return summarize_episodes(episodes, "eval")
+
+    def train_iteration(self) -> dict[str, Any]:
+        """One iteration: collect, update (with the guards), return its metrics."""
+        start = time.perf_counter()
+        episodes = self.collect()
+        rollout_time = time.perf_counter() - start
+        metrics = summarize_episodes(episodes, "rollout")
+        metrics["rollout/episodes"] = len(episodes)
+        start_update = time.perf_counter()
+        metrics.update(self.update(episodes))
+        metrics["time/rollout_s"] = rollout_time
+        metrics["time/update_s"] = time.perf_counter() - start_update
+        self._guard_entropy(metrics)
+        self.iteration += 1
+        return metrics
+
+    def train(self, *, progress: bool = False) -> list[dict[str, Any]]:
+        """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).
+
+        Args:
+            progress: Show a rich progress bar with live metrics (for scripts; library use stays quiet).
+
+        Returns:
+            The metric records of this call, one per iteration (evaluation merged in).
+        """
+        records: list[dict[str, Any]] = []
+        bar = _Progress(progress, self.config.iterations, self.iteration)
+        with bar:
+            if self.iteration == 0 and self.eval_collector is not None:
+                initial = self.evaluate()
+                self.logger.log(0, {**initial, "iteration_kind": "initial_eval"})
+                records.append({"iteration": 0, **initial})
+                bar.update(initial, advance=False)
+            while self.iteration < self.config.iterations:
+                metrics = self.train_iteration()
+                every = self.config.eval_every
+                if self.eval_collector is not None and (
+                    (every and self.iteration % every == 0) or self.iteration == self.config.iterations
+                ):
+                    metrics.update(self.evaluate())
+                self.logger.log(self.iteration, metrics)
+                records.append({"iteration": self.iteration, **metrics})
+                bar.update(metrics)
+                if self.config.output_dir is not None and (
+                    (self.config.checkpoint_every and self.iteration % self.config.checkpoint_every == 0)
+                    or self.iteration == self.config.iterations
+                ):
+                    self.save_checkpoint(Path(self.config.output_dir) / f"checkpoint-{self.iteration}")
+        return records
+
+    # ------------------------------------------------------------------ safety
+    def _guard_entropy(self, metrics: dict[str, Any]) -> None:
+        entropy = metrics.get("train/entropy")
+        factor = self.config.entropy_blowup_factor
+        if entropy is None or factor is None or not math.isfinite(entropy):
+            return
+        if len(self._entropy_baseline) < 3:
+            self._entropy_baseline.append(entropy)
+            self._last_good = self._snapshot() if self.config.rollback_on_blowup else None
+            metrics["train/entropy_blowup"] = 0
+            return
+        baseline = float(np.mean(self._entropy_baseline))
+        blown = entropy > factor * max(baseline, 1e-3)
+        metrics["train/entropy_blowup"] = int(blown)
+        if not blown:
+            if self.config.rollback_on_blowup:
+                self._last_good = self._snapshot()
+            return
+        logger.warning(
+            "Entropy blow-up at iteration %d: train/entropy %.3f > %.1f x early average %.3f.",
+            self.iteration, entropy, factor, baseline,
+        )
+        if self.config.rollback_on_blowup and self._last_good is not None:
+            self._restore(self._last_good)
+            metrics["train/rolled_back"] = 1
+            logger.warning("Rolled back adapters, critic and optimizers to the last good iteration.")
+
+    def _modules_state(self) -> dict[str, Any]:
+        state = {"policy": {f"{a}": [p.detach().clone() for p in self.policy.trainable_parameters(a)] for a in self.trainable_agents()}}
+        if self.critic is not None:
+            state["critic"] = [p.detach().clone() for p in self.critic.parameters()]
+        return state
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "params": self._modules_state(),
+            "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in self.optimizers.items()},
+        }
+
+    def _restore(self, snapshot: Mapping[str, Any]) -> None:
+        with torch.no_grad():
+            for agent, tensors in snapshot["params"]["policy"].items():
+                for p, saved in zip(self.policy.trainable_parameters(agent), tensors, strict=True):
+                    p.copy_(saved)
+            if self.critic is not None and "critic" in snapshot["params"]:
+                for p, saved in zip(self.critic.parameters(), snapshot["params"]["critic"], strict=True):
+                    p.copy_(saved)
+        for key, state in snapshot["optimizers"].items():
+            self.optimizers[key].load_state_dict(state)
+
+    # ------------------------------------------------------------------ checkpoints
+    def trainer_state(self) -> dict[str, Any]:
+        """Counters and random states needed to continue the run exactly."""
+        return {
+            "algorithm": self.algorithm,
+            "iteration": self.iteration,
+            "config": self.config.to_dict(),
+            "rng": self.rng.bit_generator.state,
+            "collector_rng": self.collector.rng.bit_generator.state,
+            "collector_generator": self.collector.generator.get_state().tolist(),
+            "entropy_baseline": list(self._entropy_baseline),
+        }
+
+    def load_trainer_state(self, state: Mapping[str, Any]) -> None:
+        if state.get("algorithm") != self.algorithm:
+            raise ValueError(
+                f"Checkpoint was written by the {state.get('algorithm')!r} trainer; this is {self.algorithm!r}."
+            )
+        self.iteration = int(state["iteration"])
+        self.rng.bit_generator.state = state["rng"]
+        self.collector.rng.bit_generator.state = state["collector_rng"]
+        self.collector.generator.set_state(torch.tensor(state["collector_generator"], dtype=torch.uint8))
+        self._entropy_baseline = list(state.get("entropy_baseline", []))
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        """Save adapters, critic, optimizers, RNG states and counters (atomic)."""
+        from marft_algos.policy.checkpoint import save_checkpoint
+
+        return save_checkpoint(
+            directory,
+            self.policy,
+            critic=self.critic,
+            optimizers=self.optimizers,
+            state=self.trainer_state(),
+        )
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run."""
+        from marft_algos.policy.checkpoint import load_checkpoint
+
+        state = load_checkpoint(directory, self.policy, critic=self.critic, optimizers=self.optimizers)
+        self.load_trainer_state(state)
+
+    def resume(self, directory: str | Path | None = None) -> None:
+        """Continue from ``directory``, or from the newest ``checkpoint-*`` in ``config.output_dir``."""
+        if directory is None:
+            if self.config.output_dir is None:
+                raise ValueError("resume() needs a checkpoint directory or config.output_dir.")
+            found = sorted(
+                Path(self.config.output_dir).glob("checkpoint-*"),
+                key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1,
+            )
+            if not found:
+                raise FileNotFoundError(f"No checkpoint-* directory in {self.config.output_dir} to resume from.")
+            directory = found[-1]
+        self.load_checkpoint(directory)
+        logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
+
+
+class _Progress:
+    """A rich progress bar with the latest key metrics, or nothing when disabled."""
+
+    KEYS = ("rollout/reward_mean", "eval/accuracy", "train/policy_loss", "train/entropy")
+
+    def __init__(self, enabled: bool, total: int, done: int) -> None:
+        self.enabled = enabled
+        self.total, self.done = total, done
+        self._progress: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.fields[metrics]}"),
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task("train", total=self.total, completed=self.done, metrics="")
+        return self
+
+    def update(self, metrics: Mapping[str, Any], *, advance: bool = True) -> None:
+        if self._progress is None:
+            return
+        shown = " ".join(
+            f"{k.split('/')[-1]}={metrics[k]:.3f}" for k in self.KEYS if isinstance(metrics.get(k), int | float)
+        )
+        self._progress.update(self._task, metrics=shown, advance=1 if advance else 0)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
