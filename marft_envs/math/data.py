@@ -291,7 +291,7 @@ _MATH_OPTIONAL = frozenset({"answer", "solution", "level", "subject", "unique_id
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
 
 
-def _to_problem(row: Any, fields: _Fields, source: str, location: str, default_id: str) -> MathProblem:
+def _to_problem(row: Any, fields: _Fields, source: str, location: str, default_id: str, seen: set[str]) -> MathProblem:
     if not isinstance(row, Mapping):
         raise MathDataError(source, location, None, f"expected an object with fields, got {type(row).__name__}")
 
@@ -299,16 +299,18 @@ def _to_problem(row: Any, fields: _Fields, source: str, location: str, default_i
         if field is None:
             return None
         if field not in row:
+            # Optional fields may be absent from single rows; _build rejects a name no row has.
             if required and field not in fields.optional:
                 present = ", ".join(map(repr, list(row)[:12]))
                 raise MathDataError(source, location, field, f"missing field (fields present: {present})")
             return None
+        seen.add(field)
         return row[field]
 
     problem = get(fields.problem, required=True)
     if not isinstance(problem, str) or not problem.strip():
         raise MathDataError(source, location, fields.problem, f"the problem must be a non-empty string, got {problem!r}")
-    solution = get(fields.solution, required=True)
+    solution = get(fields.solution, required=False)
     if _is_missing(solution):
         solution = None
     elif not isinstance(solution, str):
@@ -336,11 +338,11 @@ def _to_problem(row: Any, fields: _Fields, source: str, location: str, default_i
     if not answer:
         raise MathDataError(source, location, answer_field, "the answer is empty")
     try:
-        level = _level(get(fields.level, required=True))
+        level = _level(get(fields.level, required=False))
     except ValueError as err:
         raise MathDataError(source, location, fields.level, str(err)) from None
-    subject = get(fields.subject, required=True)
-    ident = get(fields.id, required=True)
+    subject = get(fields.subject, required=False)
+    ident = get(fields.id, required=False)
     return MathProblem(
         problem=problem,
         answer=answer,
@@ -372,11 +374,15 @@ def _build(
 ) -> MathDataset:
     problems: list[MathProblem] = []
     locations: list[str] = []
+    seen: set[str] = set()
     for location, row in rows:
-        problems.append(_to_problem(row, fields, source, location, default_id=f"{name}-{len(problems)}"))
+        problems.append(_to_problem(row, fields, source, location, f"{name}-{len(problems)}", seen))
         locations.append(location)
     if not problems:
         raise MathDataError(source, None, None, "no rows found")
+    for field in (fields.answer, fields.solution, fields.level, fields.subject, fields.id):
+        if field is not None and field not in seen and field not in fields.optional:
+            raise MathDataError(source, None, field, "no row has this field; check the field name")
     if validate:
         _check_answers(problems, locations, source, fields.answer or fields.solution or "answer")
     return MathDataset(problems, name=name, split=split)
@@ -395,6 +401,7 @@ def _resolve_fields(first_row: Any, given: Mapping[str, Any], source: str, optio
         answer = first_row.get("answer") if isinstance(first_row, Mapping) else None
         if {"question", "answer"} <= keys and isinstance(answer, str) and "####" in answer:
             given = {**GSM8K_FIELDS, **given}
+            optional |= {"idx"}
         elif "problem" in keys and keys & {"answer", "solution"}:
             given = {**MATH_FIELDS, **given}
             optional |= _MATH_OPTIONAL

@@ -288,11 +288,17 @@ def _simplify_sqrt(n: int) -> tuple[int, int]:
 
 def _powers(rng: random.Random, level: int) -> Draft:
     if level == 1:
-        if rng.random() < 0.5:
-            a = rng.randint(2, 15)
+        kind, a, b = rng.randrange(4), rng.randint(2, 30), rng.randint(2, 12)
+        if kind == 0:
             return f"Compute {a}^2.", str(a * a), [f"{a}^2 = {a} \\times {a} = {a * a}"]
-        a = rng.randint(2, 15)
-        return f"Compute \\sqrt{{{a * a}}}.", str(a), [f"{a}^2 = {a * a}, so \\sqrt{{{a * a}}} = {a}"]
+        if kind == 1:
+            return f"Compute \\sqrt{{{a * a}}}.", str(a), [f"{a}^2 = {a * a}, so \\sqrt{{{a * a}}} = {a}"]
+        if kind == 2:
+            a = a % 9 + 2
+            return f"Compute {a}^3.", str(a**3), [f"{a}^3 = {a} \\times {a} \\times {a} = {a**3}"]
+        a = a % 11 + 2
+        steps = [f"{a}^2 = {a * a}", f"{b}^2 = {b * b}", f"{a * a} + {b * b} = {a * a + b * b}"]
+        return f"Compute {a}^2 + {b}^2.", str(a * a + b * b), steps
     if level == 2:
         a, m = rng.randint(2, 5), rng.randint(3, 5)
         b, n = rng.randint(2, 5), rng.randint(2, 4)
@@ -500,9 +506,11 @@ def _factor(p: int, root_num: int) -> str:
 
 def _quadratic(rng: random.Random, level: int) -> Draft:
     if level == 1:
-        k = rng.randint(1, 15)
+        k, c = rng.randint(1, 30), rng.randint(0, 30)
         steps = [f"x = \\pm\\sqrt{{{k * k}}} = \\pm {k}"]
-        return f"Find all x with x^2 = {k * k}.", f"-{k}, {k}", steps
+        if c:
+            steps.insert(0, f"x^2 = {k * k + c} - {c} = {k * k}")
+        return f"Find all x with x^2{f' + {c}' if c else ''} = {k * k + c}.", f"-{k}, {k}", steps
     if level == 2:
         r = rng.choice([k for k in range(-15, 16) if k != 0])
         steps = [f"x{_factor(1, r)} = 0", f"x = 0 or x = {r}"]
