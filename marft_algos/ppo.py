@@ -1,0 +1,55 @@
+"""Single-agent PPO, action-level or token-level: the paper's single-agent baselines (§5.1).
+
+The same update as MARFT with a team of one; the trainer refuses multi-agent envs so a baseline
+cannot silently train a team.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pettingzoo import AECEnv
+
+from marft_algos.actor_critic import ActorCriticConfig, ActorCriticTrainer
+from marft_algos.trainer import TrainerConfig
+
+__all__ = ["PPOConfig", "PPOTrainer"]
+
+
+@dataclass
+class PPOConfig(ActorCriticConfig):
+    """Single-agent PPO settings (see :class:`ActorCriticConfig`)."""
+
+    level: Literal["action", "token"] = "action"
+    """Granularity: one ratio and value per action, or per token."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.level not in ("action", "token"):
+            raise ValueError(f"PPOConfig.level must be 'action' or 'token', got {self.level!r}.")
+
+
+class PPOTrainer(ActorCriticTrainer):
+    """PPO for a one-agent env (e.g. ``math-single-v0``)."""
+
+    algorithm: ClassVar[str] = "ppo"
+    config_class: ClassVar[type[TrainerConfig]] = PPOConfig
+
+    def __init__(
+        self,
+        policy: Any,
+        env_fn: Callable[[], AECEnv],
+        config: PPOConfig,
+        *,
+        critic: Any,
+        eval_env_fn: Callable[[], AECEnv] | None = None,
+    ) -> None:
+        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn)
+        if len(self.agents) != 1:
+            raise ValueError(
+                f"PPOTrainer is the single-agent baseline; this env has agents {self.agents}. "
+                f"Use ActionMARFTTrainer or TokenMARFTTrainer for teams."
+            )
+        self.level = config.level  # type: ignore[misc]
