@@ -13,16 +13,19 @@
 from __future__ import annotations
 
 from marft_algos.policy.config import AgentSpec, LoraSettings
+from marft_algos.policy.critic import Critic, ValueHead
 from marft_algos.policy.multi_agent import Generation, MultiAgentPolicy, TokenLogProbs
 from marft_algos.policy.rendering import render_prompt_ids, render_prompt_text
 from marft_algos.policy.tiny import build_tiny_model, build_tiny_tokenizer, tiny_model_path
 
 __all__ = [
     "AgentSpec",
+    "Critic",
     "Generation",
     "LoraSettings",
     "MultiAgentPolicy",
     "TokenLogProbs",
+    "ValueHead",
     "build_tiny_model",
     "build_tiny_tokenizer",
     "render_prompt_ids",

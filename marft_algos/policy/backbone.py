@@ -97,6 +97,11 @@ class Backbone:
         self.model.eval()
         self.adapters[adapter] = trainable
         self._index_adapter_params()
+        if not self._adapter_params[adapter]:
+            raise ValueError(
+                f"Adapter {adapter!r} on {self.name!r} has no parameters: its target modules "
+                f"matched no layer; check LoraSettings.target_modules."
+            )
         self.apply_trainable_flags()
 
     def _index_adapter_params(self) -> None:
@@ -104,12 +109,13 @@ class Backbone:
         self._adapter_params = {name: [] for name in self.adapters}
         for pname, param in self.model.named_parameters():
             parts = pname.split(".")
-            if not any(p.startswith("lora_") for p in parts):
+            # The adapter name is the key right after the first "lora_*" container.
+            idx = next((i for i, part in enumerate(parts) if part.startswith("lora_")), None)
+            if idx is None or idx + 1 >= len(parts):
                 continue
-            for adapter in self.adapters:
-                if adapter in parts:
-                    self._adapter_params[adapter].append((pname, param))
-                    break
+            adapter = parts[idx + 1]
+            if adapter in self._adapter_params:
+                self._adapter_params[adapter].append((pname, param))
 
     def adapter_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
         """Parameters of one adapter (in a stable order)."""
