@@ -15,3 +15,29 @@ register(
     "marft_envs.toy.dispatch:DispatchEnv",
     description="Orchestrator routes a request to the calculator or the speller (dynamic D).",
 )
+
+# --- math teams (paper §5): built-in problems by default; dataset=... loads MATH/GSM8K/tables --
+register(
+    "math-single-v0",
+    "marft_envs.math.env:MathEnv",
+    kwargs={"profiles": "single"},
+    description="One graded actor solves a math problem; reward 1 for an equivalent \\boxed{} answer.",
+)
+register(
+    "math-dual-v0",
+    "marft_envs.math.env:MathEnv",
+    kwargs={"profiles": "dual"},
+    description="Reasoner -> actor (the paper's dual team); the actor's \\boxed{} answer is graded.",
+)
+register(
+    "math-trio-v0",
+    "marft_envs.math.env:MathEnv",
+    kwargs={"profiles": "trio"},
+    description="Reasoner -> actor -> verifier; the verifier's \\boxed{} answer is graded.",
+)
+register(
+    "math-dual-retry-v0",
+    "marft_envs.math.env:MathEnv",
+    kwargs={"profiles": "dual", "max_attempts": 3},
+    description="Dual team with up to 3 attempts; wrong answers come back as feedback.",
+)

@@ -1,0 +1,129 @@
+"""Math problem solving by an LLM team (paper §5.1).
+
+| | |
+|---|---|
+| Agents | from the profiles: ``actor`` (single), ``reasoner`` → ``actor`` (dual), ``reasoner`` → ``actor`` → ``verifier`` (trio) |
+| Dependency | :class:`~marft_envs.core.dependency.Chain` by default (each agent sees its predecessors) |
+| Observation | ``Problem: <text>``, plus, on retries, the team's previous answer and feedback |
+| Action | any text; the graded agent's last ``\\boxed{}`` is its answer |
+| Reward | 1 when every graded agent's answer is equivalent to the gold answer, else 0 (credit ``graded``) |
+| Termination | when the answer is right, or when ``max_attempts`` attempts were used |
+| Versions | v0: initial release |
+
+The problem comes from ``dataset`` — the built-in generator by default, or any source
+:func:`marft_envs.math.data.load_dataset` accepts (a MATH or GSM8K JSONL file, a table, a list of
+problems). ``reset(options={"index": i})`` pins problem ``i`` (evaluation walks a split in order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from marft_envs.core.dependency import DependencyFunction
+from marft_envs.core.env import FlexPOMDPEnv, Transition
+from marft_envs.core.profiles import AgentProfile
+from marft_envs.math.data import MathDataset, MathProblem, load_dataset
+from marft_envs.math.grading import extract_answer, grade_answer
+from marft_envs.math.profiles import DUAL_PROFILES, SINGLE_PROFILES, TRIO_PROFILES
+
+__all__ = ["TEAMS", "MathEnv"]
+
+#: Named teams, so registrations and command lines can say ``profiles="dual"``.
+TEAMS: dict[str, tuple[AgentProfile, ...]] = {
+    "single": SINGLE_PROFILES,
+    "dual": DUAL_PROFILES,
+    "trio": TRIO_PROFILES,
+}
+
+
+class MathEnv(FlexPOMDPEnv):
+    """A team solves one math problem per episode; graded agents' answers are checked.
+
+    Args:
+        dataset: Problem source: a :class:`MathDataset`, a path, ``"builtin:train"``,
+            ``"builtin:test"``, ``"hf:<name>"``, or a list of problems.
+        profiles: The team: ``"single"``, ``"dual"``, ``"trio"`` (see :data:`TEAMS`) or profiles.
+        dependency: Turn order and visibility (default: chain).
+        max_attempts: Rounds the team gets; after a wrong answer it sees feedback and retries.
+        grading_timeout: Seconds allowed for one symbolic comparison.
+        dataset_kwargs: Extra arguments for :func:`load_dataset` (field names, split, ...).
+        **kwargs: Passed to :class:`FlexPOMDPEnv` (``credit``, ``render_mode``, ...).
+    """
+
+    metadata = {**FlexPOMDPEnv.metadata, "name": "math_v0"}
+
+    def __init__(
+        self,
+        dataset: Any = "builtin:train",
+        profiles: str | Sequence[AgentProfile | Mapping[str, Any]] = "single",
+        dependency: DependencyFunction | None = None,
+        *,
+        max_attempts: int = 1,
+        grading_timeout: float = 2.0,
+        dataset_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}.")
+        if isinstance(profiles, str):
+            if profiles not in TEAMS:
+                raise ValueError(f"Unknown math team {profiles!r}; use one of {sorted(TEAMS)} or a list of profiles.")
+            profiles = TEAMS[profiles]
+        kwargs.setdefault("horizon", max_attempts)
+        super().__init__(profiles, dependency, **kwargs)
+        if not any(p.graded for p in self.profiles.values()):
+            raise ValueError(
+                f"A math team needs at least one graded agent (graded=True, the paper's with_answer); "
+                f"none of {self.possible_agents} is graded."
+            )
+        self.dataset: MathDataset = load_dataset(dataset, **dict(dataset_kwargs or {}))
+        if len(self.dataset) == 0:
+            raise ValueError(f"The math dataset {dataset!r} is empty.")
+        self.max_attempts = max_attempts
+        self.grading_timeout = grading_timeout
+        self.problem: MathProblem | None = None
+
+    def _reset_task(self, options: Mapping[str, Any] | None) -> None:
+        options = options or {}
+        if "index" in options:
+            index = int(options["index"])
+            if not 0 <= index < len(self.dataset):
+                raise IndexError(f"options['index']={index} is outside the dataset (size {len(self.dataset)}).")
+            self.problem = self.dataset[index]
+        else:
+            self.problem = self.dataset.sample(self.np_random)
+
+    def _route_context(self) -> Mapping[str, Any]:
+        assert self.problem is not None
+        return {"level": self.problem.level, "subject": self.problem.subject}
+
+    def _observation(self, agent: str) -> str:
+        assert self.problem is not None
+        text = f"Problem: {self.problem.problem}"
+        for record in self.history:
+            answer = record.info.get("answer_given")
+            said = f"answered {answer}" if answer is not None else "gave no \\boxed{} answer"
+            text += f"\n\nAttempt {record.timestep + 1}: the team {said}, which is incorrect."
+        return text
+
+    def _transition(self, actions: Mapping[str, str]) -> Transition:
+        assert self.problem is not None
+        graded = {
+            a: grade_answer(actions[a], self.problem.answer, timeout=self.grading_timeout)
+            for a in actions
+            if self.profiles[a].graded
+        }
+        correct = bool(graded) and all(graded.values())
+        answer_given = extract_answer(actions[list(graded)[-1]]) if graded else None
+        attempts_used = self.timestep + 1
+        return Transition(
+            reward=float(correct),
+            terminated=correct or attempts_used >= self.max_attempts,
+            info={
+                "correct": correct,
+                "graded": graded,
+                "answer_given": answer_given,
+                "gold": self.problem.answer,
+            },
+        )
