@@ -243,7 +243,7 @@ def _arithmetic(rng: random.Random, level: int) -> Draft:
 
 _FRACTION_LEVELS = {
     # (operations, largest denominator, operators)
-    1: (1, 12, "+"),
+    1: (1, 20, "+"),
     2: (1, 12, "+-"),
     3: (1, 12, "*/"),
     4: (2, 12, "+-*"),
@@ -324,24 +324,32 @@ def _powers(rng: random.Random, level: int) -> Draft:
         steps = [f"{a}^{{{p}}} \\times {a}^{{{q}}} = {a}^{{{p} + {q}}} = {a}^{{{k}}}", f"{a}^{{{k}}} = {a**k}"]
         return f"Compute {a}^{{{p}}} \\times {a}^{{{q}}}.", str(a**k), steps
     if level == 4:
-        outer, inner = rng.randint(2, 12), rng.choice([2, 3, 5, 6, 7, 10, 11])
+        outer, inner = rng.randint(2, 15), rng.choice([2, 3, 5, 6, 7, 10, 11, 13, 14, 15, 17, 19, 21, 22])
         n = outer * outer * inner
         answer = f"{outer}\\sqrt{{{inner}}}"
         steps = [f"{n} = {outer * outer} \\times {inner}", f"\\sqrt{{{n}}} = \\sqrt{{{outer * outer}}} \\times \\sqrt{{{inner}}} = {answer}"]
         return f"Simplify \\sqrt{{{n}}}.", answer, steps
-    # level 5: rational exponents, possibly negative: b^(p/q) with b a perfect q-th power
+    # level 5: rational exponents, possibly negative, of a perfect q-th power (maybe a fraction)
     q = rng.choice([2, 3, 4])
-    root = rng.randint(2, {2: 12, 3: 5, 4: 3}[q])
+    top = {2: 12, 3: 5, 4: 3}[q]
+    root = Fraction(rng.randint(2, top))
+    if rng.random() < 0.4:
+        root = Fraction(rng.randint(1, top), rng.randint(2, top))
+        if root.denominator == 1 or (root.numerator == 1 and q == 2):
+            raise _Retry
     p = rng.choice([k for k in range(1, 5) if math.gcd(k, q) == 1])
     sign = rng.choice([1, -1])
     base = root**q
-    value = Fraction(root**p) ** sign
+    base_text = fmt(base) if base.denominator == 1 else f"({fmt(base)})"
     exponent = f"{'-' if sign < 0 else ''}{p}/{q}"
-    root_text = f"\\sqrt{{{base}}}" if q == 2 else f"\\sqrt[{q}]{{{base}}}"
-    steps = [f"{root_text} = {root}", f"{root}^{p} = {root**p}"]
+    value = root ** (p * sign)
+    root_text = f"\\sqrt{{{fmt(base)}}}" if q == 2 else f"\\sqrt[{q}]{{{fmt(base)}}}"
+    steps = [f"{root_text} = {fmt(root)}"]
+    if p > 1:
+        steps.append(f"{fmt(root) if root.denominator == 1 else f'({fmt(root)})'}^{p} = {fmt(root**p)}")
     if sign < 0:
-        steps.append(f"{base}^{{{exponent}}} = \\frac{{1}}{{{root**p}}}")
-    return f"Compute {base}^{{{exponent}}}.", fmt(value), steps
+        steps.append(f"{base_text}^{{{exponent}}} = 1 \\div {fmt(root**p)} = {fmt(value)}")
+    return f"Compute {base_text}^{{{exponent}}}.", fmt(value), steps
 
 
 # --- percentages -------------------------------------------------------------------------------
@@ -511,12 +519,16 @@ def _quadratic(rng: random.Random, level: int) -> Draft:
         if c:
             steps.insert(0, f"x^2 = {k * k + c} - {c} = {k * k}")
         return f"Find all x with x^2{f' + {c}' if c else ''} = {k * k + c}.", f"-{k}, {k}", steps
+    if level == 2 and rng.random() < 0.5:
+        r, s = sorted((rng.randint(-15, 15), rng.randint(-15, 15)), key=lambda v: v != 0)  # "x(x - 4)"
+        steps = [f"{lin(1, -r)} = 0 or {lin(1, -s)} = 0", f"x = {r}" + ("" if r == s else f" or x = {s}")]
+        return f"Find all roots of {_factor(1, r)}{_factor(1, s)} = 0.", _roots_answer([Fraction(r), Fraction(s)]), steps
     if level == 2:
         r = rng.choice([k for k in range(-15, 16) if k != 0])
         steps = [f"x{_factor(1, r)} = 0", f"x = 0 or x = {r}"]
         return f"Find all roots of {poly2(1, -r, 0)} = 0.", _roots_answer([Fraction(0), Fraction(r)]), steps
     if level in (3, 4):
-        lo, hi = (1, 9) if level == 3 else (-12, 12)
+        lo, hi = (1, 20) if level == 3 else (-12, 12)
         r, s = rng.randint(lo, hi), rng.randint(lo, hi)
         if 0 in (r, s):
             raise _Retry
