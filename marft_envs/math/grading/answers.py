@@ -39,6 +39,7 @@ _ASSIGN_RE = re.compile(
     r"^\s*(?:[a-zA-Z](?:_\{?\w+\}?)?|\\[a-zA-Z]+|[a-zA-Z]\s*\(\s*[a-zA-Z]\s*\)"
     r"|\(\s*[a-zA-Z](?:\s*,\s*[a-zA-Z])+\s*\))\s*(?:=|\\in(?![a-zA-Z]))"
 )
+_SIMPLE_NAME_RE = re.compile(r"[a-zA-Z](?:_\{?\w+\}?)?|\\[a-zA-Z]+")
 _TEXT_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mbox)\s*\{")
 _MATRIX_RE = re.compile(
     r"^\\begin\{([pbBvV]?matrix|array)\}(?:\{[^}]*\})?(.*)\\end\{\1\}$", re.DOTALL
@@ -59,9 +60,15 @@ class Answer:
 
 @dataclass(frozen=True)
 class Scalar(Answer):
-    """One expression: a number, a constant, or an algebraic expression."""
+    """One expression: a number, a constant, or an algebraic expression.
+
+    ``assigned`` is the variable of an answer written as ``y = 2x + 1``; it is ignored when
+    comparing with another scalar and turns the answer back into an equation when compared
+    with an equation.
+    """
 
     value: sympy.Expr
+    assigned: sympy.Expr | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,11 @@ def _item(text: str) -> Answer:
         # "x = 3", "f(x) = ...", "(x, y) = (1, 2)", "x \in [0, 1]": the name is not the answer.
         rest = text[m.end() :].strip()
         if rest:
-            return parse_structure(rest, prefer_list=False, allow_list=False)
+            inner = parse_structure(rest, prefer_list=False, allow_list=False)
+            lhs = re.sub(r"(?:=|\\in)$", "", m.group().strip()).strip()
+            if isinstance(inner, Scalar) and _SIMPLE_NAME_RE.fullmatch(lhs):
+                return Scalar(inner.raw, inner.value, parse_latex_expr(lhs))
+            return inner
     brackets = _outer_brackets(text)
     if brackets is not None:
         return parse_structure(text, prefer_list=False, allow_list=False)
@@ -421,6 +432,10 @@ def answers_equal(gold: Answer, pred: Answer) -> bool:
         return bool(text_key(gold.raw) and text_key(gold.raw) == text_key(pred.raw))
     if isinstance(gold, Scalar) and isinstance(pred, Scalar):
         return exprs_equal(gold.value, pred.value)
+    if isinstance(gold, Equation) and isinstance(pred, Scalar) and pred.assigned is not None:
+        pred = Equation(pred.raw, pred.assigned - pred.value)
+    if isinstance(pred, Equation) and isinstance(gold, Scalar) and gold.assigned is not None:
+        gold = Equation(gold.raw, gold.assigned - gold.value)
     if isinstance(gold, Equation) and isinstance(pred, Equation):
         return _proportional(gold.value, pred.value, positive=False)
     if isinstance(gold, Inequality) and isinstance(pred, Inequality):

@@ -127,6 +127,25 @@ def _safe_pow(base: sympy.Expr, exp: sympy.Expr) -> sympy.Expr:
     return sympy.Pow(base, exp)
 
 
+def _nth_root(radicand: sympy.Expr, n: int) -> sympy.Expr:
+    """The n-th root as a reader of a competition answer means it: real for odd ``n``."""
+    if n % 2 == 0:
+        return sympy.root(radicand, n)
+    if radicand.is_number:
+        # \\sqrt[3]{-8} is -2, not sympy's principal complex root.
+        return (
+            sympy.real_root(radicand, n) if radicand.is_extended_real else sympy.root(radicand, n)
+        )
+    # An odd root of an exact n-th power, like \\sqrt[3]{8x^3}, is that power's base over the reals.
+    candidate = sympy.powdenest(sympy.root(radicand, n), force=True)
+    if (
+        not any(p.exp.is_Rational and not p.exp.is_Integer for p in candidate.atoms(sympy.Pow))
+        and sympy.expand(candidate**n - radicand) == 0
+    ):
+        return candidate
+    return sympy.root(radicand, n)
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -313,6 +332,8 @@ class _Parser:
             return sympy.Symbol(f"{name}_{sub}")
         if name == "i":
             return sympy.I
+        if name == "e":
+            return sympy.E
         return sympy.Symbol(name)
 
     def subscript_text(self) -> str:
@@ -338,7 +359,7 @@ class _Parser:
                 radicand = self.argument()
                 if not (index.is_Integer and 2 <= index <= 100):
                     raise LatexParseError("unsupported root index")
-                return sympy.root(radicand, index)
+                return _nth_root(radicand, int(index))
             return sympy.sqrt(self.argument())
         if name == "pi":
             return sympy.pi
@@ -391,8 +412,8 @@ class _Parser:
 def parse_latex_expr(text: str) -> sympy.Expr:
     """Parse one LaTeX expression (no commas, relations or text) into a sympy expression.
 
-    Decimals become exact rationals (``0.5`` is ``1/2``), ``i`` is the imaginary unit and every
-    other letter is a plain symbol.
+    Decimals become exact rationals (``0.5`` is ``1/2``), ``i`` is the imaginary unit, ``e`` is
+    Euler's number and every other letter is a plain symbol.
 
     Args:
         text: A normalised LaTeX expression, e.g. ``"\\frac{\\sqrt{3}}{2}x^2"``.

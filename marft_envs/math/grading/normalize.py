@@ -155,6 +155,7 @@ def normalize_answer(text: str) -> str:
     s = _STYLE_RE.sub(" ", s)
     s = _SIZING_RE.sub("", s)
     s = re.sub(r",\\!\s*(?=\d{3})", ",", s)  # 10,\!080 is a thousands separator
+    s = re.sub(r"(?<=\d)\\,(?=\d{3}(?!\d))", "", s)  # 3\,000: a thin space groups digits
     s = _SPACING_RE.sub(" ", s)
     s = re.sub(r"\\[dtc]frac(?![a-zA-Z])", r"\\frac", s)
     s = s.replace("{,}", "")
