@@ -12,6 +12,12 @@
 
 from __future__ import annotations
 
+from marft_algos.policy.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    read_manifest,
+    save_checkpoint,
+)
 from marft_algos.policy.config import AgentSpec, LoraSettings
 from marft_algos.policy.critic import Critic, ValueHead
 from marft_algos.policy.multi_agent import Generation, MultiAgentPolicy, TokenLogProbs
@@ -20,6 +26,7 @@ from marft_algos.policy.tiny import build_tiny_model, build_tiny_tokenizer, tiny
 
 __all__ = [
     "AgentSpec",
+    "CheckpointError",
     "Critic",
     "Generation",
     "LoraSettings",
@@ -28,7 +35,10 @@ __all__ = [
     "ValueHead",
     "build_tiny_model",
     "build_tiny_tokenizer",
+    "load_checkpoint",
+    "read_manifest",
     "render_prompt_ids",
     "render_prompt_text",
+    "save_checkpoint",
     "tiny_model_path",
 ]
