@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -493,8 +494,9 @@ _FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv
 def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
     fmt = format or _FORMATS.get(path.suffix.lower())
     if fmt is None:
-        head = path.read_text(encoding="utf-8", errors="replace")[:1].lstrip()
-        fmt = "json" if head.startswith(("[", "{")) else None
+        with path.open(encoding="utf-8", errors="replace") as f:
+            head = f.read(4096).lstrip()
+        fmt = "json" if head.startswith(("[", "{")) else None  # JSON, or JSON Lines (see _read_json)
     readers = {
         "jsonl": lambda: _read_jsonl(path),
         "json": lambda: _read_json(path),
@@ -508,15 +510,9 @@ def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
 
 
 def _peek(rows: Iterator[tuple[str, Any]]) -> tuple[Any, Iterator[tuple[str, Any]]]:
+    """The first row (to recognise the format) and all the rows, first included."""
     first = next(rows, None)
-    if first is None:
-        return None, iter(())
-    return first[1], _chain(first, rows)
-
-
-def _chain(first: tuple[str, Any], rest: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-    yield first
-    yield from rest
+    return (None, iter(())) if first is None else (first[1], itertools.chain([first], rows))
 
 
 # --- public loaders ------------------------------------------------------------------------------
@@ -787,8 +783,10 @@ def load_dataset(
         MathDataError: A malformed row.
     """
     if isinstance(source, MathDataset):
-        if kwargs or validate:
-            raise TypeError(f"A MathDataset is used as is; unexpected options {sorted(kwargs) or ['validate']}.")
+        if kwargs:
+            raise TypeError(f"A MathDataset is used as is; unexpected options {sorted(kwargs)}.")
+        if validate:
+            _check_answers(source, [f"item {i}" for i in range(1, len(source) + 1)], source.name, "answer")
         dataset = source
     elif isinstance(source, (list, tuple)):
         dataset = _from_records(source, split=split, validate=True if validate is None else validate, **kwargs)
@@ -824,33 +822,17 @@ def load_dataset(
 
 
 def _from_records(
-    records: Sequence[Any],
-    *,
-    split: str | None,
-    validate: bool,
-    name: str = "custom",
-    problem_field: str | None = None,
-    answer_field: str | None = "answer",
-    solution_field: str | None = None,
-    level_field: str | None = None,
-    subject_field: str | None = None,
-    id_field: str | None = None,
-    answer_format: Literal["plain", "gsm8k"] = "plain",
+    records: Sequence[Any], *, split: str | None, validate: bool, name: str = "custom", **field_names: Any
 ) -> MathDataset:
     if all(isinstance(r, MathProblem) for r in records):
         dataset = MathDataset(records, name=name, split=split)
         if validate and dataset:
             _check_answers(dataset, [f"item {i}" for i in range(1, len(dataset) + 1)], "<list>", "answer")
         return dataset
-    given = _given(
-        problem_field=problem_field,
-        answer_field=answer_field,
-        solution_field=solution_field,
-        level_field=level_field,
-        subject_field=subject_field,
-        id_field=id_field,
-        answer_format=answer_format,
-    )
+    unknown = set(field_names) - {*MATH_FIELDS, "answer_format"}
+    if unknown:
+        raise TypeError(f"Unexpected options for a list of rows: {sorted(unknown)}.")
+    given = _given(**{"answer_field": "answer", **field_names})
     rows = [(f"item {i}", r) for i, r in enumerate(records, start=1)]
     if not rows:
         raise MathDataError("<list>", None, None, "no rows found")

@@ -337,6 +337,19 @@ def test_load_dataset_sources_and_errors(tmp_path):
         load_dataset(42)
     with pytest.raises(TypeError, match="as is"):
         load_dataset(ds, problem_field="q")
+    with pytest.raises(MathDataError, match=r"custom, item 2, field 'answer'"):
+        load_dataset(MathDataset([probs[0], MathProblem("Odd?", "1,,2")]), validate=True)
+    with pytest.raises(TypeError, match="problem_feld"):
+        load_dataset(dicts, problem_feld="q")
+    # Formats recognised from contents: JSON Lines under .json, JSON under an unknown extension.
+    (tmp_path / "lines.json").write_text('{"problem": "A?", "answer": "1"}\n{"problem": "B?", "answer": "2"}\n')
+    assert [p.answer for p in load_dataset(tmp_path / "lines.json")] == ["1", "2"]
+    (tmp_path / "rows.data").write_text('\n  [{"problem": "A?", "answer": "1"}]')
+    assert load_dataset(tmp_path / "rows.data")[0].answer == "1"
+    (tmp_path / "rows.txt").write_text("problem,answer\nA?,1\n")
+    with pytest.raises(ValueError, match="format="):
+        load_dataset(tmp_path / "rows.txt")
+    assert load_dataset(tmp_path / "rows.txt", format="csv")[0].answer == "1"
 
 
 # --- Hugging Face datasets ---------------------------------------------------------------------
