@@ -69,6 +69,7 @@ _FUNCTIONS = {
     "ln": sympy.log,
     "log": sympy.log,
 }
+_INVERSES = {"sin": "arcsin", "cos": "arccos", "tan": "arctan"}
 _GREEK = {
     "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta",
     "vartheta", "iota", "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon",
@@ -405,6 +406,9 @@ class _Parser:
                     break
                 factors.append(self.power())
             arg = sympy.Mul(*factors)
+        if power == -1 and name in _INVERSES:
+            # \\sin^{-1} x is arcsin x, not 1/sin x, in every textbook.
+            return _FUNCTIONS[_INVERSES[name]](arg)
         value = _FUNCTIONS[name](arg) if base is None else sympy.log(arg, base)
         return value if power is None else _safe_pow(value, power)
 

@@ -8,6 +8,7 @@ removed so that most equal answers already match as strings and never reach symp
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 __all__ = ["UNIT_WORDS", "normalize_answer", "strip_text_units", "text_key"]
 
@@ -60,6 +61,8 @@ _LEADING_ZERO_RE = re.compile(r"(?<![\d.])\.(\d)")
 _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d.a-zA-Z])")
 # 1\frac{4}{5} as a whole answer is the mixed number 1 + 4/5, not a product.
 _MIXED_RE = re.compile(r"^\s*(-?)\s*(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}\s*$")
+# 0.1\overline{6}: a repeating decimal, an exact fraction.
+_REPEATING_RE = re.compile(r"(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
 _TRAILING_UNIT_RE = re.compile(r"(?<=[\d}.\s])\s*\b([a-zA-Z]+)\s*(?:\^\s*\{?[23]\}?)?\s*$")
 
 
@@ -105,6 +108,14 @@ def _replace_text_blocks(text: str, keep: bool) -> str:
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def _repeating_to_fraction(m: re.Match[str]) -> str:
+    whole, fixed, repeat = m.group(1) or "0", m.group(2), m.group(3)
+    value = Fraction(int(whole)) + (
+        Fraction(int(fixed or "0")) + Fraction(int(repeat), 10 ** len(repeat) - 1)
+    ) / 10 ** len(fixed)
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
 def strip_text_units(text: str) -> str:
@@ -160,6 +171,8 @@ def normalize_answer(text: str) -> str:
     s = re.sub(r"\\[dtc]frac(?![a-zA-Z])", r"\\frac", s)
     s = s.replace("{,}", "")
     s = _SCI_RE.sub(r"\1\\times10^{\2}", s)
+    s = _REPEATING_RE.sub(_repeating_to_fraction, s)
+    s = re.sub(r"\\mathbb\s*\{?R\}?", r"(-\\infty,\\infty)", s)
     s = _MIXED_RE.sub(r"\1(\2+\\frac{\3}{\4})", s)
     # "x = 1 or x = 2" lists solutions; the words must become separators before units go.
     s = re.sub(r"\\(?:text|mbox)\s*\{\s*(?:or|and)\s*\}", ",", s)

@@ -1,0 +1,162 @@
+"""Compare ``marft_envs.math.grading`` with the ``math-verify`` package on labelled cases.
+
+Usage::
+
+    pip install math-verify          # benchmark-only dependency, never needed by the library
+    python benchmarks/grader/compare_math_verify.py [--cases tests/data/grading_cases.jsonl]
+                                                    [--math500 PATH] [--show-errors]
+
+Reports, for each grader: agreement with the labels, false-accept rate (wrong answers accepted),
+false-reject rate (right answers rejected) and per-call time (mean, p99), on all cases and on the
+cases whose label does not depend on a documented policy choice (``"policy": false``). With a
+MATH-500 file it also grades every solution against its own answer (recall) and against the
+next problem's answer (false accepts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from marft_envs.math import grading
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CASES = REPO / "tests" / "data" / "grading_cases.jsonl"
+DEFAULT_MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
+
+Grader = Callable[[str, str], bool]
+
+
+def ours(response: str, gold: str) -> bool:
+    return grading.grade_answer(response, gold)
+
+
+def load_math_verify() -> Grader | None:
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        return None
+
+    def grade(response: str, gold: str) -> bool:
+        try:
+            return bool(verify(parse(f"${gold}$"), parse(response)))
+        except Exception:
+            return False
+
+    return grade
+
+
+def clear_caches() -> None:
+    """Start every measured run cold, so cached results do not flatter the timings."""
+    for fn in (grading._parse_gold, grading._parse_pred, grading._grade_normalised):
+        fn.cache_clear()
+
+
+def run(grader: Grader, cases: list[dict]) -> tuple[list[bool], list[float]]:
+    verdicts, times = [], []
+    for case in cases:
+        start = time.perf_counter()
+        verdicts.append(grader(case["response"], case["gold"]))
+        times.append(time.perf_counter() - start)
+    return verdicts, times
+
+
+def summarise(cases: list[dict], verdicts: list[bool], times: list[float]) -> dict[str, float]:
+    pos = [v for c, v in zip(cases, verdicts, strict=True) if c["expected"]]
+    neg = [v for c, v in zip(cases, verdicts, strict=True) if not c["expected"]]
+    agree = sum(v == c["expected"] for c, v in zip(cases, verdicts, strict=True))
+    ordered = sorted(times)
+    return {
+        "n": len(cases),
+        "agreement": agree / len(cases),
+        "false_accept": sum(neg) / max(len(neg), 1),
+        "false_reject": (len(pos) - sum(pos)) / max(len(pos), 1),
+        "mean_ms": 1000 * statistics.fmean(times),
+        "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+    }
+
+
+def table(rows: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| grader | cases | agreement | false-accept | false-reject | mean ms/call | p99 ms/call |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in rows.items():
+        lines.append(
+            f"| {name} | {s['n']} | {s['agreement']:.1%} | {s['false_accept']:.1%} | "
+            f"{s['false_reject']:.1%} | {s['mean_ms']:.2f} | {s['p99_ms']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def math500_check(graders: dict[str, Grader], path: Path) -> str:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [
+        "| grader | solution vs own answer (accepted) | solution vs next answer (accepted) |",
+        "|---|---:|---:|",
+    ]
+    for name, grader in graders.items():
+        clear_caches()
+        own = sum(grader(r["solution"], r["answer"]) for r in rows)
+        shifted = sum(
+            grader(r["solution"], rows[(i + 1) % len(rows)]["answer"]) for i, r in enumerate(rows)
+        )
+        lines.append(f"| {name} | {own}/{len(rows)} | {shifted}/{len(rows)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=Path, default=DEFAULT_CASES)
+    parser.add_argument("--math500", type=Path, default=DEFAULT_MATH500)
+    parser.add_argument("--show-errors", action="store_true", help="list every disagreement")
+    args = parser.parse_args()
+
+    cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
+    graders: dict[str, Grader] = {"marft (ours)": ours}
+    math_verify = load_math_verify()
+    if math_verify is None:
+        print("math-verify is not installed (pip install math-verify); reporting ours only.\n")
+    else:
+        graders["math-verify"] = math_verify
+
+    # Import-time and first-call costs (sympy caches, regex compilation) are not per-call costs.
+    for grader in graders.values():
+        grader("$\\boxed{1}$", "1")
+
+    all_rows, strict_rows, errors = {}, {}, {}
+    for name, grader in graders.items():
+        clear_caches()
+        verdicts, times = run(grader, cases)
+        all_rows[name] = summarise(cases, verdicts, times)
+        keep = [i for i, c in enumerate(cases) if not c.get("policy")]
+        strict_rows[name] = summarise(
+            [cases[i] for i in keep], [verdicts[i] for i in keep], [times[i] for i in keep]
+        )
+        errors[name] = [c for c, v in zip(cases, verdicts, strict=True) if v != c["expected"]]
+
+    print(f"Labelled cases: {args.cases.name} ({len(cases)} cases)\n")
+    print("All cases:\n")
+    print(table(all_rows))
+    print("\nCases whose label does not depend on a documented policy choice:\n")
+    print(table(strict_rows))
+    if args.math500.exists():
+        print(f"\nMATH-500 ({args.math500.name}):\n")
+        print(math500_check(graders, args.math500))
+    for name, wrong in errors.items():
+        print(f"\n{name}: {len(wrong)} disagreements")
+        if args.show_errors:
+            for c in wrong:
+                policy = " [policy]" if c.get("policy") else ""
+                print(
+                    f"  {c['id']}{policy}: expected {c['expected']}; gold {c['gold']!r}; "
+                    f"response ...{c['response'][-60:]!r}"
+                )
+
+
+if __name__ == "__main__":
+    main()
