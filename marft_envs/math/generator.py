@@ -8,7 +8,7 @@ solution: the intermediate results, one per line, ending in ``\\boxed{answer}``.
 trained supervised on those solutions, and a "reasoner" agent that states the intermediate results
 genuinely helps an "actor" that must give the final answer.
 
-| family | subject | level 1 → level 5 |
+| family | like MATH's | level 1 → level 5 |
 |---|---|---|
 | ``arithmetic`` | Prealgebra | 2 operations on small numbers → 5 operations with parentheses |
 | ``fractions`` | Prealgebra | same-denominator sums → three-term expressions with ÷ |
@@ -21,6 +21,9 @@ genuinely helps an "actor" that must give the final answer.
 
 A problem's ``subject`` is its family name, so ``dataset.filter(subjects=["fractions"])`` selects one
 family. Randomness comes only from a :class:`random.Random` instance seeded by the caller.
+
+A new family is a function ``make(rng, level) -> (problem, answer, steps)`` registered in
+:data:`FAMILIES`; it raises :class:`RetryDraw` when the numbers it drew give a degenerate problem.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from fractions import Fraction
 
 from marft_envs.math.data import MathProblem
 
-__all__ = ["FAMILIES", "LEVELS", "Family", "generate_problems", "iter_problems"]
+__all__ = ["FAMILIES", "LEVELS", "Family", "RetryDraw", "generate_problems", "iter_problems"]
 
 LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5)
 """The difficulty levels every family supports (1 easiest), as in the MATH benchmark."""
@@ -50,8 +53,9 @@ class Family:
     Attributes:
         name: Registry key, also used as the problem's ``subject``.
         description: One line for docs and ``repr``.
-        make: ``make(rng, level) -> (problem, answer, steps)``; may raise :class:`_Retry` to ask
-            for a fresh draw when the random numbers gave a degenerate problem.
+        make: ``make(rng, level) -> (problem, answer, steps)``: the problem text, its exact answer
+            in LaTeX, and the worked steps without the final ``\\boxed{}``. It draws only from
+            ``rng`` and may raise :class:`RetryDraw` to ask for a fresh draw.
     """
 
     name: str
@@ -59,14 +63,14 @@ class Family:
     make: Callable[[random.Random, int], Draft]
 
 
-class _Retry(Exception):
-    """Raised inside a family when a draw is degenerate; the caller draws again."""
+class RetryDraw(Exception):
+    """Raised by a family's ``make`` when a draw is degenerate; the generator draws again."""
 
 
 # --- LaTeX formatting ------------------------------------------------------------------------
 
 
-def fmt(value: Fraction | int) -> str:
+def _fmt(value: Fraction | int) -> str:
     """An exact number as MATH writes answers: ``7``, ``-7``, ``\\frac{3}{4}``, ``-\\frac{3}{4}``."""
     value = Fraction(value)
     if value.denominator == 1:
@@ -75,7 +79,7 @@ def fmt(value: Fraction | int) -> str:
     return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
 
 
-def fmt_decimal(value: Fraction) -> str:
+def _decimal(value: Fraction) -> str:
     """A terminating decimal without trailing zeros (``82.5``); exact by construction."""
     scaled, places = Fraction(value), 0
     while scaled.denominator != 1:
@@ -87,9 +91,9 @@ def fmt_decimal(value: Fraction) -> str:
     return f"-{text}" if value < 0 else text
 
 
-def op_text(value: Fraction | int) -> str:
+def _operand(value: Fraction | int) -> str:
     """A number as an operand: negative numbers get parentheses."""
-    return f"({fmt(value)})" if value < 0 else fmt(value)
+    return f"({_fmt(value)})" if value < 0 else _fmt(value)
 
 
 def _raw_frac(num: int, den: int) -> str:
@@ -98,7 +102,7 @@ def _raw_frac(num: int, den: int) -> str:
     return f"{sign}\\frac{{{abs(num)}}}{{{abs(den)}}}"
 
 
-def lin(a: int, b: int, var: str = "x") -> str:
+def _lin(a: int, b: int, var: str = "x") -> str:
     """``a x + b`` as text: ``3x + 5``, ``x - 4``, ``-x``, ``7``."""
     head = "" if a == 0 else var if a == 1 else f"-{var}" if a == -1 else f"{a}{var}"
     if not head:
@@ -106,13 +110,13 @@ def lin(a: int, b: int, var: str = "x") -> str:
     return head if b == 0 else f"{head} {'+' if b > 0 else '-'} {abs(b)}"
 
 
-def lin2(a: int, b: int, c: Fraction | int) -> str:
+def _lin2(a: int, b: int, c: Fraction | int) -> str:
     """The equation ``a x + b y = c`` as text (``2x - y = 7``)."""
     y_term = "y" if abs(b) == 1 else f"{abs(b)}y"
-    return f"{lin(a, 0)} {'+' if b > 0 else '-'} {y_term} = {fmt(c)}"
+    return f"{_lin(a, 0)} {'+' if b > 0 else '-'} {y_term} = {_fmt(c)}"
 
 
-def poly2(a: int, b: int, c: int) -> str:
+def _poly2(a: int, b: int, c: int) -> str:
     """``a x^2 + b x + c`` as text (``2x^2 + 5x - 3``)."""
     text = "x^2" if a == 1 else f"{a}x^2"
     if b:
@@ -139,7 +143,7 @@ class _Expr:
 
     def render(self) -> str:
         if self.op is None:
-            return fmt(self.value)
+            return _fmt(self.value)
         assert self.left is not None and self.right is not None
         left, right = self.left.render(), self.right.render()
         if self.left.op and _PREC[self.left.op] < _PREC[self.op]:
@@ -164,9 +168,9 @@ class _Expr:
 def _step(node: _Expr) -> str:
     assert node.op is not None and node.left is not None and node.right is not None
     a, b, op = node.left.value, node.right.value, node.op
-    head = f"{op_text(a)} {_SYM[op]} {op_text(b)}"
+    head = f"{_operand(a)} {_SYM[op]} {_operand(b)}"
     if a.denominator == 1 and b.denominator == 1:
-        return f"{head} = {fmt(node.value)}"
+        return f"{head} = {_fmt(node.value)}"
     parts = [head]
     if op in "+-":
         den = math.lcm(a.denominator, b.denominator)
@@ -176,15 +180,15 @@ def _step(node: _Expr) -> str:
     elif op == "*":
         parts.append(_raw_frac(a.numerator * b.numerator, a.denominator * b.denominator))
     else:
-        parts.append(f"{op_text(a)} \\times {op_text(1 / b)}")
+        parts.append(f"{_operand(a)} \\times {_operand(1 / b)}")
         parts.append(_raw_frac(a.numerator * b.denominator, a.denominator * b.numerator))
-    parts.append(fmt(node.value))
+    parts.append(_fmt(node.value))
     # Drop repeated forms (e.g. a fraction already in lowest terms).
     kept = [p for i, p in enumerate(parts) if i == 0 or p != parts[i - 1]]
     return " = ".join(kept)
 
 
-def random_expression(
+def _random_expression(
     rng: random.Random, n_ops: int, ops: str, leaf: Callable[[], Fraction], *, integer: bool
 ) -> _Expr:
     """A random tree with ``n_ops`` operators; with ``integer`` every division is exact."""
@@ -192,16 +196,16 @@ def random_expression(
         return _Expr(leaf())
     op = rng.choice(ops)
     k = rng.randint(0, n_ops - 1)
-    left = random_expression(rng, k, ops, leaf, integer=integer)
-    right = random_expression(rng, n_ops - 1 - k, ops, leaf, integer=integer)
+    left = _random_expression(rng, k, ops, leaf, integer=integer)
+    right = _random_expression(rng, n_ops - 1 - k, ops, leaf, integer=integer)
     if op == "/":
         if integer and right.op is None:
             right = _Expr(Fraction(rng.randint(2, 12)))
         if right.value == 0:
-            raise _Retry
+            raise RetryDraw
         if integer and (left.value / right.value).denominator != 1:
             if left.op is not None:
-                raise _Retry
+                raise RetryDraw
             left = _Expr(right.value * rng.randint(2, 12))
     value = {
         "+": lambda: left.value + right.value,
@@ -230,15 +234,15 @@ def _arithmetic(rng: random.Random, level: int) -> Draft:
     def leaf() -> Fraction:
         return Fraction(rng.randint(2 if level > 1 else 1, top))
 
-    expr = random_expression(rng, n_ops, ops, leaf, integer=True)
+    expr = _random_expression(rng, n_ops, ops, leaf, integer=True)
     text = expr.render()
     if not parens and "(" in text:
-        raise _Retry
+        raise RetryDraw
     values = [node.value for node in expr.nodes()]
     if max(abs(v) for v in values) > limit or (level <= 2 and min(values) < 0):
-        raise _Retry
+        raise RetryDraw
     steps = expr.steps()
-    return f"Compute {text}.", fmt(expr.value), steps
+    return f"Compute {text}.", _fmt(expr.value), steps
 
 
 _FRACTION_LEVELS = {
@@ -261,29 +265,17 @@ def _fractions(rng: random.Random, level: int) -> Draft:
         value = Fraction(num, den)
         # Level 1 shows one common denominator, so only fractions already in lowest terms qualify.
         if value.denominator == 1 or (level == 1 and value.denominator != common):
-            raise _Retry
+            raise RetryDraw
         return value
 
-    expr = random_expression(rng, n_ops, ops, leaf, integer=False)
+    expr = _random_expression(rng, n_ops, ops, leaf, integer=False)
     values = [node.value for node in expr.nodes()]
     if (level <= 2 and expr.value < 0) or max(v.denominator for v in values) > 400:
-        raise _Retry
-    return f"Compute {expr.render()}.", fmt(expr.value), expr.steps()
+        raise RetryDraw
+    return f"Compute {expr.render()}.", _fmt(expr.value), expr.steps()
 
 
 # --- powers and roots -------------------------------------------------------------------------
-
-
-def _simplify_sqrt(n: int) -> tuple[int, int]:
-    """``sqrt(n) = outer * sqrt(inner)`` with ``inner`` square-free."""
-    outer, inner = 1, n
-    k = 2
-    while k * k <= inner:
-        while inner % (k * k) == 0:
-            inner //= k * k
-            outer *= k
-        k += 1
-    return outer, inner
 
 
 def _powers(rng: random.Random, level: int) -> Draft:
@@ -312,7 +304,7 @@ def _powers(rng: random.Random, level: int) -> Draft:
         m = rng.randint(5, 12)
         n = rng.randint(2, m - 1)
         if a**m > 10**5:
-            raise _Retry
+            raise RetryDraw
         if rng.random() < 0.5:
             k = m - n
             steps = [f"{a}^{{{m}}} \\div {a}^{{{n}}} = {a}^{{{m} - {n}}} = {a}^{{{k}}}", f"{a}^{{{k}}} = {a**k}"]
@@ -320,7 +312,7 @@ def _powers(rng: random.Random, level: int) -> Draft:
         p, q = rng.randint(2, 6), rng.randint(2, 6)
         k = p + q
         if a**k > 10**5:
-            raise _Retry
+            raise RetryDraw
         steps = [f"{a}^{{{p}}} \\times {a}^{{{q}}} = {a}^{{{p} + {q}}} = {a}^{{{k}}}", f"{a}^{{{k}}} = {a**k}"]
         return f"Compute {a}^{{{p}}} \\times {a}^{{{q}}}.", str(a**k), steps
     if level == 4:
@@ -336,20 +328,20 @@ def _powers(rng: random.Random, level: int) -> Draft:
     if rng.random() < 0.4:
         root = Fraction(rng.randint(1, top), rng.randint(2, top))
         if root.denominator == 1 or (root.numerator == 1 and q == 2):
-            raise _Retry
+            raise RetryDraw
     p = rng.choice([k for k in range(1, 5) if math.gcd(k, q) == 1])
     sign = rng.choice([1, -1])
     base = root**q
-    base_text = fmt(base) if base.denominator == 1 else f"({fmt(base)})"
+    base_text = _fmt(base) if base.denominator == 1 else f"({_fmt(base)})"
     exponent = f"{'-' if sign < 0 else ''}{p}/{q}"
     value = root ** (p * sign)
-    root_text = f"\\sqrt{{{fmt(base)}}}" if q == 2 else f"\\sqrt[{q}]{{{fmt(base)}}}"
-    steps = [f"{root_text} = {fmt(root)}"]
+    root_text = f"\\sqrt{{{_fmt(base)}}}" if q == 2 else f"\\sqrt[{q}]{{{_fmt(base)}}}"
+    steps = [f"{root_text} = {_fmt(root)}"]
     if p > 1:
-        steps.append(f"{fmt(root) if root.denominator == 1 else f'({fmt(root)})'}^{p} = {fmt(root**p)}")
+        steps.append(f"{_fmt(root) if root.denominator == 1 else f'({_fmt(root)})'}^{p} = {_fmt(root**p)}")
     if sign < 0:
-        steps.append(f"{base_text}^{{{exponent}}} = 1 \\div {fmt(root**p)} = {fmt(value)}")
-    return f"Compute {base_text}^{{{exponent}}}.", fmt(value), steps
+        steps.append(f"{base_text}^{{{exponent}}} = 1 \\div {_fmt(root**p)} = {_fmt(value)}")
+    return f"Compute {base_text}^{{{exponent}}}.", _fmt(value), steps
 
 
 # --- percentages -------------------------------------------------------------------------------
@@ -361,16 +353,16 @@ def _percent(rng: random.Random, level: int) -> Draft:
         unit = 100 // math.gcd(p, 100)
         n = unit * rng.randint(1, 400 // unit if level == 1 else 2000 // unit)
         value = Fraction(p * n, 100)
-        steps = [f"{p}\\% = \\frac{{{p}}}{{100}}", f"\\frac{{{p}}}{{100}} \\times {n} = {fmt(value)}"]
-        return f"What is {p}\\% of {n}?", fmt(value), steps
+        steps = [f"{p}\\% = \\frac{{{p}}}{{100}}", f"\\frac{{{p}}}{{100}} \\times {n} = {_fmt(value)}"]
+        return f"What is {p}\\% of {n}?", _fmt(value), steps
     if level == 3:
         whole = rng.choice([20, 25, 40, 50, 80, 120, 150, 200, 250, 400, 500])
         p = rng.randint(1, 99)
         part = Fraction(p * whole, 100)
         if part.denominator != 1:
-            raise _Retry
+            raise RetryDraw
         if rng.random() < 0.5:
-            steps = [f"\\frac{{{part}}}{{{whole}}} = {fmt(Fraction(p, 100))}", f"{fmt(Fraction(p, 100))} = {p}\\%"]
+            steps = [f"\\frac{{{part}}}{{{whole}}} = {_fmt(Fraction(p, 100))}", f"{_fmt(Fraction(p, 100))} = {p}\\%"]
             return f"What percent of {whole} is {part}?", str(p), steps
         steps = [f"{p}\\% of the number is {part}", f"The number is {part} \\times \\frac{{100}}{{{p}}} = {whole}"]
         return f"{part} is {p}\\% of what number?", str(whole), steps
@@ -380,20 +372,20 @@ def _percent(rng: random.Random, level: int) -> Draft:
         mid = Fraction(price) * (100 + up) / 100
         final = mid * (100 - down) / 100
         if final.denominator not in (1, 2, 4, 5, 10, 20, 25, 50, 100):
-            raise _Retry
+            raise RetryDraw
         steps = [
-            f"{price} \\times {fmt_decimal(Fraction(100 + up, 100))} = {fmt_decimal(mid)}",
-            f"{fmt_decimal(mid)} \\times {fmt_decimal(Fraction(100 - down, 100))} = {fmt_decimal(final)}",
+            f"{price} \\times {_decimal(Fraction(100 + up, 100))} = {_decimal(mid)}",
+            f"{_decimal(mid)} \\times {_decimal(Fraction(100 - down, 100))} = {_decimal(final)}",
         ]
         text = f"A price of {price} rises by {up}\\%, then falls by {down}\\%. What is the new price?"
-        return text, fmt_decimal(final), steps
+        return text, _decimal(final), steps
     # level 5: reverse percentage or percent change
     if rng.random() < 0.5:
         p = rng.choice([5, 10, 12, 15, 20, 25, 30, 35, 40, 60])
         original = rng.randint(2, 60) * 20
         after = Fraction(original * (100 - p), 100)
         if after.denominator != 1:
-            raise _Retry
+            raise RetryDraw
         steps = [
             f"{after} is {100 - p}\\% of the original price",
             f"{after} \\times \\frac{{100}}{{{100 - p}}} = {original}",
@@ -403,7 +395,7 @@ def _percent(rng: random.Random, level: int) -> Draft:
     change = Fraction(rng.randint(-60, 150), 1)
     new = Fraction(old) * (100 + change) / 100
     if change == 0 or new.denominator != 1:
-        raise _Retry
+        raise RetryDraw
     word = "increase" if change > 0 else "decrease"
     steps = [f"{new} - {old} = {new - old}", f"\\frac{{{new - old}}}{{{old}}} \\times 100 = {change}"]
     return f"A value goes from {old} to {new}. What is the percent {word}?", str(abs(change)), steps
@@ -420,48 +412,48 @@ def _linear(rng: random.Random, level: int) -> Draft:
     if level == 2:
         x, a, b = rng.randint(-10, 15), rng.randint(2, 9), rng.randint(-20, 20)
         c = a * x + b
-        steps = [f"{a}x = {c} - {op_text(Fraction(b))} = {c - b}", f"x = {_raw_frac(c - b, a)} = {x}"]
-        return f"Solve for x: {lin(a, b)} = {c}.", str(x), steps
+        steps = [f"{a}x = {c} - {_operand(Fraction(b))} = {c - b}", f"x = {_raw_frac(c - b, a)} = {x}"]
+        return f"Solve for x: {_lin(a, b)} = {c}.", str(x), steps
     if level == 3:
         x, a, c = rng.randint(-12, 12), rng.randint(2, 12), rng.randint(1, 11)
         if a == c:
-            raise _Retry
+            raise RetryDraw
         b = rng.randint(-30, 30)
         d = a * x + b - c * x
-        steps = [f"{a}x - {c}x = {d} - {op_text(Fraction(b))}", f"{lin(a - c, 0)} = {d - b}", f"x = {x}"]
-        return f"Solve for x: {lin(a, b)} = {lin(c, d)}.", str(x), steps
+        steps = [f"{a}x - {c}x = {d} - {_operand(Fraction(b))}", f"{_lin(a - c, 0)} = {d - b}", f"x = {x}"]
+        return f"Solve for x: {_lin(a, b)} = {_lin(c, d)}.", str(x), steps
     if level == 4:
         # k(x + m) = c x + d, any rational solution
         k, m = rng.choice([2, 3, 4, 5, 6, -2, -3]), rng.randint(-9, 9)
         c, d = rng.randint(-7, 9), rng.randint(-30, 30)
         if k == c or m == 0:
-            raise _Retry
+            raise RetryDraw
         x = Fraction(d - k * m, k - c)
-        left = f"{k}({lin(1, m)})"
+        left = f"{k}({_lin(1, m)})"
         steps = [
-            f"{lin(k, k * m)} = {lin(c, d)}",
-            f"{lin(k - c, 0)} = {d - k * m}",
-            f"x = {fmt(x)}",
+            f"{_lin(k, k * m)} = {_lin(c, d)}",
+            f"{_lin(k - c, 0)} = {d - k * m}",
+            f"x = {_fmt(x)}",
         ]
-        return f"Solve for x: {left} = {lin(c, d)}.", fmt(x), steps
+        return f"Solve for x: {left} = {_lin(c, d)}.", _fmt(x), steps
     # level 5: (a x + b)/p = (c x + d)/q, cross-multiplied
     p, q = rng.randint(2, 7), rng.randint(2, 7)
     a, c = rng.randint(1, 5), rng.randint(1, 5)
     b, d = rng.randint(-9, 9), rng.randint(-9, 9)
     if p == q or q * a == p * c:
-        raise _Retry
+        raise RetryDraw
     x = Fraction(p * d - q * b, q * a - p * c)
     steps = [
-        f"{q}({lin(a, b)}) = {p}({lin(c, d)})",
-        f"{lin(q * a, q * b)} = {lin(p * c, p * d)}",
-        f"{lin(q * a - p * c, 0)} = {p * d - q * b}",
-        f"x = {fmt(x)}",
+        f"{q}({_lin(a, b)}) = {p}({_lin(c, d)})",
+        f"{_lin(q * a, q * b)} = {_lin(p * c, p * d)}",
+        f"{_lin(q * a - p * c, 0)} = {p * d - q * b}",
+        f"x = {_fmt(x)}",
     ]
-    return f"Solve for x: \\frac{{{lin(a, b)}}}{{{p}}} = \\frac{{{lin(c, d)}}}{{{q}}}.", fmt(x), steps
+    return f"Solve for x: \\frac{{{_lin(a, b)}}}{{{p}}} = \\frac{{{_lin(c, d)}}}{{{q}}}.", _fmt(x), steps
 
 
 def _pair(x: Fraction, y: Fraction) -> str:
-    return f"({fmt(x)},{fmt(y)})"
+    return f"({_fmt(x)},{_fmt(y)})"
 
 
 def _system(rng: random.Random, level: int) -> Draft:
@@ -473,14 +465,14 @@ def _system(rng: random.Random, level: int) -> Draft:
     if level == 2:
         x, y, a = rng.randint(-10, 15), rng.randint(-10, 15), rng.randint(2, 6)
         s, t = x + y, a * x + y
-        steps = [f"Subtracting: {lin(a - 1, 0)} = {t - s}, so x = {x}", f"y = {s} - {op_text(Fraction(x))} = {y}"]
-        text = f"Solve for (x, y): x + y = {s}, {lin2(a, 1, t)}."
+        steps = [f"Subtracting: {_lin(a - 1, 0)} = {t - s}, so x = {x}", f"y = {s} - {_operand(Fraction(x))} = {y}"]
+        text = f"Solve for (x, y): x + y = {s}, {_lin2(a, 1, t)}."
         return text, _pair(Fraction(x), Fraction(y)), steps
     lo, hi = {3: (1, 6), 4: (-9, 9), 5: (-9, 9)}[level]
     a1, b1, a2, b2 = (rng.randint(lo, hi) for _ in range(4))
     det = a1 * b2 - a2 * b1
     if det == 0 or 0 in (a1, b1, a2, b2):
-        raise _Retry
+        raise RetryDraw
     if level < 5:
         x, y = Fraction(rng.randint(-12, 12)), Fraction(rng.randint(-12, 12))
         c1, c2 = a1 * x + b1 * y, a2 * x + b2 * y
@@ -489,14 +481,14 @@ def _system(rng: random.Random, level: int) -> Draft:
         x = Fraction(c1 * b2 - c2 * b1, det)
         y = Fraction(a1 * c2 - a2 * c1, det)
         if (x.denominator == 1 and y.denominator == 1) or max(x.denominator, y.denominator) > 30:
-            raise _Retry
+            raise RetryDraw
     steps = [
-        f"Eliminate y: ({a1} \\times {op_text(Fraction(b2))} - {op_text(Fraction(a2))} \\times {op_text(Fraction(b1))})x"
-        f" = {op_text(c1)} \\times {op_text(Fraction(b2))} - {op_text(c2)} \\times {op_text(Fraction(b1))}",
-        f"{det}x = {fmt(c1 * b2 - c2 * b1)}, so x = {fmt(x)}",
-        f"y = \\frac{{{fmt(c1)} - {op_text(Fraction(a1))} \\times {op_text(x)}}}{{{b1}}} = {fmt(y)}",
+        f"Eliminate y: ({a1} \\times {_operand(Fraction(b2))} - {_operand(Fraction(a2))} \\times {_operand(Fraction(b1))})x"
+        f" = {_operand(c1)} \\times {_operand(Fraction(b2))} - {_operand(c2)} \\times {_operand(Fraction(b1))}",
+        f"{det}x = {_fmt(c1 * b2 - c2 * b1)}, so x = {_fmt(x)}",
+        f"y = \\frac{{{_fmt(c1)} - {_operand(Fraction(a1))} \\times {_operand(x)}}}{{{b1}}} = {_fmt(y)}",
     ]
-    text = f"Solve for (x, y): {lin2(a1, b1, c1)}, {lin2(a2, b2, c2)}."
+    text = f"Solve for (x, y): {_lin2(a1, b1, c1)}, {_lin2(a2, b2, c2)}."
     return text, _pair(x, y), steps
 
 
@@ -504,12 +496,12 @@ def _system(rng: random.Random, level: int) -> Draft:
 
 
 def _roots_answer(roots: Iterable[Fraction]) -> str:
-    return ", ".join(fmt(r) for r in sorted(set(roots)))
+    return ", ".join(_fmt(r) for r in sorted(set(roots)))
 
 
 def _factor(p: int, root_num: int) -> str:
     """The linear factor ``p x - root_num``, as ``(x - 2)``, ``(2x + 1)`` or ``x``."""
-    return "x" if root_num == 0 and p == 1 else f"({lin(p, -root_num)})"
+    return "x" if root_num == 0 and p == 1 else f"({_lin(p, -root_num)})"
 
 
 def _quadratic(rng: random.Random, level: int) -> Draft:
@@ -521,37 +513,37 @@ def _quadratic(rng: random.Random, level: int) -> Draft:
         return f"Find all x with x^2{f' + {c}' if c else ''} = {k * k + c}.", f"-{k}, {k}", steps
     if level == 2 and rng.random() < 0.5:
         r, s = sorted((rng.randint(-15, 15), rng.randint(-15, 15)), key=lambda v: v != 0)  # "x(x - 4)"
-        steps = [f"{lin(1, -r)} = 0 or {lin(1, -s)} = 0", f"x = {r}" + ("" if r == s else f" or x = {s}")]
+        steps = [f"{_lin(1, -r)} = 0 or {_lin(1, -s)} = 0", f"x = {r}" + ("" if r == s else f" or x = {s}")]
         return f"Find all roots of {_factor(1, r)}{_factor(1, s)} = 0.", _roots_answer([Fraction(r), Fraction(s)]), steps
     if level == 2:
         r = rng.choice([k for k in range(-15, 16) if k != 0])
         steps = [f"x{_factor(1, r)} = 0", f"x = 0 or x = {r}"]
-        return f"Find all roots of {poly2(1, -r, 0)} = 0.", _roots_answer([Fraction(0), Fraction(r)]), steps
+        return f"Find all roots of {_poly2(1, -r, 0)} = 0.", _roots_answer([Fraction(0), Fraction(r)]), steps
     if level in (3, 4):
         lo, hi = (1, 20) if level == 3 else (-12, 12)
         r, s = rng.randint(lo, hi), rng.randint(lo, hi)
         if 0 in (r, s):
-            raise _Retry
+            raise RetryDraw
         roots = sorted((r, s))
         steps = [
             f"Two numbers with sum {r + s} and product {r * s}: {roots[0]} and {roots[1]}",
             f"{_factor(1, roots[0])}{_factor(1, roots[1])} = 0",
             f"x = {roots[0]}" + ("" if r == s else f" or x = {roots[1]}"),
         ]
-        text = f"Find all roots of {poly2(1, -(r + s), r * s)} = 0."
+        text = f"Find all roots of {_poly2(1, -(r + s), r * s)} = 0."
         return text, _roots_answer([Fraction(r), Fraction(s)]), steps
     # level 5: (p x - q)(m x - n) with rational roots q/p and n/m
     p, m = rng.randint(2, 5), rng.randint(1, 3)
     q, n = rng.choice([k for k in range(-9, 10) if k != 0]), rng.choice([k for k in range(-9, 10) if k != 0])
     if math.gcd(p, q) != 1 or math.gcd(m, n) != 1:
-        raise _Retry
+        raise RetryDraw
     a, b, c = p * m, -(p * n + q * m), q * n
     roots = sorted({Fraction(q, p), Fraction(n, m)})
     steps = [
-        f"{poly2(a, b, c)} = {_factor(p, q)}{_factor(m, n)}",
-        " or ".join(f"x = {fmt(r)}" for r in roots),
+        f"{_poly2(a, b, c)} = {_factor(p, q)}{_factor(m, n)}",
+        " or ".join(f"x = {_fmt(r)}" for r in roots),
     ]
-    return f"Find all roots of {poly2(a, b, c)} = 0.", _roots_answer(roots), steps
+    return f"Find all roots of {_poly2(a, b, c)} = 0.", _roots_answer(roots), steps
 
 
 # --- word problems ------------------------------------------------------------------------------
@@ -588,13 +580,13 @@ def _word(rng: random.Random, level: int) -> Draft:
         h, spent = rng.randint(2, 12), rng.randint(1, p * a)
         text = f"{name} earns {p} dollars an hour for {h} hours, then spends {spent} dollars. How many dollars are left?"
         if spent >= p * h:
-            raise _Retry
+            raise RetryDraw
         return text, str(p * h - spent), [f"{p} \\times {h} = {p * h}", f"{p * h} - {spent} = {p * h - spent}"]
     if level == 4:
         v1, t1, v2, t2 = rng.randint(3, 12) * 5, rng.randint(2, 5), rng.randint(3, 12) * 5, rng.randint(2, 5)
         d1, d2 = v1 * t1, v2 * t2
         if (d1 + d2) % (t1 + t2) or v1 == v2:
-            raise _Retry
+            raise RetryDraw
         text = f"A car drives {v1} km/h for {t1} hours, then {v2} km/h for {t2} hours. What is its average speed in km/h?"
         steps = [
             f"{v1} \\times {t1} = {d1}",
@@ -611,7 +603,7 @@ def _word(rng: random.Random, level: int) -> Draft:
         sold = total * num // den
         rest = total - sold
         if total % den or rest % bag:
-            raise _Retry
+            raise RetryDraw
         text = (
             f"A baker makes {trays} trays of {per} cookies, sells \\frac{{{num}}}{{{den}}} of them and packs "
             f"the rest in bags of {bag}. How many bags are filled?"
@@ -627,7 +619,7 @@ def _word(rng: random.Random, level: int) -> Draft:
     total = save * weeks
     spent = Fraction(total * pct, 100)
     if spent.denominator != 1:
-        raise _Retry
+        raise RetryDraw
     text = f"{name} saves {save} dollars a week for {weeks} weeks, then spends {pct}\\% of it. How many dollars are left?"
     steps = [
         f"{save} \\times {weeks} = {total}",
@@ -697,7 +689,7 @@ def iter_problems(
                 try:
                     text, answer, steps = FAMILIES[name].make(rng, level)
                     break
-                except _Retry:
+                except RetryDraw:
                     continue
             else:  # pragma: no cover - every family succeeds in a handful of draws
                 raise RuntimeError(f"family {name!r} level {level} failed to produce a problem")

@@ -31,7 +31,7 @@ from marft_envs.math.data import (
     load_math_jsonl,
     load_table,
 )
-from marft_envs.math.generator import FAMILIES, LEVELS, generate_problems
+from marft_envs.math.generator import FAMILIES, LEVELS, Family, RetryDraw, generate_problems
 from marft_envs.math.grading import check_gold, grade_answer
 
 SHARED_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
@@ -65,6 +65,18 @@ def test_generator_rejects_bad_arguments():
     with pytest.raises(ValueError, match="distinct"):
         # Level-1 "x^2 + c = k^2 + c" has only 930 distinct problems.
         generate_problems(1000, seed=0, families=["quadratic"], levels=[1])
+
+
+def test_a_user_family_can_be_registered(monkeypatch):
+    def doubling(rng, level):
+        n = rng.randint(1, 10**level)
+        if n % 7 == 0:
+            raise RetryDraw  # the generator draws again
+        return f"Double {n}.", str(2 * n), [f"2 \\times {n} = {2 * n}"]
+
+    monkeypatch.setitem(FAMILIES, "doubling", Family("doubling", "double a number", doubling))
+    problems = generate_problems(30, seed=0, families=["doubling"], levels=[2])
+    assert all(int(p.answer) % 14 and p.solution.endswith(f"\\boxed{{{p.answer}}}") for p in problems)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
