@@ -18,6 +18,7 @@ naming the source, the line or row (1-based) and the field, and gold answers are
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import itertools
 import json
@@ -709,6 +710,18 @@ def _builtin_holdout(problem: MathProblem) -> bool:
     return int(hashlib.sha256(problem.problem.encode("utf-8")).hexdigest()[:8], 16) % 10 == 0
 
 
+@functools.lru_cache(maxsize=16)
+def _builtin_problems(split: str, n: int, levels: tuple[int, ...], families: tuple[tuple[str, Any], ...]) -> tuple[MathProblem, ...]:
+    """Generated once per process: every env copy of a vectorised rollout shares the result."""
+    from marft_envs.math.generator import generate_problems
+
+    def keep(p: MathProblem) -> bool:
+        return _builtin_holdout(p) == (split == "test")
+
+    names = [name for name, _ in families]
+    return tuple(generate_problems(n, seed=_BUILTIN_SEEDS[split], levels=levels, families=names, where=keep))
+
+
 def load_builtin(
     split: str = "train",
     *,
@@ -729,18 +742,15 @@ def load_builtin(
         families: Generator families to include (default: all, evenly); see ``FAMILIES``.
         validate: Check every answer with ``check_gold``.
     """
-    from marft_envs.math.generator import LEVELS, generate_problems  # generator imports this module
+    from marft_envs.math.generator import FAMILIES, LEVELS  # generator imports this module
 
     if split not in _BUILTIN_SEEDS:
         raise ValueError(f"The built-in dataset has splits {sorted(_BUILTIN_SEEDS)}, not {split!r}.")
     n = BUILTIN_SIZES[split] if size is None else size
-
-    def keep(p: MathProblem) -> bool:
-        return _builtin_holdout(p) == (split == "test")
-
-    problems = generate_problems(
-        n, seed=_BUILTIN_SEEDS[split], levels=LEVELS if levels is None else levels, families=families, where=keep
-    )
+    names = tuple(FAMILIES) if families is None else tuple(families)
+    # The Family objects are part of the cache key, so re-registering a family name is seen.
+    key = tuple((name, FAMILIES.get(name)) for name in names)
+    problems = _builtin_problems(split, n, tuple(LEVELS if levels is None else levels), key)
     dataset = MathDataset(problems, name="builtin", split=split)
     if validate:
         _check_answers(dataset, [f"problem {p.id}" for p in dataset], "builtin", "answer")

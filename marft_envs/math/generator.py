@@ -391,13 +391,12 @@ def _percent(rng: random.Random, level: int) -> Draft:
             f"{after} \\times \\frac{{100}}{{{100 - p}}} = {original}",
         ]
         return f"After a {p}\\% discount, a coat costs {after}. What was the original price?", str(original), steps
-    old = rng.randint(2, 50) * 4
-    change = Fraction(rng.randint(-60, 150), 1)
-    new = Fraction(old) * (100 + change) / 100
-    if change == 0 or new.denominator != 1:
-        raise RetryDraw
+    # old a multiple of 20 and change a multiple of 5 keep the new value whole
+    old, change = rng.randint(1, 25) * 20, rng.choice([c for c in range(-60, 155, 5) if c])
+    new = old * (100 + change) // 100
     word = "increase" if change > 0 else "decrease"
-    steps = [f"{new} - {old} = {new - old}", f"\\frac{{{new - old}}}{{{old}}} \\times 100 = {change}"]
+    high, low = max(new, old), min(new, old)
+    steps = [f"{high} - {low} = {high - low}", f"\\frac{{{high - low}}}{{{old}}} \\times 100 = {abs(change)}"]
     return f"A value goes from {old} to {new}. What is the percent {word}?", str(abs(change)), steps
 
 
@@ -556,8 +555,9 @@ def _word(rng: random.Random, level: int) -> Draft:
     name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
     variant = rng.random() < 0.5
     if level == 1:
-        a, b = rng.randint(5, 60), rng.randint(2, 40)
-        if variant or b >= a:
+        a = rng.randint(5, 60)
+        b = rng.randint(2, 40) if variant else rng.randint(1, a - 1)
+        if variant:
             text = f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have?"
             return text, str(a + b), [f"{a} + {b} = {a + b}"]
         text = f"{name} has {a} {item} and gives away {b}. How many {item} are left?"
@@ -597,13 +597,15 @@ def _word(rng: random.Random, level: int) -> Draft:
         return text, str((d1 + d2) // (t1 + t2)), steps
     # level 5: four steps with a fraction or a percentage
     if variant:
-        trays, per, bag = rng.randint(2, 12), rng.choice([12, 16, 20, 24, 30, 36]), rng.choice([3, 4, 5, 6, 8])
+        trays, per = rng.randint(2, 12), rng.choice([12, 20, 24, 30, 36, 40, 60])
         num, den = rng.choice([(1, 2), (1, 3), (2, 3), (1, 4), (3, 4), (2, 5), (3, 5)])
         total = trays * per
         sold = total * num // den
         rest = total - sold
-        if total % den or rest % bag:
+        bags = [b for b in range(3, 11) if rest % b == 0]
+        if total % den or not bags:
             raise RetryDraw
+        bag = rng.choice(bags)
         text = (
             f"A baker makes {trays} trays of {per} cookies, sells \\frac{{{num}}}{{{den}}} of them and packs "
             f"the rest in bags of {bag}. How many bags are filled?"

@@ -90,6 +90,10 @@ def test_every_family_and_level_is_well_formed(family):
             assert last_boxed(p.solution) == p.answer
             check_gold(p.answer)
             assert grade_answer(p.solution, p.answer), p
+        # The grader tells answers apart: a solution is wrong for a problem with another answer.
+        for p, q in zip(problems, problems[1:] + problems[:1], strict=True):
+            if p.answer != q.answer:
+                assert not grade_answer(p.solution, q.answer), (p, q)
 
 
 # Independent re-computation: parse the problem text with sympy and solve it again.
