@@ -362,7 +362,7 @@ def _check_answers(problems: Sequence[MathProblem], locations: Sequence[str], so
         try:
             check_gold(problem.answer)
         except ValueError as err:
-            raise MathDataError(source, location, field, f"the gold answer {problem.answer!r} cannot be parsed: {err}") from None
+            raise MathDataError(source, location, field, f"the gold answer {problem.answer!r} cannot be parsed: {err} (validate=False skips this check)") from None
 
 
 def _build(
@@ -439,7 +439,7 @@ def _given(**names: Any) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as f:
+    with path.open(encoding="utf-8-sig") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -450,7 +450,7 @@ def _read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _read_json(path: Path) -> Iterator[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -470,7 +470,7 @@ def _read_json(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _read_csv(path: Path, delimiter: str) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8", newline="") as f:
+    with path.open(encoding="utf-8-sig", newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         start = 2  # line 1 is the header
         for row in reader:
@@ -495,7 +495,7 @@ _FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv
 def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
     fmt = format or _FORMATS.get(path.suffix.lower())
     if fmt is None:
-        with path.open(encoding="utf-8", errors="replace") as f:
+        with path.open(encoding="utf-8-sig", errors="replace") as f:
             head = f.read(4096).lstrip()
         fmt = "json" if head.startswith(("[", "{")) else None  # JSON, or JSON Lines (see _read_json)
     readers = {

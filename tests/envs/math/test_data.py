@@ -272,6 +272,8 @@ def test_load_table_json_csv_tsv_parquet(tmp_path):
     ds = load_table(tmp_path / "t.csv", **fields)
     assert [p.answer for p in ds] == ["3.0", "7"]  # CSV strings are kept as written
     assert ds[0].problem == "Multi\nline?" and [p.level for p in ds] == [2, None]
+    (tmp_path / "bom.csv").write_text("q,a\nSix?,6\n", encoding="utf-8-sig")  # as spreadsheets save it
+    assert load_table(tmp_path / "bom.csv", problem_field="q", answer_field="a")[0].answer == "6"
     (tmp_path / "t.tsv").write_text("q\ta\nSeven?\t7\n")
     assert load_dataset(tmp_path / "t.tsv", problem_field="q", answer_field="a")[0].answer == "7"
 
