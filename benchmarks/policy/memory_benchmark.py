@@ -1,0 +1,170 @@
+"""Memory benchmark: what each added agent costs on one shared ~100M-parameter base model.
+
+For 1, 2, 4 and 8 agents (one LoRA adapter each on one base, the default policy configuration),
+a fresh subprocess loads a :class:`~marft_algos.policy.MultiAgentPolicy`, lets every agent generate
+a batch and takes one training forward/backward per agent (so activations, gradients and the KV
+cache are included), then reports:
+
+- parameter + buffer bytes of the model (each tensor counted once);
+- peak resident set size of the process (``ru_maxrss``);
+- LoRA parameter count.
+
+Each agent's added cost is reported as a percentage of the single-agent figure; the target is
+< 5% per added agent. Separate subprocesses keep each peak clean.
+
+Run::
+
+    python benchmarks/policy/memory_benchmark.py            # ~100M base, 1/2/4/8 agents
+    python benchmarks/policy/memory_benchmark.py --quick    # tiny base, for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+#: ~104M parameters: Qwen2 layout, 11 layers of width 768 (MLP 3072); the vocabulary is the tiny
+#: local tokenizer's, so nearly all parameters sit in the transformer blocks, as in real models.
+BASE_SETTINGS = {
+    "hidden_size": 768,
+    "num_layers": 11,
+    "num_heads": 12,
+    "intermediate_size": 3072,
+    "seed": 0,
+}
+QUICK_SETTINGS = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "seed": 0}
+
+PROMPTS = [
+    [
+        {"role": "system", "content": "You are agent number one."},
+        {"role": "user", "content": "What is 12 + 35?"},
+    ],
+    [{"role": "user", "content": "Compute \\frac{1}{2} + \\frac{1}{3} and box the answer."}],
+    [{"role": "user", "content": "Solve 2x + 3 = 11."}],
+    [{"role": "user", "content": "7 * 8 = ?"}],
+]
+
+
+def _tensor_bytes(model: torch.nn.Module) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        total += t.numel() * t.element_size()
+    return total
+
+
+def measure(model_path: str, n_agents: int, max_new_tokens: int) -> dict:
+    """Run in a fresh process: load, act and train once per agent, report memory."""
+    from marft_algos.policy import MultiAgentPolicy
+
+    torch.manual_seed(0)
+    agents = [f"agent{i}" for i in range(n_agents)]
+    start = time.perf_counter()
+    policy = MultiAgentPolicy.from_pretrained(model_path, agents, seed=0)
+    for agent in agents:
+        gens = policy.generate(agent, PROMPTS, max_new_tokens=max_new_tokens, seed=0)
+        logp = policy.token_log_probs(
+            agent, [g.prompt_ids for g in gens], [g.action_ids for g in gens]
+        ).log_probs
+        (-logp.sum()).backward()
+    model = policy.model(agents[0])
+    lora = sum(p.numel() for p in policy.parameters())
+    base = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
+    return {
+        "agents": n_agents,
+        "base_params": base,
+        "lora_params": lora,
+        "tensor_bytes": _tensor_bytes(model),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _child(args: argparse.Namespace) -> None:
+    print(json.dumps(measure(args.model, args.child, args.max_new_tokens)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--quick", action="store_true", help="tiny base model (smoke test)")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--model", help="use this model instead of building one")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    if args.child is not None:
+        _child(args)
+        return
+
+    from marft_algos.policy.tiny import build_tiny_model
+
+    tmp = tempfile.TemporaryDirectory()
+    model = args.model or str(
+        build_tiny_model(
+            Path(tmp.name) / "base", **(QUICK_SETTINGS if args.quick else BASE_SETTINGS)
+        )
+    )
+    rows = []
+    for n in args.agents:
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                str(n),
+                "--model",
+                model,
+                "--max-new-tokens",
+                str(args.max_new_tokens),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    tmp.cleanup()
+
+    one = rows[0]
+    mib = 1024**2
+    print(
+        f"base model: {one['base_params'] / 1e6:.1f}M parameters, float32, torch {torch.__version__}"
+    )
+    print(
+        f"{'agents':>6} {'LoRA params':>12} {'param+buffer MiB':>17} {'peak RSS MiB':>13} "
+        f"{'tensor cost/added agent':>24} {'RSS cost/added agent':>21}"
+    )
+    for row in rows:
+        extra = row["agents"] - one["agents"]
+        if extra:
+            t_pct = 100 * (row["tensor_bytes"] - one["tensor_bytes"]) / extra / one["tensor_bytes"]
+            r_pct = (
+                100
+                * (row["peak_rss_bytes"] - one["peak_rss_bytes"])
+                / extra
+                / one["peak_rss_bytes"]
+            )
+            t_txt, r_txt = f"{t_pct:.2f}%", f"{r_pct:.2f}%"
+        else:
+            t_txt = r_txt = "-"
+        print(
+            f"{row['agents']:>6} {row['lora_params']:>12,} {row['tensor_bytes'] / mib:>17.1f} "
+            f"{row['peak_rss_bytes'] / mib:>13.1f} {t_txt:>24} {r_txt:>21}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
