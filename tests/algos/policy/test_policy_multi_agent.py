@@ -289,6 +289,20 @@ def test_frozen_agents_act_but_never_train(tiny_path, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(snapshot, judge_params, strict=True))
     assert not any(p.requires_grad for p in judge_params)
     assert torch.equal(_logp(policy, "critic_agent", donor_gens), frozen_before)
+    # The adapter-less frozen agent generates exactly like the plain base model.
+    base = AutoModelForCausalLM.from_pretrained(tiny_path).eval()
+    greedy = policy.generate("critic_agent", OBSERVATIONS[:1], max_new_tokens=6, do_sample=False)[0]
+    ids = torch.tensor([greedy.prompt_ids])
+    tok = policy.tokenizer("critic_agent")
+    with torch.no_grad():
+        out = base.generate(
+            ids,
+            max_new_tokens=6,
+            do_sample=False,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+    assert out[0, ids.shape[1] :].tolist()[: len(greedy.action_ids)] == greedy.action_ids
 
 
 def test_save_and_load_adapters(tiny_path, tmp_path):
