@@ -21,6 +21,7 @@ import functools
 import logging
 
 from marft_envs.math.grading.answers import (
+    MAX_ANSWER_CHARS,
     Answer,
     AnswerParseError,
     Equation,
@@ -132,7 +133,9 @@ def grade_answer(response: str, gold: str, *, timeout: float = 2.0) -> bool:
         if len(response) > MAX_RESPONSE_CHARS:
             return False
         pred = extract_answer(response)
-        if pred is None:
+        if pred is None or len(pred) > MAX_ANSWER_CHARS:
+            # Checked before any regex runs: normalisation is linear, but nothing longer is an
+            # answer and the limit keeps every later step's cost bounded.
             return False
         normalised = normalize_answer(pred)
         if not normalised:

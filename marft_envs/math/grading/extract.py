@@ -15,23 +15,26 @@ _PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
 _TEXT_BLOCK_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{[^{}]*\}")
 
 
-def _braced(text: str, open_at: int) -> tuple[str, int] | None:
-    """Content of the group opened at ``open_at`` and the index after it; None if unbalanced."""
-    depth = 0
-    i = open_at
+def _closing_braces(text: str) -> dict[int, int]:
+    """Map the index of every balanced ``{`` to the index of its ``}`` in one linear pass.
+
+    Escaped braces (``\\{``) are skipped. One pass keeps a response full of unbalanced boxes
+    linear instead of quadratic.
+    """
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
     while i < len(text):
         c = text[i]
         if c == "\\":
             i += 2
             continue
         if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1 : i], i + 1
+            stack.append(i)
+        elif c == "}" and stack:
+            closing[stack.pop()] = i
         i += 1
-    return None
+    return closing
 
 
 def last_boxed(text: str) -> str | None:
@@ -47,6 +50,7 @@ def last_boxed(text: str) -> str | None:
     """
     found: str | None = None
     pos = 0
+    closing: dict[int, int] | None = None
     while True:
         m = _BOX_RE.search(text, pos)
         if m is None:
@@ -55,11 +59,13 @@ def last_boxed(text: str) -> str | None:
         while i < len(text) and text[i] in " \t":
             i += 1
         if i < len(text) and text[i] == "{":
-            group = _braced(text, i)
-            if group is None:
+            if closing is None:
+                closing = _closing_braces(text)
+            close = closing.get(i)
+            if close is None:
                 pos = m.end()
                 continue
-            found, pos = group
+            found, pos = text[i + 1 : close], close + 1
         else:
             # "\boxed 5": TeX takes one token; answers written this way run to whitespace or $.
             token = re.match(r"[^\s$]+", text[i:])

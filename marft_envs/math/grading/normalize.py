@@ -62,7 +62,7 @@ _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d
 # 1\frac{4}{5} as a whole answer is the mixed number 1 + 4/5, not a product.
 _MIXED_RE = re.compile(r"^\s*(-?)\s*(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}\s*$")
 # 0.1\overline{6}: a repeating decimal, an exact fraction.
-_REPEATING_RE = re.compile(r"(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
+_REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
 _TRAILING_UNIT_RE = re.compile(r"(?<=[\d}.\s])\s*\b([a-zA-Z]+)\s*(?:\^\s*\{?[23]\}?)?\s*$")
 
 
@@ -184,6 +184,9 @@ def normalize_answer(text: str) -> str:
     s = _LEADING_ZERO_RE.sub(r"0.\1", s)
     s = strip_text_units(s)
     s = re.sub(r"\s+", " ", s).strip()
+    # Spaces inside brackets never matter; a space after a comma is kept because "1, 500" reads
+    # as a list where "1,500" reads as fifteen hundred.
+    s = re.sub(r"(?<=[(\[{]) | (?=[)\]},])", "", s)
     s = re.sub(r"(?:\s*[.;])+$", "", s).strip()
     return s
 
