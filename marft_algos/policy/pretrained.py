@@ -1,0 +1,50 @@
+"""Models shipped inside the package, loadable by a short name with no download.
+
+``marft-tiny-math`` is a small Qwen2 model trained with ``scripts/train_builtin_model.py`` on the
+built-in generated math problems (see ``docs/builtin_model.md``). It exists so that examples, tests
+and benchmarks can show MARFT improving a real pretrained team on a CPU in minutes; it is not a
+model for real mathematics. Every loader of the policy layer passes its model argument through
+:func:`resolve_model`, so the short name works wherever a Hub id or a folder does::
+
+    policy = MultiAgentPolicy.from_pretrained("marft-tiny-math", env.possible_agents)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["BUILTIN_MODELS", "resolve_model"]
+
+_ROOT = Path(__file__).resolve().parent / "pretrained"
+
+#: Short name -> folder (Hugging Face format: ``config.json``, ``model.safetensors``, tokenizer).
+BUILTIN_MODELS: dict[str, str] = {
+    "marft-tiny-math": str(_ROOT / "marft-tiny-math"),
+}
+
+
+def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
+    """Map a built-in model's short name to its packaged folder; pass anything else through.
+
+    Args:
+        name_or_path: A short name from :data:`BUILTIN_MODELS`, a Hub id or a local folder.
+
+    Returns:
+        The packaged folder for a built-in name, otherwise ``name_or_path`` unchanged (as ``str``
+        for path-like input).
+
+    Raises:
+        FileNotFoundError: A built-in name whose folder is missing from the installation (a
+            packaging error: the wheel was built without the model's files).
+    """
+    name = os.fspath(name_or_path)
+    if name not in BUILTIN_MODELS:
+        return name
+    path = BUILTIN_MODELS[name]
+    if not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(
+            f"The built-in model {name!r} should be in {path}, but its config.json is missing; "
+            f"reinstall marft, or rebuild it with scripts/train_builtin_model.py --output {path}."
+        )
+    return path
