@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from marft_algos.policy.config import LoraSettings
+from marft_algos.policy.pretrained import resolve_model
 
 __all__ = ["Backbone", "load_backbone"]
 
@@ -206,7 +207,8 @@ def load_backbone(
     log-probs the policy reports.
 
     Args:
-        name_or_path: Hub id or local folder.
+        name_or_path: Hub id, local folder, or a built-in model's short name (see
+            :func:`~marft_algos.policy.pretrained.resolve_model`).
         dtype: Weight dtype (``torch.float32`` default, ``"auto"`` for the checkpoint's dtype).
         device: Device for the weights.
         model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments.
@@ -219,8 +221,10 @@ def load_backbone(
     dev = torch.device(device)
     kwargs = dict(model_kwargs or {})
     kwargs.setdefault("dtype", dtype if dtype is not None else torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    # Short names of packaged models ("marft-tiny-math") map to their folder; the rest pass through.
+    path = resolve_model(name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(path)
     model.to(dev)
     model.eval()
     model.requires_grad_(False)
