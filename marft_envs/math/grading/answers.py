@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from marft_envs.math.grading.latex import LatexParseError, parse_latex_expr
-from marft_envs.math.grading.normalize import text_key
+from marft_envs.math.grading.normalize import strip_text_units, text_key, unwrap_text
 
 __all__ = [
     "MAX_ANSWER_CHARS",
@@ -323,6 +323,7 @@ def parse_structure(text: str, *, prefer_list: bool = False, allow_list: bool = 
 # -- comparison ---------------------------------------------------------------------------------
 
 _REL_TOL = sympy.Float("1e-40", 60)
+_REL_TOL_FINE = sympy.Float("1e-150", 200)
 _PROBE_POINTS = (
     (sympy.Rational(7, 3), sympy.Rational(-5, 11), sympy.Rational(13, 17)),
     (sympy.Rational(-3, 2), sympy.Rational(11, 7), sympy.Rational(2, 9)),
@@ -341,14 +342,19 @@ def _numbers_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
     except (TypeError, ValueError):
         # Something evalf cannot reduce to a number; only an exact proof counts.
         return bool(sympy.simplify(a - b) == 0)
-    diff = abs((va - vb).evalf(60))
-    scale = max(abs(va), abs(vb))
+    # Rounded decimals never pass: 60 digits are computed and 40 must agree; a pair that passes
+    # is checked again at 200 digits, so only numbers equal to ~150 digits count as equal.
+    return _close(va, vb, _REL_TOL, 60) and _close(a.evalf(200), b.evalf(200), _REL_TOL_FINE, 200)
+
+
+def _close(va: sympy.Expr, vb: sympy.Expr, tol: sympy.Float, digits: int) -> bool:
+    diff = abs(va - vb).evalf(digits)
+    scale = max(abs(va).evalf(digits), abs(vb).evalf(digits))
     if not diff.is_number or not scale.is_number:
         return False
     if scale == 0:
         return bool(diff == 0)
-    # Rounded decimals never pass: 60 digits are computed and 40 must agree.
-    return bool(diff <= _REL_TOL * scale)
+    return bool(diff <= tol * scale)
 
 
 def _probe_differs(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol]) -> bool:
@@ -428,8 +434,18 @@ def answers_equal(gold: Answer, pred: Answer) -> bool:
     Returns:
         ``True`` when they are equivalent under the rules in the module docstring.
     """
-    if isinstance(gold, Text) or isinstance(pred, Text):
-        return bool(text_key(gold.raw) and text_key(gold.raw) == text_key(pred.raw))
+    if isinstance(gold, Text):
+        return bool(gold.key) and gold.key == text_key(pred.raw)
+    if isinstance(pred, Text):
+        # "\\text{5}" against a math gold: read what the text wraps as math, once.
+        unwrapped = strip_text_units(unwrap_text(pred.raw)).strip()
+        if unwrapped == pred.raw or _TEXT_RE.search(unwrapped):
+            return False
+        try:
+            reparsed = parse_structure(unwrapped)
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+            return False
+        return answers_equal(gold, reparsed)
     if isinstance(gold, Scalar) and isinstance(pred, Scalar):
         return exprs_equal(gold.value, pred.value)
     if isinstance(gold, Equation) and isinstance(pred, Scalar) and pred.assigned is not None:

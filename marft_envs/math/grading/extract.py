@@ -40,7 +40,7 @@ def _closing_braces(text: str) -> dict[int, int]:
 def last_boxed(text: str) -> str | None:
     """Content of the last top-level ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x``.
 
-    Boxes nested inside a box are part of that box; an unbalanced box is skipped.
+    Boxes nested inside a box are part of that box; unbalanced and empty boxes are skipped.
 
     Args:
         text: Any text.
@@ -65,7 +65,9 @@ def last_boxed(text: str) -> str | None:
             if close is None:
                 pos = m.end()
                 continue
-            found, pos = text[i + 1 : close], close + 1
+            if text[i + 1 : close].strip():  # an empty box is no answer; keep the last real one
+                found = text[i + 1 : close]
+            pos = close + 1
         else:
             # "\boxed 5": TeX takes one token; answers written this way run to whitespace or $.
             token = re.match(r"[^\s$]+", text[i:])
@@ -80,8 +82,8 @@ def extract_answer(response: str) -> str | None:
 
     Rules, in order:
 
-    1. The content of the last top-level ``\\boxed{}`` (or ``\\fbox{}``, or ``\\boxed x``), with
-       nested braces handled.
+    1. The content of the last top-level, non-empty ``\\boxed{}`` (or ``\\fbox{}``, or
+       ``\\boxed x``), with nested braces handled.
     2. Without a box, the whole response when it is a bare answer: at most
        ``MAX_BARE_ANSWER_CHARS`` characters on one line, with at most ``MAX_BARE_PROSE_WORDS``
        words of two or more letters outside LaTeX commands and ``\\text{}`` (so ``"42"``,
@@ -98,7 +100,9 @@ def extract_answer(response: str) -> str | None:
         return None
     boxed = last_boxed(response)
     if boxed is not None:
-        return boxed.strip() or None
+        return boxed.strip()
+    if _BOX_RE.search(response):
+        return None  # a box was attempted (empty or unbalanced): no bare-answer fallback
     bare = response.strip().strip("$").strip()
     bare = re.sub(r"^\\[\[(]|\\[\])]$", "", bare).strip()
     bare = bare.rstrip(".").strip()

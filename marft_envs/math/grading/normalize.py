@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["UNIT_WORDS", "normalize_answer", "strip_text_units", "text_key"]
+__all__ = ["UNIT_WORDS", "normalize_answer", "strip_text_units", "text_key", "unwrap_text"]
 
 # Unit and filler words dropped after a number ("5 cm", "12 \\text{ square units}"). Single
 # letters are excluded on purpose: "5 m" could be 5m, a product with a variable.
@@ -55,6 +55,11 @@ _PERCENT_RE = re.compile(r"\\?%")
 _TEXT_CMD_RE = re.compile(
     r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit)\s*\{"
 )
+_WORDS_RE = re.compile(r"[\sa-zA-Z.]*")
+_TRAILING_TEXT_RE = re.compile(
+    r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm)\s*\{[\sa-zA-Z.]*\}"
+    r"\s*(?:\^\s*\{?[23]\}?)?\s*$"
+)
 _BASE_SUBSCRIPT_RE = re.compile(r"(\d)_\{?(\d+)\}?")
 _LEADING_ZERO_RE = re.compile(r"(?<![\d.])\.(\d)")
 # 1.5e3 / 2E-4: scientific notation (never a product with e, which would need an operand after).
@@ -86,7 +91,12 @@ def _find_group_end(text: str, open_at: int) -> int:
 
 
 def _replace_text_blocks(text: str, keep: bool) -> str:
-    """Unwrap ``\\text{...}``-like blocks (``keep``) or remove the ones that hold only words."""
+    """Unwrap ``\\text{...}``-like blocks.
+
+    With ``keep`` every block is unwrapped. Without it, a block holding only words is kept as it
+    is (only trailing unit blocks are removed, by :func:`strip_text_units`) and any other block
+    is unwrapped, so ``\\text{5 ways}`` becomes ``5 ways``.
+    """
     out = []
     pos = 0
     for m in _TEXT_CMD_RE.finditer(text):
@@ -97,14 +107,12 @@ def _replace_text_blocks(text: str, keep: bool) -> str:
             return text
         inner = text[m.end() : end - 1]
         out.append(text[pos : m.start()])
-        if keep or not re.fullmatch(r"[\sa-zA-Z.]*", inner):
-            out.append(inner if keep else f" {inner} ")
+        if keep:
+            out.append(inner)
+        elif _WORDS_RE.fullmatch(inner):
+            out.append(text[m.start() : end])
         else:
-            out.append(" ")
-            # A unit such as \text{ cm}^2 carries its power with it.
-            tail = re.match(r"\s*\^\s*\{?[23]\}?", text[end:])
-            if tail:
-                end += tail.end()
+            out.append(f" {inner} ")
         pos = end
     out.append(text[pos:])
     return "".join(out)
@@ -132,6 +140,11 @@ def strip_text_units(text: str) -> str:
     """
     stripped = _replace_text_blocks(text, keep=False).strip()
     while True:
+        # Only trailing words are units: "\\text{not } 3" must not become "3".
+        m = _TRAILING_TEXT_RE.search(stripped)
+        if m is not None and m.start() > 0:
+            stripped = stripped[: m.start()].rstrip()
+            continue
         m = _TRAILING_UNIT_RE.search(stripped)
         if m is None or m.group(1).lower() not in UNIT_WORDS or m.start() == 0:
             break
@@ -186,14 +199,19 @@ def normalize_answer(text: str) -> str:
     s = re.sub(r"\s+", " ", s).strip()
     # Spaces inside brackets never matter; a space after a comma is kept because "1, 500" reads
     # as a list where "1,500" reads as fifteen hundred.
-    s = re.sub(r"(?<=[(\[{]) | (?=[)\]},])", "", s)
+    s = re.sub(r"(?<=[(\[{]) | (?=[)\]},]|\\\})", "", s)
     s = re.sub(r"(?:\s*[.;])+$", "", s).strip()
     return s
+
+
+def unwrap_text(text: str) -> str:
+    """``text`` with every ``\\text{...}``-like wrapper replaced by its content."""
+    return _replace_text_blocks(text, keep=True)
 
 
 def text_key(text: str) -> str:
     """Comparison key of an answer read as words: ``"\\text{(C)}"`` and ``"c"`` share one."""
     s = _replace_text_blocks(text, keep=True)
-    s = re.sub(r"\\[a-zA-Z]+", " ", s)
+    # Other commands stay in the key, so "\\frac{C}{}" never matches the choice "C".
     s = re.sub(r"[\s{}()\[\].,:;'\"`$]", "", s)
     return s.lower()
