@@ -10,13 +10,15 @@ Reports, for each grader: agreement with the labels, false-accept rate (wrong an
 false-reject rate (right answers rejected) and per-call time (mean, p99), on all cases and on the
 cases whose label does not depend on a documented policy choice (``"policy": false``). With a
 MATH-500 file it also grades every solution against its own answer (recall) and against the
-next problem's answer (false accepts).
+next problem's answer (false accepts), and every gold answer against presentation-only rewrites
+of itself and against a copy with one digit changed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -109,6 +111,39 @@ def math500_check(graders: dict[str, Grader], path: Path) -> str:
     return "\n".join(lines)
 
 
+def bump_digit(gold: str) -> str | None:
+    """A wrong answer: the first digit that is not a base subscript, plus one (mod 10)."""
+    for m in re.finditer(r"\d", gold):
+        i = m.start()
+        if "_" not in gold[max(0, i - 2) : i]:
+            return gold[:i] + str((int(gold[i]) + 1) % 10) + gold[i + 1 :]
+    return None
+
+
+def rewrites(gold: str) -> list[str]:
+    """Presentation-only rewrites of a gold answer; each must grade equal to it."""
+    out = [gold.replace("\\frac", "\\dfrac"), f"${gold}$."]
+    if not re.search(r"[,=]|\\cup|\\in|matrix|text|mbox|\\pm|\d\s*\\frac", gold):
+        out.append(f"\\left({gold}\\right)")
+    return out
+
+
+def math500_perturbations(graders: dict[str, Grader], path: Path) -> str:
+    golds = [json.loads(line)["answer"] for line in path.read_text().splitlines() if line.strip()]
+    same = [(r, g) for g in golds for r in rewrites(g)]
+    wrong = [(w, g) for g in golds if (w := bump_digit(g)) is not None]
+    lines = [
+        "| grader | presentation rewrites accepted | one-digit changes accepted (false accepts) |",
+        "|---|---:|---:|",
+    ]
+    for name, grader in graders.items():
+        clear_caches()
+        ok = sum(grader(f"$\\boxed{{{r}}}$", g) for r, g in same)
+        bad = sum(grader(f"$\\boxed{{{w}}}$", g) for w, g in wrong)
+        lines.append(f"| {name} | {ok}/{len(same)} | {bad}/{len(wrong)} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, default=DEFAULT_CASES)
@@ -147,6 +182,8 @@ def main() -> None:
     if args.math500.exists():
         print(f"\nMATH-500 ({args.math500.name}):\n")
         print(math500_check(graders, args.math500))
+        print("\nMATH-500 gold answers, rewritten (must be accepted) and with one digit changed:\n")
+        print(math500_perturbations(graders, args.math500))
     for name, wrong in errors.items():
         print(f"\n{name}: {len(wrong)} disagreements")
         if args.show_errors:

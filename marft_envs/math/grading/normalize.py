@@ -174,6 +174,7 @@ def normalize_answer(text: str) -> str:
     for src, dst in _UNICODE.items():
         s = s.replace(src, dst)
     s = s.replace("\\$", " ").replace("$", " ")
+    s = re.sub(r"(?:\s*(?<!\\)[.;])+\s*$", "", s)  # early too: the rules below anchor at the end
     s = re.sub(r"^\s*\\[\[(]|\\[\])]\s*$", " ", s)
     s = re.sub(r"\\(?:boxed|fbox)\s*\{", "{", s)
     s = _STYLE_RE.sub(" ", s)
@@ -200,7 +201,7 @@ def normalize_answer(text: str) -> str:
     # Spaces inside brackets never matter; a space after a comma is kept because "1, 500" reads
     # as a list where "1,500" reads as fifteen hundred.
     s = re.sub(r"(?<=[(\[{]) | (?=[)\]},]|\\\})", "", s)
-    s = re.sub(r"(?:\s*[.;])+$", "", s).strip()
+    s = re.sub(r"(?:\s*(?<!\\)[.;])+$", "", s).strip()
     return s
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import threading
 import time
@@ -309,3 +310,23 @@ def test_gsm8k_final_numbers_pass_check_gold() -> None:
         final = row["answer"].split("####")[-1].strip()
         check_gold(final)
         assert grade_answer(boxed(final), final)
+
+
+def test_math500_golds_against_rewrites_and_one_digit_changes() -> None:
+    golds = [row["answer"] for row in _rows("math500.jsonl")]
+    rejected, accepted = [], []
+    for gold in golds:
+        same = [gold.replace("\\frac", "\\dfrac"), f"${gold}$."]
+        rejected += [(s, gold) for s in same if not grade_answer(boxed(s), gold)]
+        digits = [
+            m.start()
+            for m in re.finditer(r"\d", gold)
+            if "_" not in gold[max(0, m.start() - 2) : m.start()]
+        ]
+        if digits:
+            i = digits[0]
+            wrong = gold[:i] + str((int(gold[i]) + 1) % 10) + gold[i + 1 :]
+            if grade_answer(boxed(wrong), gold):
+                accepted.append((wrong, gold))
+    assert rejected == []
+    assert accepted == []
