@@ -298,7 +298,7 @@ class ActorCriticTrainer(Trainer):
                 optimizer.zero_grad(set_to_none=True)
                 return float("nan")
             scaled.backward()
-            loss_value += float(loss) * units / total_units
+            loss_value += float(loss.detach()) * units / total_units
         params = [p for g in optimizer.param_groups for p in g["params"]]
         norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
         if torch.isfinite(norm):
@@ -346,9 +346,9 @@ class ActorCriticTrainer(Trainer):
                 objective = (loss - c.entropy_coef * entropy) * weight
                 if torch.isfinite(objective):
                     objective.backward()
-                totals["loss"] += float(objective)
-                totals["policy_loss"] += float(loss) * weight
-                totals["entropy"] += float(entropy) * weight
+                totals["loss"] += float(objective.detach())
+                totals["policy_loss"] += float(loss.detach()) * weight
+                totals["entropy"] += float(entropy.detach()) * weight
                 totals["approx_kl"] += float(st["approx_kl"]) * weight
                 totals["clip_fraction"] += float(st["clip_fraction"]) * weight
                 totals["ratio_mean"] += float(st["ratio_mean"]) * weight

@@ -7,6 +7,7 @@ i})``); otherwise episode ``i`` uses ``reset(seed=i)``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,10 +56,4 @@ def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, An
 
 def greedy(settings: GenerationSettings) -> GenerationSettings:
     """The same settings with greedy decoding."""
-    return GenerationSettings(
-        max_new_tokens=settings.max_new_tokens,
-        temperature=settings.temperature,
-        top_p=1.0,
-        top_k=0,
-        do_sample=False,
-    )
+    return dataclasses.replace(settings, top_p=1.0, top_k=0, do_sample=False)

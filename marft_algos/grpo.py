@@ -242,16 +242,16 @@ class GRPOTrainer(Trainer):
                 ref = self.policy.token_log_probs(agent, prompts, actions, reference=True).log_probs
             kl = aggregate_loss(kl_k3(out.log_probs, ref), mask, kind, **extra)
             objective = objective + c.beta * kl
-            kl_value = float(kl)
+            kl_value = float(kl.detach())
         entropy = masked_mean(out.entropy, mask)
         objective = (objective - c.entropy_coef * entropy) * weight
         if torch.isfinite(objective):
             objective.backward()
         units = int(mask.sum()) / total_tokens
-        totals["loss"] += float(objective)
-        totals["policy_loss"] += float(loss) * weight
+        totals["loss"] += float(objective.detach())
+        totals["policy_loss"] += float(loss.detach()) * weight
         totals["kl"] += kl_value * weight
-        totals["entropy"] += float(entropy) * units
+        totals["entropy"] += float(entropy.detach()) * units
         totals["approx_kl"] += float(st["approx_kl"]) * units
         totals["clip_fraction"] += float(st["clip_fraction"]) * units
         totals["ratio_mean"] += float(st["ratio_mean"]) * units

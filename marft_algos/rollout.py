@@ -30,6 +30,8 @@ class GenerationSettings:
 
     Attributes:
         max_new_tokens: Longest action in tokens.
+        max_new_tokens_per_agent: Per-agent overrides of ``max_new_tokens`` (e.g. a reasoner that
+            writes steps needs more than an actor that writes ``\\boxed{}``).
         temperature: Softmax temperature (log-probs are of the temperature-scaled distribution).
         top_p: Nucleus sampling threshold (1 disables).
         top_k: Top-k sampling (0 disables).
@@ -41,6 +43,11 @@ class GenerationSettings:
     top_p: float = 1.0
     top_k: int = 0
     do_sample: bool = True
+    max_new_tokens_per_agent: Mapping[str, int] | None = None
+
+    def tokens_for(self, agent: str) -> int:
+        """The length cap of ``agent``'s actions."""
+        return int((self.max_new_tokens_per_agent or {}).get(agent, self.max_new_tokens))
 
 
 class GeneratingPolicy(Protocol):
@@ -211,7 +218,7 @@ class RolloutCollector:
                 generations = self.policy.generate(
                     agent,
                     messages,
-                    max_new_tokens=settings.max_new_tokens,
+                    max_new_tokens=settings.tokens_for(agent),
                     temperature=settings.temperature,
                     top_p=settings.top_p,
                     top_k=settings.top_k,

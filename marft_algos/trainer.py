@@ -54,6 +54,8 @@ class TrainerConfig:
     """Seeds episode resets, sampling and minibatch order."""
     max_new_tokens: int = 512
     """Longest action in tokens (paper: 512)."""
+    max_new_tokens_per_agent: dict[str, int] | None = None
+    """Per-agent overrides of max_new_tokens, e.g. {"actor": 16}."""
     temperature: float = 1.0
     """Sampling temperature for rollouts."""
     top_p: float = 1.0
@@ -107,6 +109,7 @@ class TrainerConfig:
             top_p=self.top_p,
             top_k=self.top_k,
             do_sample=True,
+            max_new_tokens_per_agent=dict(self.max_new_tokens_per_agent or {}),
         )
 
     def to_dict(self) -> dict[str, Any]:
