@@ -11,7 +11,8 @@ false-reject rate (right answers rejected) and per-call time (mean, p99), on all
 cases whose label does not depend on a documented policy choice (``"policy": false``). With a
 MATH-500 file it also grades every solution against its own answer (recall) and against the
 next problem's answer (false accepts), and every gold answer against presentation-only rewrites
-of itself and against a copy with one digit changed.
+of itself, against a copy with one digit changed, and (for fractional golds) against the exact
+decimal and a 4-digit rounding of a repeating decimal.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 from marft_envs.math import grading
@@ -98,16 +100,24 @@ def table(rows: dict[str, dict[str, float]]) -> str:
 def math500_check(graders: dict[str, Grader], path: Path) -> str:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     lines = [
-        "| grader | solution vs own answer (accepted) | solution vs next answer (accepted) |",
-        "|---|---:|---:|",
+        "| grader | solution vs own answer (accepted) | solution vs next answer (accepted) "
+        "| mean ms/call | p99 ms/call |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, grader in graders.items():
         clear_caches()
-        own = sum(grader(r["solution"], r["answer"]) for r in rows)
-        shifted = sum(
-            grader(r["solution"], rows[(i + 1) % len(rows)]["answer"]) for i, r in enumerate(rows)
+        pairs = [(r["solution"], r["answer"], True) for r in rows] + [
+            (r["solution"], rows[(i + 1) % len(rows)]["answer"], False) for i, r in enumerate(rows)
+        ]
+        verdicts, times = run(grader, [{"response": p, "gold": g} for p, g, _ in pairs])
+        own = sum(v for v, (_, _, mine) in zip(verdicts, pairs, strict=True) if mine)
+        shifted = sum(v for v, (_, _, mine) in zip(verdicts, pairs, strict=True) if not mine)
+        ordered = sorted(times)
+        lines.append(
+            f"| {name} | {own}/{len(rows)} | {shifted}/{len(rows)} "
+            f"| {1000 * statistics.fmean(times):.2f} "
+            f"| {1000 * ordered[int(0.99 * len(ordered))]:.2f} |"
         )
-        lines.append(f"| {name} | {own}/{len(rows)} | {shifted}/{len(rows)} |")
     return "\n".join(lines)
 
 
@@ -122,25 +132,58 @@ def bump_digit(gold: str) -> str | None:
 
 def rewrites(gold: str) -> list[str]:
     """Presentation-only rewrites of a gold answer; each must grade equal to it."""
-    out = [gold.replace("\\frac", "\\dfrac"), f"${gold}$."]
+    # \dfrac for \frac; whitespace removed wherever TeX ignores it (not between letters).
+    out = [gold.replace("\\frac", "\\dfrac"), re.sub(r"(?<![a-zA-Z])\s+|\s+(?![a-zA-Z])", "", gold)]
     if not re.search(r"[,=]|\\cup|\\in|matrix|text|mbox|\\pm|\d\s*\\frac", gold):
         out.append(f"\\left({gold}\\right)")
     return out
+
+
+def decimal_forms(gold: str) -> tuple[str, bool] | None:
+    """For a gold that is a non-integer rational: its exact decimal (right) or a 4-digit rounding
+    of a repeating one (wrong)."""
+    try:
+        value = grading.parse_answer(gold)
+    except ValueError:
+        return None
+    if not isinstance(value, grading.Scalar) or not value.value.is_Rational:
+        return None
+    frac = Fraction(int(value.value.p), int(value.value.q))
+    if frac.denominator == 1:
+        return None
+    den = frac.denominator
+    for prime in (2, 5):
+        while den % prime == 0:
+            den //= prime
+    if den == 1:  # terminating: the exact decimal is the same number
+        digits = 0
+        while (frac * 10**digits).denominator != 1:
+            digits += 1
+        return f"{float(frac):.{digits}f}", True
+    return f"{float(frac):.4f}", False
 
 
 def math500_perturbations(graders: dict[str, Grader], path: Path) -> str:
     golds = [json.loads(line)["answer"] for line in path.read_text().splitlines() if line.strip()]
     same = [(r, g) for g in golds for r in rewrites(g)]
     wrong = [(w, g) for g in golds if (w := bump_digit(g)) is not None]
+    decimals = [(d, g, ok) for g in golds if (form := decimal_forms(g)) for d, ok in [form]]
+    exact = [(d, g) for d, g, ok in decimals if ok]
+    rounded = [(d, g) for d, g, ok in decimals if not ok]
     lines = [
-        "| grader | presentation rewrites accepted | one-digit changes accepted (false accepts) |",
-        "|---|---:|---:|",
+        "| grader | presentation rewrites accepted | one-digit changes accepted "
+        "| exact decimals of fractions accepted | 4-digit roundings accepted |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, grader in graders.items():
         clear_caches()
-        ok = sum(grader(f"$\\boxed{{{r}}}$", g) for r, g in same)
-        bad = sum(grader(f"$\\boxed{{{w}}}$", g) for w, g in wrong)
-        lines.append(f"| {name} | {ok}/{len(same)} | {bad}/{len(wrong)} |")
+        counts = [
+            sum(grader(f"$\\boxed{{{r}}}$", g) for r, g in pairs)
+            for pairs in (same, wrong, exact, rounded)
+        ]
+        totals = [len(same), len(wrong), len(exact), len(rounded)]
+        cells = " | ".join(f"{c}/{t}" for c, t in zip(counts, totals, strict=True))
+        lines.append(f"| {name} | {cells} |")
     return "\n".join(lines)
 
 
@@ -182,7 +225,7 @@ def main() -> None:
     if args.math500.exists():
         print(f"\nMATH-500 ({args.math500.name}):\n")
         print(math500_check(graders, args.math500))
-        print("\nMATH-500 gold answers, rewritten (must be accepted) and with one digit changed:\n")
+        print("\nMATH-500 gold answers against perturbed copies of themselves:\n")
         print(math500_perturbations(graders, args.math500))
     for name, wrong in errors.items():
         print(f"\n{name}: {len(wrong)} disagreements")
