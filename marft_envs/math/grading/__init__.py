@@ -90,7 +90,7 @@ def _parse_gold(gold: str) -> Answer:
     return parse_answer(gold)
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=16384)  # sympy trees are a few kB each; bound the memory
 def _parse_pred(normalised: str, prefer_list: bool) -> Answer | None:
     try:
         return parse_structure(normalised, prefer_list=prefer_list)

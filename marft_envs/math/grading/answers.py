@@ -375,6 +375,21 @@ def _probe_differs(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol]) ->
     return False
 
 
+def _ratio_varies(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol]) -> bool:
+    """True when a/b takes two clearly different values at the probe points (not proportional)."""
+    values = []
+    for point in _PROBE_POINTS:
+        subs = {s: point[i % len(point)] + i // len(point) for i, s in enumerate(symbols)}
+        try:
+            value = complex((a.subs(subs) / b.subs(subs)).evalf(30))
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            continue
+        if value != value or abs(value) == float("inf"):
+            continue
+        values.append(value)
+    return any(abs(v - values[0]) > 1e-9 * max(abs(v), abs(values[0]), 1.0) for v in values)
+
+
 def exprs_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
     """Whether two sympy expressions are mathematically equal (exactly, or to 40 digits)."""
     if a == b:
@@ -395,6 +410,9 @@ def _proportional(a: sympy.Expr, b: sympy.Expr, *, positive: bool) -> bool:
         return False
     if a == b:
         return True
+    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
+    if symbols and _ratio_varies(a, b, symbols):
+        return False
     ratio = sympy.cancel(a / b)
     if ratio.free_symbols:
         ratio = sympy.simplify(ratio)
