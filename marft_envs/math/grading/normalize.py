@@ -64,8 +64,9 @@ _BASE_SUBSCRIPT_RE = re.compile(r"(\d)_\{?(\d+)\}?")
 _LEADING_ZERO_RE = re.compile(r"(?<![\d.])\.(\d)")
 # 1.5e3 / 2E-4: scientific notation (never a product with e, which would need an operand after).
 _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d.a-zA-Z])")
-# 1\frac{4}{5} as a whole answer is the mixed number 1 + 4/5, not a product.
-_MIXED_RE = re.compile(r"^\s*(-?)\s*(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}\s*$")
+# 1\frac{4}{5} is the mixed number 1 + 4/5 wherever it stands (an integer times a numeric
+# fraction is never written that way); not after ^, _, a letter or a digit ("x^2\frac{1}{3}").
+_MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}")
 # 0.1\overline{6}: a repeating decimal, an exact fraction.
 _REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
 _TRAILING_UNIT_RE = re.compile(r"(?<=[\d}.\s])\s*\b([a-zA-Z]+)\s*(?:\^\s*\{?[23]\}?)?\s*$")
@@ -187,7 +188,7 @@ def normalize_answer(text: str) -> str:
     s = _SCI_RE.sub(r"\1\\times10^{\2}", s)
     s = _REPEATING_RE.sub(_repeating_to_fraction, s)
     s = re.sub(r"\\mathbb\s*\{?R\}?", r"(-\\infty,\\infty)", s)
-    s = _MIXED_RE.sub(r"\1(\2+\\frac{\3}{\4})", s)
+    s = _MIXED_RE.sub(r"(\1+\\frac{\2}{\3})", s)
     # "x = 1 or x = 2" lists solutions; the words must become separators before units go.
     s = re.sub(r"\\(?:text|mbox)\s*\{\s*(?:or|and)\s*\}", ",", s)
     if re.search(r"[\d=]", s):
