@@ -32,8 +32,11 @@ class GradingTimeout(BaseException):
 
 
 def _alarm_available() -> bool:
-    if threading.current_thread() is not threading.main_thread():
-        return False
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return False  # no SIGALRM on Windows; signals are delivered to the main thread only
     if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, signal.SIG_IGN, None):
         return False  # someone else's handler (or an enclosing time_limit) owns the alarm
     return signal.getitimer(signal.ITIMER_REAL)[0] == 0.0
