@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from marft_envs.math.grading.latex import LatexParseError, parse_latex_expr
+from marft_envs.math.grading.latex import parse_latex_expr
 from marft_envs.math.grading.normalize import strip_text_units, text_key, unwrap_text
 
 __all__ = [
     "MAX_ANSWER_CHARS",
     "Answer",
+    "AnswerParseError",
     "Equation",
     "Inequality",
     "Matrix",
@@ -26,6 +27,7 @@ __all__ = [
     "Text",
     "Union",
     "answers_equal",
+    "exprs_equal",
     "parse_structure",
 ]
 
@@ -42,7 +44,7 @@ _ASSIGN_RE = re.compile(
 _SIMPLE_NAME_RE = re.compile(r"[a-zA-Z](?:_\{?\w+\}?)?|\\[a-zA-Z]+")
 _TEXT_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mbox)\s*\{")
 _MATRIX_RE = re.compile(
-    r"^\\begin\{([pbBvV]?matrix|array)\}(?:\{[^}]*\})?(.*)\\end\{\1\}$", re.DOTALL
+    r"^\\begin\{([pbB]?matrix|array)\}(?:\{[^}]*\})?(.*)\\end\{\1\}$", re.DOTALL
 )
 _REL_RE = re.compile(r"\\leq?(?![a-zA-Z])|\\geq?(?![a-zA-Z])|\\neq?(?![a-zA-Z])|<=|>=|<|>|=")
 
@@ -491,6 +493,3 @@ def answers_equal(gold: Answer, pred: Answer) -> bool:
             for g, p in zip(grow, prow, strict=True)
         )
     return False
-
-
-__all__ += ["AnswerParseError", "LatexParseError", "exprs_equal"]
