@@ -21,11 +21,13 @@ Run::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import json
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -64,7 +66,23 @@ def _tensor_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-def measure(model_path: str, n_agents: int, max_new_tokens: int) -> dict:
+def _current_rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _release_free_heap() -> None:
+    """Hand freed heap back to the OS (glibc keeps it otherwise; see RESULTS.md)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def measure(model_path: str, n_agents: int, max_new_tokens: int, trim: bool) -> dict:
     """Run in a fresh process: load, act and train once per agent, report memory."""
     from marft_algos.policy import MultiAgentPolicy
 
@@ -78,6 +96,12 @@ def measure(model_path: str, n_agents: int, max_new_tokens: int) -> dict:
             agent, [g.prompt_ids for g in gens], [g.action_ids for g in gens]
         ).log_probs
         (-logp.sum()).backward()
+        # What an optimizer step + zero_grad(set_to_none=True) leaves behind.
+        for p in policy.trainable_parameters(agent):
+            p.grad = None
+        del gens, logp
+        if trim:
+            _release_free_heap()
     model = policy.model(agents[0])
     lora = sum(p.numel() for p in policy.parameters())
     base = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
@@ -86,13 +110,14 @@ def measure(model_path: str, n_agents: int, max_new_tokens: int) -> dict:
         "base_params": base,
         "lora_params": lora,
         "tensor_bytes": _tensor_bytes(model),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": _peak_rss(),
+        "held_rss_bytes": _current_rss(),
         "seconds": time.perf_counter() - start,
     }
 
 
 def _child(args: argparse.Namespace) -> None:
-    print(json.dumps(measure(args.model, args.child, args.max_new_tokens)))
+    print(json.dumps(measure(args.model, args.child, args.max_new_tokens, not args.no_trim)))
 
 
 def main() -> None:
@@ -101,6 +126,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny base model (smoke test)")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--model", help="use this model instead of building one")
+    parser.add_argument(
+        "--no-trim",
+        action="store_true",
+        help="do not return freed heap to the OS between agents (shows allocator growth)",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
@@ -108,14 +138,10 @@ def main() -> None:
         _child(args)
         return
 
-    from marft_algos.policy.tiny import build_tiny_model
+    from marft_algos.policy.tiny import tiny_model_path
 
-    tmp = tempfile.TemporaryDirectory()
-    model = args.model or str(
-        build_tiny_model(
-            Path(tmp.name) / "base", **(QUICK_SETTINGS if args.quick else BASE_SETTINGS)
-        )
-    )
+    # Built once and cached (see tiny_model_path); ~400 MiB on disk for the ~100M base.
+    model = args.model or str(tiny_model_path(**(QUICK_SETTINGS if args.quick else BASE_SETTINGS)))
     rows = []
     for n in args.agents:
         out = subprocess.run(
@@ -128,40 +154,39 @@ def main() -> None:
                 model,
                 "--max-new-tokens",
                 str(args.max_new_tokens),
+                *(["--no-trim"] if args.no_trim else []),
             ],
             check=True,
             capture_output=True,
             text=True,
         )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    tmp.cleanup()
 
     one = rows[0]
     mib = 1024**2
     print(
-        f"base model: {one['base_params'] / 1e6:.1f}M parameters, float32, torch {torch.__version__}"
+        f"base model: {one['base_params'] / 1e6:.1f}M parameters, float32, torch {torch.__version__}, "
+        f"heap trimmed between agents: {not args.no_trim}"
     )
     print(
-        f"{'agents':>6} {'LoRA params':>12} {'param+buffer MiB':>17} {'peak RSS MiB':>13} "
-        f"{'tensor cost/added agent':>24} {'RSS cost/added agent':>21}"
+        f"{'agents':>6} {'LoRA params':>12} {'param+buffer MiB':>17} {'held RSS MiB':>13} "
+        f"{'peak RSS MiB':>13}   cost per added agent (% of 1 agent): tensors / held RSS / peak RSS"
     )
     for row in rows:
         extra = row["agents"] - one["agents"]
-        if extra:
-            t_pct = 100 * (row["tensor_bytes"] - one["tensor_bytes"]) / extra / one["tensor_bytes"]
-            r_pct = (
-                100
-                * (row["peak_rss_bytes"] - one["peak_rss_bytes"])
-                / extra
-                / one["peak_rss_bytes"]
-            )
-            t_txt, r_txt = f"{t_pct:.2f}%", f"{r_pct:.2f}%"
-        else:
-            t_txt = r_txt = "-"
+        pct = []
+        for key in ("tensor_bytes", "held_rss_bytes", "peak_rss_bytes"):
+            pct.append(f"{100 * (row[key] - one[key]) / extra / one[key]:.2f}%" if extra else "-")
         print(
             f"{row['agents']:>6} {row['lora_params']:>12,} {row['tensor_bytes'] / mib:>17.1f} "
-            f"{row['peak_rss_bytes'] / mib:>13.1f} {t_txt:>24} {r_txt:>21}"
+            f"{row['held_rss_bytes'] / mib:>13.1f} {row['peak_rss_bytes'] / mib:>13.1f}   "
+            + " / ".join(pct)
         )
+    per_adapter = one["lora_params"] / one["base_params"]
+    print(
+        f"one adapter = {100 * per_adapter:.2f}% of the base parameters; with its gradients and Adam "
+        f"moments while training: {400 * per_adapter:.2f}%"
+    )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

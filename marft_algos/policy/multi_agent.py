@@ -390,6 +390,8 @@ class MultiAgentPolicy:
         backbone = self.backbone(agent)
         temp = self.temperature if temperature is None else float(temperature)
         prompts = [list(map(int, p)) for p in prompt_ids]
+        if not prompts:
+            return []
         input_ids, attention_mask = left_pad(prompts, backbone.pad_id, backbone.device)  # (B, P)
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
