@@ -25,6 +25,7 @@ from marft_envs.core import (
     Transition,
     Turn,
 )
+from marft_envs.gym_bridge import GymnasiumEnv, make_gymnasium
 from marft_envs.registration import (
     EntryPointError,
     EnvSpec,
@@ -48,6 +49,7 @@ __all__ = [
     "EntryPointError",
     "EnvSpec",
     "FlexPOMDPEnv",
+    "GymnasiumEnv",
     "Independent",
     "Orchestrator",
     "RoundRecord",
@@ -58,6 +60,7 @@ __all__ = [
     "Turn",
     "UnknownEnvError",
     "make",
+    "make_gymnasium",
     "pprint_registry",
     "register",
     "registry",

@@ -35,3 +35,13 @@ def test_gymnasium_step_semantics_with_retries_and_round_info():
 def test_teams_are_rejected_with_a_pointer_to_pettingzoo():
     with pytest.raises(ValueError, match="one-agent environment"):
         GymnasiumEnv(marft_envs.make("relay-v0"))
+
+
+def test_math_single_env_through_gymnasium():
+    env = marft_envs.make_gymnasium("math-single-v0")
+    env.reset(seed=0)
+    gold = env.aec.unwrapped.problem.answer
+    _, reward, terminated, truncated, info = env.step(f"The answer is \\boxed{{{gold}}}")
+    assert (reward, terminated, truncated) == (1.0, True, False) and info["correct"] is True
+    env.reset(seed=0)
+    assert env.step("no idea")[1] == 0.0
