@@ -66,6 +66,13 @@ class MetricsLogger:
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
 
+    def truncate_after(self, step: int) -> None:
+        """Drop records past ``step`` (a resumed run rewrites the iterations after its checkpoint)."""
+        self.records = [r for r in self.records if r["iteration"] <= step]
+        if self.path is not None and self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["iteration"] <= step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()

@@ -395,6 +395,7 @@ class Trainer(ABC):
                 raise FileNotFoundError(f"No checkpoint-* directory in {self.config.output_dir} to resume from.")
             directory = found[-1]
         self.load_checkpoint(directory)
+        self.logger.truncate_after(self.iteration)
         logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
 
 
