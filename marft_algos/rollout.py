@@ -100,7 +100,7 @@ class Episode:
         options: The ``reset`` options.
         decisions: Its decisions in the realised order.
         agent_returns: Sum of each agent's rewards.
-        team_return: Sum of the rounds' team rewards.
+        team_return: Sum of the rounds' team rewards ``r_t`` (before credit assignment).
         info: The final round's info (e.g. ``{"correct": True, ...}``).
         group: Caller-given group id (GRPO groups episodes of the same prompt).
     """
@@ -268,7 +268,7 @@ class RolloutCollector:
         buffer[-1].round_end = True
         episode = results[episode_index]
         episode.decisions.extend(buffer)
-        episode.team_return += float(sum(record.rewards.values()))
+        episode.team_return += record.team_reward
         for a, r in record.rewards.items():
             episode.agent_returns[a] = episode.agent_returns.get(a, 0.0) + r
         buffer.clear()

@@ -64,6 +64,7 @@ class RoundRecord:
     actions: list[tuple[str, str]]
     rewards: dict[str, float]
     info: dict[str, Any]
+    team_reward: float = 0.0
 
 
 class FlexPOMDPEnv(AECEnv):
@@ -313,6 +314,7 @@ class FlexPOMDPEnv(AECEnv):
                 actions=list(self._round.actions),
                 rewards=rewards,
                 info=dict(result.info),
+                team_reward=team_reward,
             )
         )
         self.timestep += 1
