@@ -1,0 +1,392 @@
+"""Train ``marft-tiny-math``, the small pretrained math model shipped with marft.
+
+The model is a small Qwen2 causal LM with a byte-level BPE tokenizer (digits are single tokens,
+ChatML chat template), trained from scratch, supervised, on the built-in generated problems
+(``builtin:train``; ``builtin:test`` is held out). Every training prompt is rendered from the real
+environment observations of ``math-dual-v0`` and ``math-single-v0``, with the tokenizer's chat
+template, so the model sees at RL time exactly the prompts it was trained on. Targets:
+
+- reasoner (dual team): the worked steps of the solution, without the final ``\\boxed{}`` line;
+- actor (dual team): ``\\boxed{<answer>}`` only, read off the reasoner's steps in its observation;
+- actor (single agent): the full worked solution ending in ``\\boxed{<answer>}``.
+
+Each target ends with ``<|im_end|>``, the token on which ``MultiAgentPolicy.generate`` stops. The
+loss covers target tokens only. After training the script saves the model (float16 weights) and
+tokenizer in Hugging Face format and evaluates the saved folder with the library itself
+(``MultiAgentPolicy`` + ``RolloutCollector``, greedy and sampled) on ``builtin:test``.
+
+Run from the repository root::
+
+    python scripts/train_builtin_model.py --output marft_algos/policy/pretrained/marft-tiny-math
+
+``--eval-only`` measures an existing folder without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import marft_envs
+from marft_algos.evaluation import evaluation_requests, summarize_episodes
+from marft_algos.policy import MultiAgentPolicy, build_tiny_tokenizer
+from marft_algos.policy.rendering import render_prompt_ids
+from marft_algos.rollout import GenerationSettings, RolloutCollector
+from marft_envs.math.data import MathDataset, MathProblem, load_dataset
+from marft_envs.math.profiles import DUAL_PROFILES, SINGLE_PROFILES, TRIO_PROFILES
+
+DUAL_ENV = "math-dual-v0"
+SINGLE_ENV = "math-single-v0"
+EOS = "<|im_end|>"
+
+
+# --- data --------------------------------------------------------------------------------------
+
+
+def reasoner_target(problem: MathProblem) -> str:
+    """The worked steps without the final ``\\boxed{}`` line (the reasoner must not box)."""
+    lines = problem.solution.split("\n")
+    return "\n".join(line for line in lines if "\\boxed" not in line)
+
+
+def actor_target(problem: MathProblem) -> str:
+    """The dual actor's short final answer."""
+    return f"\\boxed{{{problem.answer}}}"
+
+
+def single_target(problem: MathProblem) -> str:
+    """The single actor's full solution, ending in ``\\boxed{}``."""
+    return problem.solution
+
+
+def env_observations(problem_index: int, dual: Any, single: Any, steps: str) -> dict[str, list]:
+    """The chat messages each role reads for problem ``problem_index``, straight from the envs.
+
+    The dual actor's observation is taken after the reasoner has "said" ``steps``, so the env
+    itself formats the reasoner's message exactly as it will at RL time.
+    """
+    out: dict[str, list] = {}
+    dual.reset(options={"index": problem_index})
+    assert dual.agent_selection == "reasoner"
+    out["reasoner"] = dual.observe("reasoner")["messages"]
+    dual.step(steps)
+    assert dual.agent_selection == "actor"
+    out["actor"] = dual.observe("actor")["messages"]
+    single.reset(options={"index": problem_index})
+    out["single"] = single.observe("actor")["messages"]
+    return out
+
+
+def tokenizer_corpus(problems: Sequence[MathProblem]) -> list[str]:
+    """Tokenizer training text: every profile prompt (repeated, so they merge into few tokens),
+    the env's message framing, problem texts and solutions."""
+    prompts = [p.system_prompt for p in (*SINGLE_PROFILES, *DUAL_PROFILES, *TRIO_PROFILES)]
+    corpus = prompts * 50
+    # The chat template's role names and the env's message framing appear in every prompt.
+    framing = ["system\n", "user\n", "assistant\n", "Problem: ", "[reasoner]\n", "[actor]\n", "\\boxed{"]
+    corpus += [*framing, "Attempt 1: the team answered 7, which is incorrect."] * 50
+    corpus += [f"Problem: {p.problem}" for p in problems]
+    corpus += [p.solution for p in problems]
+    return corpus
+
+
+def build_examples(
+    tokenizer: Any,
+    problems: Sequence[MathProblem],
+    dataset: MathDataset,
+    mix: dict[str, float],
+    rng: random.Random,
+) -> list[tuple[list[int], list[int], str]]:
+    """``(prompt ids, target ids + EOS, role)`` triples rendered from the real env observations.
+
+    Every problem gives a reasoner and a dual-actor example; ``mix`` gives the fraction of problems
+    that also give an example for each role (1.0 = every problem).
+    """
+    dual = marft_envs.make(DUAL_ENV, dataset=dataset)
+    single = marft_envs.make(SINGLE_ENV, dataset=dataset)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS)
+    examples = []
+    for i, problem in enumerate(problems):
+        steps = reasoner_target(problem)
+        obs = env_observations(i, dual, single, steps)
+        targets = {"reasoner": steps, "actor": actor_target(problem), "single": single_target(problem)}
+        for role, target in targets.items():
+            if rng.random() >= mix[role]:
+                continue
+            prompt = render_prompt_ids(tokenizer, obs[role])
+            ids = [*tokenizer.encode(target, add_special_tokens=False), eos_id]
+            examples.append((prompt, ids, role))
+    return examples
+
+
+# --- model and training ------------------------------------------------------------------------
+
+
+def build_model(tokenizer: Any, args: argparse.Namespace) -> Any:
+    """A freshly initialised Qwen2 causal LM sized by the command line."""
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=args.hidden,
+        intermediate_size=args.intermediate or 4 * args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads or args.heads,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        attention_dropout=0.0,
+        use_sliding_window=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    return model
+
+
+def make_batch(
+    examples: Sequence[tuple[list[int], list[int], str]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``(input_ids, attention_mask, labels)``; labels are -100 outside targets."""
+    width = max(len(p) + len(t) for p, t, _ in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # (B, T)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)  # (B, T)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)  # (B, T)
+    for row, (prompt, target, _) in enumerate(examples):
+        seq = prompt + target
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+        labels[row, len(prompt) : len(seq)] = torch.tensor(target)
+    return ids, mask, labels
+
+
+def batches(
+    examples: list[tuple[list[int], list[int], str]], batch_size: int, rng: random.Random
+) -> list[list[tuple[list[int], list[int], str]]]:
+    """One epoch of batches of similar lengths (less padding), in random order."""
+    order = sorted(examples, key=lambda e: (len(e[0]) + len(e[1]), rng.random()))
+    chunks = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    rng.shuffle(chunks)
+    return chunks
+
+
+def train(model: Any, examples: list, pad_id: int, args: argparse.Namespace) -> None:
+    """AdamW with linear warm-up and cosine decay, for ``args.steps`` steps or ``args.minutes``."""
+    rng = random.Random(args.seed)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01, eps=1e-8
+    )
+    warmup = max(1, args.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return args.lr * (step + 1) / warmup
+        progress = (step - warmup) / max(1, args.steps - warmup)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    model.train()
+    queue: list = []
+    start, cpu_start = time.time(), time.process_time()
+    running = 0.0
+    for step in range(args.steps):
+        if not queue:
+            queue = batches(examples, args.batch_size, rng)
+        ids, mask, labels = make_batch(queue.pop(), pad_id)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        running = loss.item() if step == 0 else 0.95 * running + 0.05 * loss.item()
+        if step % 50 == 0 or step == args.steps - 1:
+            # Wall time depends on what else the machine runs; process CPU time does not.
+            wall, cpu = time.time() - start, time.process_time() - cpu_start
+            print(f"step {step:5d}  loss {running:.4f}  lr {lr_at(step):.2e}  wall {wall:5.0f}s  cpu {cpu:5.0f}s",
+                  flush=True)
+    model.eval()
+
+
+# --- evaluation with the library -----------------------------------------------------------------
+
+
+def _shift_digits(text: str) -> str:
+    """Every digit replaced by the next one (9 -> 0): same shape, wrong numbers."""
+    return re.sub(r"\d", lambda m: str((int(m.group()) + 1) % 10), text)
+
+
+class CorruptReasoner:
+    """Wraps a policy so the reasoner's message, as the env receives it, has its digits shifted.
+
+    Used to check that the dual actor really reads the reasoner's steps: if it does, its accuracy
+    collapses when those steps carry wrong numbers.
+    """
+
+    def __init__(self, policy: MultiAgentPolicy) -> None:
+        self.policy = policy
+
+    def generate(self, agent: str, messages_batch: list, **kwargs: Any) -> list[Any]:
+        out = self.policy.generate(agent, messages_batch, **kwargs)
+        if agent != "reasoner":
+            return out
+        return [g._replace(text=_shift_digits(g.text)) for g in out]
+
+
+def _settings(caps: dict[str, int], **kwargs: Any) -> GenerationSettings:
+    """Generation settings with a length cap per agent where the collector supports one."""
+    fields = getattr(GenerationSettings, "__dataclass_fields__", {})
+    if "max_new_tokens_per_agent" in fields:
+        return GenerationSettings(max_new_tokens=max(caps.values()), max_new_tokens_per_agent=caps, **kwargs)
+    return GenerationSettings(max_new_tokens=max(caps.values()), **kwargs)
+
+
+def evaluate(
+    path: str | Path,
+    dataset: MathDataset,
+    num_problems: int,
+    *,
+    max_new_tokens: dict[str, int],
+    sampled: bool = True,
+    corrupt: bool = True,
+    num_envs: int = 100,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Accuracy of the saved model on ``dataset`` through MultiAgentPolicy + RolloutCollector."""
+    results: dict[str, Any] = {}
+    runs = [("dual", DUAL_ENV), ("single", SINGLE_ENV)]
+    for team, env_id in runs:
+        agents = marft_envs.make(env_id, dataset=dataset).possible_agents
+        policy = MultiAgentPolicy.from_pretrained(str(path), agents, seed=seed)
+        caps = {a: max_new_tokens[a if team == "dual" else "single"] for a in agents}
+        modes = [("greedy", _settings(caps, do_sample=False))]
+        if sampled:
+            modes.append(("sampled", _settings(caps, do_sample=True, temperature=1.0)))
+        wrappers: list[tuple[str, Any]] = [("", policy)]
+        if corrupt and team == "dual":
+            wrappers.append(("corrupt_reasoner_", CorruptReasoner(policy)))
+        for prefix, pol in wrappers:
+            for mode, settings in modes:
+                if prefix and mode == "sampled":
+                    continue
+                collector = RolloutCollector.from_factory(
+                    pol, lambda env_id=env_id: marft_envs.make(env_id, dataset=dataset), num_envs, settings, seed=seed
+                )
+                t0 = time.time()
+                episodes = collector.collect(evaluation_requests(collector, num_problems))
+                metrics = summarize_episodes(episodes, "eval")
+                key = f"{prefix}{team}_{mode}"
+                results[key] = {
+                    "accuracy": metrics["eval/accuracy"],
+                    "n": len(episodes),
+                    "action_tokens_mean": metrics.get("eval/action_tokens_mean"),
+                    "action_cut_fraction": metrics.get("eval/action_cut_fraction"),
+                    "seconds": round(time.time() - t0, 1),
+                }
+                print(f"{key:28s} {json.dumps(results[key])}", flush=True)
+                if key in ("dual_greedy", "single_greedy"):
+                    for e in episodes[:4]:
+                        texts = " || ".join(repr(d.text) for d in e.decisions)
+                        print(f"    gold={e.info.get('gold')!r}  {texts}", flush=True)
+    return results
+
+
+# --- entry point -------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output", default="marft_algos/policy/pretrained/marft-tiny-math")
+    p.add_argument("--levels", default="1,2", help="generator levels to train and evaluate on")
+    p.add_argument("--families", default="", help="comma-separated generator families (empty: all)")
+    p.add_argument("--train-size", type=int, default=5000, help="problems drawn from builtin:train")
+    p.add_argument("--mix", default="reasoner=1,actor=1,single=0.3",
+                   help="fraction of problems giving an example for each role")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=0)
+    p.add_argument("--intermediate", type=int, default=0)
+    p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--eval-problems", type=int, default=200)
+    p.add_argument("--eval-only", action="store_true", help="evaluate --output without training")
+    p.add_argument("--no-sampled", action="store_true", help="skip the sampled evaluation")
+    p.add_argument("--max-new-tokens", default="reasoner=48,actor=16,single=64")
+    p.add_argument("--results", default="", help="also write the evaluation results to this JSON file")
+    return p.parse_args(argv)
+
+
+def _kv(text: str, cast: type) -> dict[str, Any]:
+    return {k: cast(v) for k, v in (item.split("=") for item in text.split(","))}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    levels = [int(v) for v in args.levels.split(",")]
+    families = [f for f in args.families.split(",") if f] or None
+    out = Path(args.output)
+    max_new = _kv(args.max_new_tokens, int)
+    print(f"levels={levels} families={families or 'all'}", flush=True)
+
+    if not args.eval_only:
+        t0 = time.time()
+        train_set = load_dataset("builtin:train", size=args.train_size, levels=levels, subjects=families)
+        problems = list(train_set)
+        print(f"train problems: {len(problems)} from builtin:train", flush=True)
+        tokenizer = build_tiny_tokenizer(vocab_size=args.vocab, corpus=tokenizer_corpus(problems))
+        examples = build_examples(tokenizer, problems, train_set, _kv(args.mix, float), random.Random(args.seed))
+        counts: dict[str, list[int]] = {}
+        for _prompt, target, role in examples:
+            counts.setdefault(role, []).append(len(target))
+        for role, lengths in counts.items():
+            print(f"  {role:8s} examples {len(lengths):6d}  target tokens mean {sum(lengths) / len(lengths):.1f} "
+                  f"max {max(lengths)}", flush=True)
+        prompt_lengths = [len(p) for p, _, _ in examples]
+        print(f"  prompt tokens mean {sum(prompt_lengths) / len(prompt_lengths):.1f} max {max(prompt_lengths)}",
+              flush=True)
+        model = build_model(tokenizer, args)
+        n_params = sum(p.numel() for p in model.parameters())
+        print(f"model: Qwen2 hidden={args.hidden} layers={args.layers} heads={args.heads} "
+              f"vocab={len(tokenizer)} params={n_params:,}", flush=True)
+        train(model, examples, tokenizer.pad_token_id, args)
+        out.mkdir(parents=True, exist_ok=True)
+        model.to(torch.float16).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+        print(f"saved to {out} ({size / 1e6:.2f} MB) after {time.time() - t0:.0f}s", flush=True)
+        (out / "training_args.json").write_text(json.dumps(vars(args), indent=2) + "\n")
+
+    test_set = load_dataset("builtin:test", levels=levels, subjects=families)
+    t1 = time.time()
+    results = evaluate(out, test_set, args.eval_problems, max_new_tokens=max_new, sampled=not args.no_sampled)
+    print(f"evaluation took {time.time() - t1:.0f}s", flush=True)
+    print(json.dumps(results, indent=2))
+    if args.results:
+        record = {"levels": levels, "families": families, "split": "builtin:test",
+                  "max_new_tokens": max_new, "results": results}
+        Path(args.results).write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

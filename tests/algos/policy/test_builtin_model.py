@@ -1,0 +1,74 @@
+"""The packaged ``marft-tiny-math`` model: name resolution, offline loading, and calibration.
+
+The accuracy bounds are deliberately loose: the model is meant to be neither useless nor perfect
+on the held-out built-in problems, so that RL fine-tuning has something to improve.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import marft_envs
+from marft_algos.evaluation import evaluation_requests, summarize_episodes
+from marft_algos.policy import MultiAgentPolicy
+from marft_algos.policy.pretrained import BUILTIN_MODELS, resolve_model
+from marft_algos.rollout import GenerationSettings, RolloutCollector
+from marft_envs.math.data import load_dataset
+
+NAME = "marft-tiny-math"
+#: The generator levels the model was trained and calibrated on (see docs/builtin_model.md).
+LEVELS = [1]
+NUM_PROBLEMS = 30
+
+
+def test_short_name_resolves_to_the_packaged_folder() -> None:
+    path = Path(resolve_model(NAME))
+    assert path == Path(BUILTIN_MODELS[NAME])
+    assert path.is_dir()
+    assert "marft_algos" in path.parts
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        assert (path / name).is_file(), name
+
+
+def test_other_names_pass_through_unchanged(tmp_path: Path) -> None:
+    assert resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert resolve_model(tmp_path) == str(tmp_path)
+
+
+def test_loads_offline_with_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = resolve_model(NAME)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    assert model.config.model_type == "qwen2"
+    assert next(model.parameters()).dtype == torch.float32
+    assert tokenizer.chat_template
+    assert tokenizer.eos_token == "<|im_end|>"
+    # Digits are single tokens, so numbers are learnable digit by digit.
+    assert len(tokenizer.encode("1234567890", add_special_tokens=False)) == 10
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Problem: Compute 2 + 3."}], add_generation_prompt=True, tokenize=False
+    )
+    assert text.endswith("<|im_start|>assistant\n")
+    ids = tokenizer("Problem: Compute 2 + 3.", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits  # (1, T, vocab)
+    assert torch.isfinite(logits).all()
+
+
+def test_untuned_dual_team_is_neither_useless_nor_perfect() -> None:
+    dataset = load_dataset("builtin:test", levels=LEVELS)
+    env_fn = lambda: marft_envs.make("math-dual-v0", dataset=dataset)  # noqa: E731
+    policy = MultiAgentPolicy.from_pretrained(NAME, env_fn().possible_agents, seed=0)
+    # Level-1 reasoner steps are at most 39 tokens and the actor's \\boxed{} at most 11.
+    settings = GenerationSettings(max_new_tokens=40, max_new_tokens_per_agent={"actor": 16}, do_sample=False)
+    collector = RolloutCollector.from_factory(policy, env_fn, NUM_PROBLEMS, settings)
+    episodes = collector.collect(evaluation_requests(collector, NUM_PROBLEMS))
+    accuracy = summarize_episodes(episodes, "eval")["eval/accuracy"]
+    assert len(episodes) == NUM_PROBLEMS
+    assert 0.05 <= accuracy <= 0.9, accuracy
