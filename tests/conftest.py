@@ -7,6 +7,15 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config):
+    # The tests use tiny models, whose matrix products gain nothing from a second thread; on a
+    # busy 2-core machine two OpenMP threads wait on each other for a scheduler slice per op
+    # (measured: a trainer test took 47 s with 2 threads and 15 s with 1 under the same load).
+    import torch
+
+    torch.set_num_threads(1)
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import DigitsEnv
+from trainer_envs import DigitsEnv
 
 from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
 from marft_algos.grpo import GRPOConfig, GRPOTrainer

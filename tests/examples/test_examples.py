@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=600,
         cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},  # tiny models: see tests/conftest.py
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
@@ -81,7 +83,7 @@ def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "evaluate.py"), "--checkpoint", str(out / "checkpoint-1"),
          "--env", "math-dual-v0", "--episodes", "2"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode != 0 and "do not match" in result.stderr
 
