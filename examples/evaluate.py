@@ -30,6 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=None, help="Base model when no checkpoint is given (default: marft-tiny-math).")
     parser.add_argument("--env", default="math-dual-v0", help="Registered env id (default: math-dual-v0).")
     parser.add_argument("--dataset", default="builtin:test", help="Problems to evaluate on (default: builtin:test).")
+    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=None, help="Keep only these difficulty levels, e.g. 1,2 (default: all).")
     parser.add_argument("--episodes", type=int, default=200, help="Number of problems, taken in order (default: 200).")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="Longest action in tokens (default: 48).")
     parser.add_argument("--max-new-tokens-per-agent", type=json.loads, default={"actor": 16}, help='Per-agent caps as JSON (default: {"actor": 16}).')
@@ -40,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    dataset = load_dataset(args.dataset)
+    dataset = load_dataset(args.dataset, levels=args.levels)
     env_fn = lambda: marft_envs.make(args.env, dataset=dataset)  # noqa: E731
     agents = env_fn().possible_agents
     if args.checkpoint is not None:
