@@ -267,6 +267,8 @@ class Trainer(ABC):
         records: list[dict[str, Any]] = []
         bar = _Progress(progress, self.config.iterations, self.iteration)
         with bar:
+            if self.iteration == 0:
+                self.logger.truncate_after(-1)  # a fresh run replaces an earlier run's records
             if self.iteration == 0 and self.eval_collector is not None:
                 initial = self.evaluate()
                 self.logger.log(0, {**initial, "iteration_kind": "initial_eval"})

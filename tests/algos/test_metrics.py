@@ -37,3 +37,12 @@ def test_tensorboard_scalars_are_written(tmp_path):
 def test_tensorboard_needs_a_directory():
     with pytest.raises(ValueError, match="needs an output_dir"):
         MetricsLogger(None, tensorboard=True)
+
+
+def test_a_fresh_run_replaces_old_records(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"iteration": 7}\n')
+    log = MetricsLogger(tmp_path)
+    log.truncate_after(-1)
+    log.log(0, {"eval/accuracy": 0.1})
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0]
