@@ -136,16 +136,19 @@ def action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
     width = batch.action_ids.shape[1]
     start = batch.prompt_width - 1
     keep = torch.arange(start, start + width, device=batch.input_ids.device)  # (T,)
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-        logits_to_keep=keep,
-    )
+    inputs = {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask,
+        "position_ids": batch.position_ids,
+        "use_cache": False,
+    }
+    try:
+        out = model(**inputs, logits_to_keep=keep)
+    except TypeError:
+        # Architectures without ``logits_to_keep`` return every column; sliced below.
+        out = model(**inputs)
     logits = out.logits
     if logits.shape[1] != width:
-        # A model that ignores ``logits_to_keep`` returns every column; slice them here.
         logits = logits[:, start : start + width]
     return logits  # (batch, T, vocab)
 
