@@ -95,6 +95,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--actor-max-new-tokens", type=int, default=None, help="Override of the actor's cap (16).")
     parser.add_argument("--eval-episodes", type=int, default=200, help="Held-out builtin:test problems (the first N).")
     parser.add_argument("--eval-every", type=int, default=5, help="Held-out evaluation every K iterations.")
+    parser.add_argument(
+        "--levels", type=int, nargs="+", default=None, help="Problem levels of builtin:train and builtin:test (default: all)."
+    )
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (LoraSettings default: 8).")
     parser.add_argument("--lora-alpha", type=float, default=16, help="LoRA alpha (LoraSettings default: 16).")
     parser.add_argument("--settings", nargs="+", default=None, help=f"Subset of {[s.name for s in SETTINGS]}.")
@@ -337,7 +340,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     shared = shared_hyperparameters(args)
     output_dir = Path(args.output_dir)
     summary_dir = Path(args.summary_dir) if args.summary_dir else output_dir.parent
-    datasets = (load_dataset("builtin:train"), load_dataset("builtin:test"))
+    level_kwargs = {} if args.levels is None else {"levels": list(args.levels)}
+    datasets = (load_dataset("builtin:train", **level_kwargs), load_dataset("builtin:test", **level_kwargs))
     results: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
     for setting in selected:
@@ -371,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "max_new_tokens": shared["max_new_tokens"],
             "max_new_tokens_per_agent": shared["max_new_tokens_per_agent"],
         },
+        "levels": args.levels,
         "eval": {"dataset": "builtin:test", "episodes": args.eval_episodes, "decoding": "greedy", "every": args.eval_every},
         "hyperparameters": shared,
         "lora": {"r": args.lora_rank, "alpha": args.lora_alpha},

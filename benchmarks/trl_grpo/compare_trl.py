@@ -46,6 +46,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=16, help="Completion length cap (default: 16).")
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="Adapter learning rate (default: 3e-4).")
     parser.add_argument("--warmup-updates", type=int, default=1, help="Updates left out of the throughput window.")
+    parser.add_argument(
+        "--levels", type=int, nargs="+", default=None, help="Problem levels of builtin:train and builtin:test (default: all)."
+    )
     parser.add_argument("--eval-episodes", type=int, default=200, help="Held-out builtin:test problems (the first N).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of both trainers (default: 0).")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads for both (default: 1).")
@@ -54,7 +57,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def evaluate(model: str, adapter_path: str | None, eval_episodes: int, max_new_tokens: int, threads: int) -> dict[str, Any]:
+def level_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``load_dataset`` keyword arguments for ``--levels``."""
+    return {} if args.levels is None else {"levels": list(args.levels)}
+
+
+def evaluate(args: argparse.Namespace, adapter_path: str | None) -> dict[str, Any]:
     """Greedy held-out accuracy of the base model with ``adapter_path`` (None: untuned)."""
     import marft_envs
     from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
@@ -62,16 +70,16 @@ def evaluate(model: str, adapter_path: str | None, eval_episodes: int, max_new_t
     from marft_algos.rollout import GenerationSettings, RolloutCollector
     from marft_envs.math.data import load_dataset
 
-    test = load_dataset("builtin:test")
+    test = load_dataset("builtin:test", **level_kwargs(args))
     eval_env_fn = lambda: marft_envs.make(ENV_ID, dataset=test)  # noqa: E731
     agents = eval_env_fn().possible_agents
-    specs = {a: AgentSpec(adapter_path=adapter_path, trainable=False) for a in agents} if adapter_path else None
-    if specs is None:
-        specs = {a: AgentSpec(trainable=False) for a in agents}
-    policy = MultiAgentPolicy.from_pretrained(model, agents, specs=specs)
-    settings = greedy(GenerationSettings(max_new_tokens=max_new_tokens))
+    # A frozen agent with adapter_path=None acts with the plain base model (the untuned row).
+    specs = {a: AgentSpec(adapter_path=adapter_path, trainable=False) for a in agents}
+    policy = MultiAgentPolicy.from_pretrained(args.model, agents, specs=specs)
+    settings = greedy(GenerationSettings(max_new_tokens=args.max_new_tokens))
+    threads = args.prompts_per_update * args.num_generations
     collector = RolloutCollector.from_factory(policy, eval_env_fn, threads, settings, seed=0)
-    episodes = collector.collect(evaluation_requests(collector, eval_episodes), settings)
+    episodes = collector.collect(evaluation_requests(collector, args.eval_episodes), settings)
     return summarize_episodes(episodes, "eval")
 
 
@@ -100,7 +108,7 @@ def run_marft(args: argparse.Namespace, adapter_dir: Path) -> tuple[dict[str, An
     from marft_algos.rollout import Episode
     from marft_envs.math.data import load_dataset
 
-    train = load_dataset("builtin:train")
+    train = load_dataset("builtin:train", **level_kwargs(args))
     env_fn = lambda: marft_envs.make(ENV_ID, dataset=train)  # noqa: E731
     agents = env_fn().possible_agents
     batch = args.prompts_per_update * args.num_generations
@@ -263,9 +271,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"trl:   {trl_result['episodes_per_s']:.2f} episodes/s", flush=True)
 
     threads = args.prompts_per_update * args.num_generations
-    untuned = evaluate(args.model, None, args.eval_episodes, args.max_new_tokens, threads)
-    marft_result["eval"] = evaluate(args.model, str(out / "marft_adapter" / "actor"), args.eval_episodes, args.max_new_tokens, threads)
-    trl_result["eval"] = evaluate(args.model, str(out / "trl_adapter"), args.eval_episodes, args.max_new_tokens, threads)
+    untuned = evaluate(args, None)
+    marft_result["eval"] = evaluate(args, str(out / "marft_adapter" / "actor"))
+    trl_result["eval"] = evaluate(args, str(out / "trl_adapter"))
     results = {
         "model": args.model,
         "settings": {k: v for k, v in vars(args).items() if k not in ("output_dir", "results")},
