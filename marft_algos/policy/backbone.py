@@ -80,7 +80,7 @@ class Backbone:
                 f"Adapter name {adapter!r} is part of peft's 'lora_' prefix and would be confused "
                 f"with it when loading; pick a longer name, e.g. AgentSpec(adapter='agent_{adapter}')."
             )
-        with _seeded(seed, self.device), warnings.catch_warnings():
+        with seeded_rng(seed, self.device), warnings.catch_warnings():
             # peft still calls transformers' deprecated ``is_gradient_checkpointing``; not ours to fix.
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
             if path is not None:
@@ -182,7 +182,8 @@ def _special_ids(model: Any, tokenizer: Any) -> tuple[int, list[int]]:
 
 
 @contextlib.contextmanager
-def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+def seeded_rng(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Run under ``torch.manual_seed(seed)`` in a forked RNG, or unchanged when seed is None."""
     if seed is None:
         yield
         return

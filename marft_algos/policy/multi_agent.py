@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from marft_algos.policy.backbone import Backbone, load_backbone
+from marft_algos.policy.backbone import Backbone, load_backbone, seeded_rng
 from marft_algos.policy.config import AgentSpec, LoraSettings
 from marft_algos.policy.forward import (
     action_logits,
@@ -406,7 +406,7 @@ class MultiAgentPolicy:
             gen_kwargs.update(temperature=temp, top_p=top_p, top_k=top_k)
         if generator is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-        with _rng_scope(seed, backbone.device), torch.no_grad(), self.acting(agent) as model:
+        with seeded_rng(seed, backbone.device), torch.no_grad(), self.acting(agent) as model:
             sequences = model.generate(
                 input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs
             )  # (B, P + T_gen)
@@ -460,15 +460,3 @@ class MultiAgentPolicy:
             backbone.model.to(dev)
             backbone.device = dev
         return self
-
-
-@contextlib.contextmanager
-def _rng_scope(seed: int | None, device: torch.device) -> Iterator[None]:
-    """Run under ``torch.manual_seed(seed)`` in a forked RNG, or unchanged when seed is None."""
-    if seed is None:
-        yield
-        return
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
