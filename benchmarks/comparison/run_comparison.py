@@ -38,13 +38,17 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 #: Shared hyper-parameters of every trained setting: examples/train_math.py's DEMO_DEFAULTS (the
-#: CPU preset for the built-in model), with the budget fields overridden from the command line.
-#: ``num_generations`` applies to GRPO only, ``critic_learning_rate`` to the actor-critic trainers.
+#: CPU preset for the built-in model), with the budget fields overridden from the command line, and
+#: one change: no 16-token cap on the actor. In math-single-v0 the lone agent is also named
+#: "actor" and must write the whole solution (the built-in model's single-actor targets run up to
+#: 48 tokens), so the cap would cut the single-agent settings short; every agent of every setting
+#: gets the same 48 tokens instead. ``num_generations`` applies to GRPO only,
+#: ``critic_learning_rate`` to the actor-critic trainers.
 SHARED_HYPERPARAMETERS: dict[str, Any] = {
     "episodes_per_iteration": 32,
     "rollout_threads": 32,
     "max_new_tokens": 48,
-    "max_new_tokens_per_agent": {"actor": 16},
+    "max_new_tokens_per_agent": None,
     "learning_rate": 3e-4,
     "critic_learning_rate": 1e-3,
     "entropy_coef": 0.0,
@@ -92,7 +96,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes-per-iteration", type=int, default=None, help="Override of the shared value (32).")
     parser.add_argument("--learning-rate", type=float, default=None, help="Override of the shared value (3e-4).")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="Override of the shared value (48).")
-    parser.add_argument("--actor-max-new-tokens", type=int, default=None, help="Override of the actor's cap (16).")
+    parser.add_argument("--actor-max-new-tokens", type=int, default=None, help="Cap on the actor's actions (default: none, max-new-tokens for every agent).")
     parser.add_argument("--eval-episodes", type=int, default=200, help="Held-out builtin:test problems (the first N).")
     parser.add_argument("--eval-every", type=int, default=5, help="Held-out evaluation every K iterations.")
     parser.add_argument(
