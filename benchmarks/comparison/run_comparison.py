@@ -102,6 +102,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--levels", type=int, nargs="+", default=None, help="Problem levels of builtin:train and builtin:test (default: all)."
     )
+    parser.add_argument(
+        "--families", nargs="+", default=None, help="Generator families of both splits (load_dataset subjects; default: all)."
+    )
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (LoraSettings default: 8).")
     parser.add_argument("--lora-alpha", type=float, default=16, help="LoRA alpha (LoraSettings default: 16).")
     parser.add_argument("--settings", nargs="+", default=None, help=f"Subset of {[s.name for s in SETTINGS]}.")
@@ -116,6 +119,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-reuse", action="store_true", help="Re-run settings that already have a result.json.")
     return parser.parse_args(argv)
+
+
+def dataset_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``load_dataset`` keyword arguments for ``--levels`` and ``--families``."""
+    kwargs: dict[str, Any] = {}
+    if args.levels is not None:
+        kwargs["levels"] = list(args.levels)
+    if args.families is not None:
+        kwargs["subjects"] = list(args.families)
+    return kwargs
 
 
 def shared_hyperparameters(args: argparse.Namespace) -> dict[str, Any]:
@@ -344,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     shared = shared_hyperparameters(args)
     output_dir = Path(args.output_dir)
     summary_dir = Path(args.summary_dir) if args.summary_dir else output_dir.parent
-    level_kwargs = {} if args.levels is None else {"levels": list(args.levels)}
+    level_kwargs = dataset_kwargs(args)
     datasets = (load_dataset("builtin:train", **level_kwargs), load_dataset("builtin:test", **level_kwargs))
     results: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
@@ -380,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "max_new_tokens_per_agent": shared["max_new_tokens_per_agent"],
         },
         "levels": args.levels,
+        "families": args.families,
         "eval": {"dataset": "builtin:test", "episodes": args.eval_episodes, "decoding": "greedy", "every": args.eval_every},
         "hyperparameters": shared,
         "lora": {"r": args.lora_rank, "alpha": args.lora_alpha},

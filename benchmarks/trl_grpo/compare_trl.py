@@ -49,6 +49,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--levels", type=int, nargs="+", default=None, help="Problem levels of builtin:train and builtin:test (default: all)."
     )
+    parser.add_argument(
+        "--families", nargs="+", default=None, help="Generator families of both splits (load_dataset subjects; default: all)."
+    )
     parser.add_argument("--eval-episodes", type=int, default=200, help="Held-out builtin:test problems (the first N).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of both trainers (default: 0).")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads for both (default: 1).")
@@ -58,8 +61,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def level_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``load_dataset`` keyword arguments for ``--levels``."""
-    return {} if args.levels is None else {"levels": list(args.levels)}
+    """``load_dataset`` keyword arguments for ``--levels`` and ``--families``."""
+    kwargs: dict[str, Any] = {}
+    if args.levels is not None:
+        kwargs["levels"] = list(args.levels)
+    if args.families is not None:
+        kwargs["subjects"] = list(args.families)
+    return kwargs
 
 
 def evaluate(args: argparse.Namespace, adapter_path: str | None) -> dict[str, Any]:
