@@ -103,14 +103,14 @@ def load_builtin(
         families: Generator families to include (default: all, evenly); see ``FAMILIES``.
         validate: Check every answer with ``check_gold``.
     """
-    from marft_envs.math.generator import FAMILIES, LEVELS  # generator imports this module
+    from marft_envs.math.generator import FAMILIES, LEVELS, family  # generator imports this module
 
     if split not in _BUILTIN_SEEDS:
         raise ValueError(f"The built-in dataset has splits {sorted(_BUILTIN_SEEDS)}, not {split!r}.")
     n = BUILTIN_SIZES[split] if size is None else size
     names = tuple(FAMILIES) if families is None else tuple(families)
     # The Family objects are part of the cache key, so re-registering a family name is seen.
-    key = tuple((name, FAMILIES.get(name)) for name in names)
+    key = tuple((name, family(name)) for name in names)
     problems = _builtin_problems(split, n, tuple(LEVELS if levels is None else levels), key)
     dataset = MathDataset(problems, name="builtin", split=split)
     if validate:

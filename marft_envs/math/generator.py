@@ -18,6 +18,7 @@ genuinely helps an "actor" that must give the final answer.
 | ``system`` | Algebra | ``x + y = s, x - y = d`` → 2×2 systems with fractional solutions |
 | ``word`` | Prealgebra | one-step stories → four-step stories |
 | ``quadratic`` | Algebra | ``x^2 = k`` → non-monic quadratics with rational roots |
+| ``digits`` (opt-in) | — | ``5 + 3`` → five single-digit operations; sized for tiny CPU models |
 
 A problem's ``subject`` is its family name, so ``dataset.filter(subjects=["fractions"])`` selects one
 family. Randomness comes only from a :class:`random.Random` instance seeded by the caller.
@@ -48,7 +49,16 @@ from marft_envs.math.expressions import (
     _raw_frac,
 )
 
-__all__ = ["FAMILIES", "LEVELS", "Family", "RetryDraw", "generate_problems", "iter_problems"]
+__all__ = [
+    "FAMILIES",
+    "LEVELS",
+    "OPT_IN_FAMILIES",
+    "Family",
+    "RetryDraw",
+    "family",
+    "generate_problems",
+    "iter_problems",
+]
 
 LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5)
 """The difficulty levels every family supports (1 easiest), as in the MATH benchmark."""
@@ -490,6 +500,28 @@ def _word(rng: random.Random, level: int) -> Draft:
     return text, str(total - spent), steps
 
 
+def _digits(rng: random.Random, level: int) -> Draft:
+    """Single-digit operands, ``level`` operations, a product first so left to right is correct."""
+    steps: list[str] = []
+    if rng.random() < 0.5:
+        a, b = rng.randint(2, 9), rng.randint(2, 9)
+        value, text = a * b, f"{a} \\times {b}"
+        steps.append(f"{a} \\times {b} = {value}")
+        remaining = level - 1
+    else:
+        value = rng.randint(2, 9)
+        text = str(value)
+        remaining = level
+    for _ in range(remaining):
+        c = rng.randint(1, 9)
+        symbol = "+" if rng.random() < 0.5 or value < c else "-"
+        new = value + c if symbol == "+" else value - c
+        steps.append(f"{value} {symbol} {c} = {new}")
+        text += f" {symbol} {c}"
+        value = new
+    return f"Compute {text}.", str(value), steps
+
+
 FAMILIES: dict[str, Family] = {
     family.name: family
     for family in (
@@ -503,7 +535,22 @@ FAMILIES: dict[str, Family] = {
         Family("quadratic", "roots of a quadratic with rational roots", _quadratic),
     )
 }
-"""The registered problem families, by name (see the module table)."""
+"""The registered problem families, by name (see the module table); the built-in splits use these."""
+
+OPT_IN_FAMILIES: dict[str, Family] = {
+    "digits": Family(
+        "digits",
+        "single-digit operands, one operation per level (level 3: 7 \\times 8 + 3 - 5); for tiny models",
+        _digits,
+    ),
+}
+"""Families available by name (``families=["digits"]``) but not part of the default mix."""
+
+
+
+def family(name: str) -> Family | None:
+    """The family registered under ``name`` in :data:`FAMILIES` or :data:`OPT_IN_FAMILIES`."""
+    return FAMILIES.get(name, OPT_IN_FAMILIES.get(name))
 
 
 def _check_choice(levels: Sequence[int], families: Sequence[str] | None) -> tuple[list[int], list[str]]:
@@ -513,10 +560,11 @@ def _check_choice(levels: Sequence[int], families: Sequence[str] | None) -> tupl
         raise ValueError(f"levels must be a non-empty subset of {LEVELS}, got {levels!r}.")
     names = list(FAMILIES) if families is None else list(families)
     for name in names:
-        if name not in FAMILIES:
-            close = difflib.get_close_matches(str(name), FAMILIES, n=1)
+        if family(name) is None:
+            known = [*FAMILIES, *OPT_IN_FAMILIES]
+            close = difflib.get_close_matches(str(name), known, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"Unknown problem family {name!r}; known: {sorted(FAMILIES)}.{hint}")
+            raise ValueError(f"Unknown problem family {name!r}; known: {sorted(known)}.{hint}")
     if not names:
         raise ValueError("families must name at least one family (or be None for all).")
     return levels, names
@@ -548,7 +596,7 @@ def iter_problems(
         for name, level in order:
             for _ in range(1000):
                 try:
-                    text, answer, steps = FAMILIES[name].make(rng, level)
+                    text, answer, steps = family(name).make(rng, level)  # type: ignore[union-attr]
                     break
                 except RetryDraw:
                     continue

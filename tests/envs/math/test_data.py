@@ -421,3 +421,15 @@ def test_gsm8k_loads_and_validates():
     assert all(re.fullmatch(r"-?\d+(\.\d+)?", p.answer) for p in ds)
     assert all("<<" not in p.solution and "####" not in p.solution for p in ds)
     assert list(load_dataset(str(SHARED_DATA / "gsm8k_test.jsonl"), split="test")) == list(ds)
+
+
+def test_opt_in_digits_family_is_exact_and_not_in_the_default_mix():
+    from marft_envs.math.generator import FAMILIES, OPT_IN_FAMILIES, generate_problems
+
+    assert "digits" in OPT_IN_FAMILIES and "digits" not in FAMILIES
+    assert all(p.subject != "digits" for p in load_dataset("builtin:test"))
+    for level in (1, 2, 3, 4, 5):
+        for p in generate_problems(30, seed=level, families=["digits"], levels=[level]):
+            expression = p.problem.removeprefix("Compute ").removesuffix(".").replace("\\times", "*")
+            assert str(eval(expression)) == p.answer  # products come first, so Python's order agrees
+            assert p.solution.count("\n") == level  # one worked step per operation, then the box
