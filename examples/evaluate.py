@@ -15,6 +15,7 @@ import json
 
 from rich.console import Console
 from rich.table import Table
+from train_math import _ints, _names, data_filters  # the sibling example script
 
 import marft_envs
 from marft_algos.evaluation import evaluation_requests, summarize_episodes
@@ -24,22 +25,14 @@ from marft_algos.rollout import GenerationSettings, RolloutCollector
 from marft_envs.math.data import load_dataset
 
 
-def _ints(text: str) -> list[int] | None:
-    return None if text in ("", "all") else [int(x) for x in text.split(",")]
-
-
-def _names(text: str) -> list[str] | None:
-    return None if text in ("", "all") else text.split(",")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Held-out accuracy of a trained or untuned LLM team.")
     parser.add_argument("--checkpoint", default=None, help="Checkpoint folder written by a trainer (default: none, evaluate the untuned model).")
     parser.add_argument("--model", default=None, help="Base model when no checkpoint is given (default: marft-tiny-math).")
     parser.add_argument("--env", default="math-dual-v0", help="Registered env id (default: math-dual-v0).")
     parser.add_argument("--dataset", default="builtin:test", help="Problems to evaluate on (default: builtin:test).")
-    parser.add_argument("--levels", type=_ints, default=None, help="Keep only these difficulty levels, e.g. 1,2 (default: all).")
-    parser.add_argument("--subjects", type=_names, default=None, help="Keep only these subjects (built-in data: generator families), e.g. arithmetic,word (default: all).")
+    parser.add_argument("--levels", type=_ints, default=None, help="Keep only these difficulty levels, e.g. 1,2, or 'all' (default: 2,3 with built-in data, else all).")
+    parser.add_argument("--subjects", type=_names, default=None, help="Keep only these subjects (built-in data: generator families), or 'all' (default: digits with built-in data, else all).")
     parser.add_argument("--episodes", type=int, default=200, help="Number of problems, taken in order (default: 200).")
     parser.add_argument("--max-new-tokens", type=int, default=48, help="Longest action in tokens (default: 48).")
     parser.add_argument("--max-new-tokens-per-agent", type=json.loads, default={"actor": 16}, help='Per-agent caps as JSON (default: {"actor": 16}).')
@@ -50,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    dataset = load_dataset(args.dataset, levels=args.levels, subjects=args.subjects)
+    dataset = load_dataset(args.dataset, **data_filters(args.dataset, args.levels, args.subjects))
     env_fn = lambda: marft_envs.make(args.env, dataset=dataset)  # noqa: E731
     agents = env_fn().possible_agents
     if args.checkpoint is not None:

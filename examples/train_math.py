@@ -45,13 +45,16 @@ DEMO_DEFAULTS = {
 
 DEFAULT_MODEL = "marft-tiny-math"
 
+#: The built-in problems the built-in model was trained on (applied to built-in data only).
+DEMO_DATA = {"levels": [2, 3], "subjects": ["digits"]}
 
-def _ints(text: str) -> list[int] | None:
-    return None if text in ("", "all") else [int(x) for x in text.split(",")]
+
+def _ints(text: str) -> list[int] | str:
+    return "all" if text in ("", "all") else [int(x) for x in text.split(",")]
 
 
-def _names(text: str) -> list[str] | None:
-    return None if text in ("", "all") else text.split(",")
+def _names(text: str) -> list[str] | str:
+    return "all" if text in ("", "all") else text.split(",")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -61,8 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"Base model: a Hub id, a local folder, or a built-in short name (default: {DEFAULT_MODEL}).")
     parser.add_argument("--dataset", default="builtin:train", help="Training problems: builtin:train, a MATH/GSM8K JSONL, a table, or hf:<name> (default: builtin:train).")
     parser.add_argument("--eval-dataset", default=None, help="Held-out problems (default: builtin:test, or 10%% of --dataset).")
-    parser.add_argument("--levels", type=_ints, default=None, help="Keep only these difficulty levels, e.g. 1,2 (default: all).")
-    parser.add_argument("--subjects", type=_names, default=None, help="Keep only these subjects (built-in data: generator families), e.g. arithmetic,word (default: all).")
+    parser.add_argument("--levels", type=_ints, default=None, help="Keep only these difficulty levels, e.g. 1,2, or 'all' (default: 2,3 with built-in data, else all).")
+    parser.add_argument("--subjects", type=_names, default=None, help="Keep only these subjects (built-in data: generator families), e.g. arithmetic,word, or 'all' (default: digits with built-in data, else all).")
     parser.add_argument("--output-dir", default="runs/train_math", help="Run directory for metrics, config, checkpoints and the plot (default: runs/train_math).")
     parser.add_argument("--resume", nargs="?", const="latest", default=None, help="Continue from a checkpoint folder, or the newest in --output-dir.")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank of every agent's adapter (default: 8).")
@@ -75,12 +78,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def data_filters(dataset: str, levels, subjects) -> dict:
+    """``load_dataset`` filters: the flags as given, else the demo's built-in problems, else none."""
+    builtin = dataset.startswith("builtin")
+    choice = {}
+    for key, given in (("levels", levels), ("subjects", subjects)):
+        if given is None:
+            given = DEMO_DATA[key] if builtin else "all"
+        choice[key] = None if given == "all" else given
+    return choice
+
+
 def datasets(args: argparse.Namespace):
-    train = load_dataset(args.dataset, levels=args.levels, subjects=args.subjects)
+    builtin = args.dataset.startswith("builtin")
+    choice = data_filters(args.dataset, args.levels, args.subjects)
+    train = load_dataset(args.dataset, **choice)
     if args.eval_dataset is not None:
-        return train, load_dataset(args.eval_dataset, levels=args.levels, subjects=args.subjects)
-    if args.dataset.startswith("builtin"):
-        return train, load_dataset("builtin:test", levels=args.levels, subjects=args.subjects)
+        return train, load_dataset(args.eval_dataset, **choice)
+    if builtin:
+        return train, load_dataset("builtin:test", **choice)
     return train.train_test_split(0.1, seed=0)
 
 
