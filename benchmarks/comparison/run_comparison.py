@@ -361,10 +361,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     datasets = (load_dataset("builtin:train", **level_kwargs), load_dataset("builtin:test", **level_kwargs))
     results: dict[str, list[dict[str, Any]]] = {}
     started = time.perf_counter()
-    for setting in selected:
-        if setting.algorithm is None:
-            continue
-        for seed in args.seeds:
+    # Seeds outermost, so that a comparison stopped early has every setting at its first seeds.
+    for seed in args.seeds:
+        for setting in selected:
+            if setting.algorithm is None:
+                continue
             run_dir = output_dir / setting.name / f"seed{seed}"
             done = run_dir / "result.json"
             if done.exists() and not args.no_reuse:
