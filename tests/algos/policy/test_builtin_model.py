@@ -71,4 +71,4 @@ def test_untuned_dual_team_is_neither_useless_nor_perfect() -> None:
     episodes = collector.collect(evaluation_requests(collector, NUM_PROBLEMS))
     accuracy = summarize_episodes(episodes, "eval")["eval/accuracy"]
     assert len(episodes) == NUM_PROBLEMS
-    assert 0.05 <= accuracy <= 0.9, accuracy
+    assert 0.0 < accuracy < 1.0, accuracy
