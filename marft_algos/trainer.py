@@ -319,7 +319,7 @@ class Trainer(ABC):
             logger.warning("Rolled back adapters, critic and optimizers to the last good iteration.")
 
     def _modules_state(self) -> dict[str, Any]:
-        state = {"policy": {f"{a}": [p.detach().clone() for p in self.policy.trainable_parameters(a)] for a in self.trainable_agents()}}
+        state = {"policy": {a: [p.detach().clone() for p in self.policy.trainable_parameters(a)] for a in self.trainable_agents()}}
         if self.critic is not None:
             state["critic"] = [p.detach().clone() for p in self.critic.parameters()]
         return state
