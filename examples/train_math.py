@@ -46,7 +46,7 @@ DEMO_DEFAULTS = {
 DEFAULT_MODEL = "marft-tiny-math"
 
 #: The built-in problems the built-in model was trained on (applied to built-in data only).
-DEMO_DATA = {"levels": [2, 3], "subjects": ["digits"]}
+DEMO_DATA = {"levels": [1], "subjects": "all"}
 
 
 def _ints(text: str) -> list[int] | str:
@@ -64,8 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"Base model: a Hub id, a local folder, or a built-in short name (default: {DEFAULT_MODEL}).")
     parser.add_argument("--dataset", default="builtin:train", help="Training problems: builtin:train, a MATH/GSM8K JSONL, a table, or hf:<name> (default: builtin:train).")
     parser.add_argument("--eval-dataset", default=None, help="Held-out problems (default: builtin:test, or 10%% of --dataset).")
-    parser.add_argument("--levels", type=_ints, default=None, help="Keep only these difficulty levels, e.g. 1,2, or 'all' (default: 2,3 with built-in data, else all).")
-    parser.add_argument("--subjects", type=_names, default=None, help="Keep only these subjects (built-in data: generator families), e.g. arithmetic,word, or 'all' (default: digits with built-in data, else all).")
+    parser.add_argument("--levels", type=_ints, default=None, help="Keep only these difficulty levels, e.g. 1,2, or 'all' (default: 1 with built-in data, else all).")
+    parser.add_argument("--subjects", type=_names, default=None, help="Keep only these subjects (built-in data: generator families), e.g. arithmetic,word, or 'all' (default: all).")
     parser.add_argument("--output-dir", default="runs/train_math", help="Run directory for metrics, config, checkpoints and the plot (default: runs/train_math).")
     parser.add_argument("--resume", nargs="?", const="latest", default=None, help="Continue from a checkpoint folder, or the newest in --output-dir.")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank of every agent's adapter (default: 8).")
