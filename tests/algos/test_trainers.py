@@ -215,3 +215,30 @@ def test_ppo_refuses_teams_and_marft_needs_a_critic(tiny_path):
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"])
     with pytest.raises(ValueError, match="needs a critic"):
         ActionMARFTTrainer(policy, lambda: DigitsEnv(), ActionMARFTConfig(**SMALL), critic=None)
+
+
+def _sequence_log_probs(policy, agent, decisions):
+    with torch.no_grad():
+        out = policy.token_log_probs(agent, [d.prompt_ids for d in decisions], [d.action_ids for d in decisions])
+    return (out.log_probs * out.mask).sum(1)  # (batch,)
+
+
+@pytest.mark.parametrize("kind", ["action", "grpo"])
+def test_an_update_makes_better_than_average_actions_more_likely(kind, tiny_path):
+    # The defining property of a policy-gradient step: the change in each sampled action's
+    # log-probability correlates with its advantage (sum of A * d log p > 0).
+    extra = {"num_generations": 4} if kind == "grpo" else {}
+    trainer = build(kind, tiny_path, team=1, iterations=1, episodes_per_iteration=16, rollout_threads=16,
+                    entropy_coef=0.0, **extra)
+    episodes = trainer.collect()
+    decisions = [d for e in episodes for d in e.decisions]
+    if kind == "grpo":
+        table = trainer.advantages(episodes)
+        advantages = torch.tensor([table[(row, "answerer")] for row in range(len(episodes))])
+    else:
+        values = trainer._values(decisions)
+        advantages = torch.stack(trainer._advantages(episodes, decisions, values)[0])
+    before = _sequence_log_probs(trainer.policy, "answerer", decisions)
+    trainer.update(episodes)
+    after = _sequence_log_probs(trainer.policy, "answerer", decisions)
+    assert float((advantages * (after - before)).sum()) > 0
