@@ -19,6 +19,7 @@ import argparse
 import logging
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -70,6 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resume", nargs="?", const="latest", default=None, help="Continue from a checkpoint folder, or the newest in --output-dir.")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank of every agent's adapter (default: 8).")
     parser.add_argument("--lora-alpha", type=float, default=16, help="LoRA alpha (default: 16).")
+    parser.add_argument("--threads", type=int, default=1, help="Torch CPU threads; small models run fastest on one, a large model wants more (default: 1).")
     parser.add_argument("--device", default="cpu", help="Torch device (default: cpu).")
     parser.add_argument("--paper-defaults", action="store_true", help="Use the config classes' paper defaults instead of the CPU demo preset.")
     parser.add_argument("--no-plot", action="store_true", help="Do not write learning_curve.png.")
@@ -104,15 +106,20 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     console = Console()
+    torch.set_num_threads(args.threads)
     config_class, _ = ALGORITHMS[args.algo]
     defaults = {} if args.paper_defaults else dict(DEMO_DEFAULTS)
     defaults["output_dir"] = args.output_dir
-    config = config_from_args(config_class, args, defaults)
 
     train_set, eval_set = datasets(args)
     env_fn = lambda: marft_envs.make(args.env, dataset=train_set)  # noqa: E731
     eval_env_fn = lambda: marft_envs.make(args.env, dataset=eval_set)  # noqa: E731
     agents = env_fn().possible_agents
+    if len(agents) == 1 and args.max_new_tokens_per_agent is None:
+        # The demo's short cap is for a team's actor, which only writes \boxed{}; a lone agent
+        # writes the whole solution.
+        defaults.pop("max_new_tokens_per_agent", None)
+    config = config_from_args(config_class, args, defaults)
     console.print(
         f"[bold]{args.algo}[/] on [bold]{args.env}[/] (agents: {', '.join(agents)}), model "
         f"[bold]{args.model}[/], {len(train_set)} training / {len(eval_set)} held-out problems"

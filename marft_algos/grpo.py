@@ -183,6 +183,9 @@ class GRPOTrainer(Trainer):
         total_rows = len(items)
         needs_all = c.beta > 0 or c.entropy_coef > 0
         active = [(d, a) for d, a in items if needs_all or a != 0.0]
+        if not active:  # every group had equal rewards: nothing to learn, and no statistics to report
+            return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
+        active_tokens = sum(len(d.action_ids) for d, _ in active)
 
         stats: dict[str, list[float]] = defaultdict(list)
         first: dict[str, float] = {}
@@ -195,7 +198,7 @@ class GRPOTrainer(Trainer):
             for agent, entries in by_agent.items():
                 for chunk in np.array_split(np.arange(len(entries)), min(c.gradient_accumulation_steps, len(entries))):
                     part = [entries[i] for i in chunk]
-                    self._chunk_backward(agent, part, total_tokens, total_rows, totals)
+                    self._chunk_backward(agent, part, total_tokens, total_rows, active_tokens, totals)
             if it == 0:
                 first = {"approx_kl": totals["approx_kl"], "clip_fraction": totals["clip_fraction"]}
             for key in ("policy_loss", "entropy", "kl", "ratio_mean"):
@@ -215,7 +218,9 @@ class GRPOTrainer(Trainer):
         metrics["train/advantage_abs_mean"] = float(np.mean([abs(a) for _, a in items]))
         return metrics
 
-    def _chunk_backward(self, agent, part, total_tokens: int, total_rows: int, totals: dict[str, float]) -> None:
+    def _chunk_backward(
+        self, agent, part, total_tokens: int, total_rows: int, active_tokens: int, totals: dict[str, float]
+    ) -> None:
         c = self.cfg
         prompts = [d.prompt_ids for d, _ in part]
         actions = [d.action_ids for d, _ in part]
@@ -247,7 +252,7 @@ class GRPOTrainer(Trainer):
         objective = (objective - c.entropy_coef * entropy) * weight
         if torch.isfinite(objective):
             objective.backward()
-        units = int(mask.sum()) / total_tokens
+        units = int(mask.sum()) / active_tokens  # statistics average over the tokens actually processed
         totals["loss"] += float(objective.detach())
         totals["policy_loss"] += float(loss.detach()) * weight
         totals["kl"] += kl_value * weight

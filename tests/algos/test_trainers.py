@@ -242,3 +242,15 @@ def test_an_update_makes_better_than_average_actions_more_likely(kind, tiny_path
     trainer.update(episodes)
     after = _sequence_log_probs(trainer.policy, "answerer", decisions)
     assert float((advantages * (after - before)).sum()) > 0
+
+
+def test_grpo_reports_no_statistics_when_every_group_is_flat(tiny_path):
+    # An all-equal batch trains nothing; reporting entropy 0 would poison the blow-up baseline.
+    trainer = build("grpo", tiny_path, iterations=1)
+    episodes = trainer.collect()
+    for e in episodes:
+        e.team_return = 0.0
+    before = adapter_params(trainer, "answerer")
+    metrics = trainer.update(episodes)
+    assert metrics["train/skipped_empty"] == 1 and "train/entropy" not in metrics
+    assert not changed(before, adapter_params(trainer, "answerer"))
