@@ -26,7 +26,13 @@ from pettingzoo import AECEnv
 from torch import Tensor
 
 from marft_algos.common.advantages import action_level_gae, normalize_advantages, token_level_gae
-from marft_algos.common.buffers import decision_layout, scatter_rows, token_layout
+from marft_algos.common.buffers import (
+    chunk_indices,
+    decision_layout,
+    pad_rows,
+    scatter_rows,
+    token_layout,
+)
 from marft_algos.common.losses import action_log_prob, masked_mean, ppo_clip_loss, value_loss
 from marft_algos.rollout import Decision, Episode
 from marft_algos.trainer import Trainer, TrainerConfig
@@ -106,21 +112,6 @@ class ActorCriticConfig(TrainerConfig):
             raise ValueError(f"agent_by_agent_interval must be >= 0, got {self.agent_by_agent_interval}.")
         if self.trust_region_kl is not None and self.trust_region_kl <= 0:
             raise ValueError(f"trust_region_kl must be > 0 or None, got {self.trust_region_kl}.")
-
-
-def _pad(rows: Sequence[Sequence[float]]) -> tuple[Tensor, Tensor]:
-    """Right-pad float rows to ``(B, T)``; returns ``(values, mask)``."""
-    width = max((len(r) for r in rows), default=0)
-    values = torch.zeros(len(rows), width)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        values[i, : len(r)] = torch.as_tensor(r, dtype=torch.float32)
-        mask[i, : len(r)] = True
-    return values, mask
-
-
-def _chunks(items: Sequence[int], n: int) -> list[list[int]]:
-    return [list(c) for c in np.array_split(np.asarray(items, dtype=np.int64), min(n, len(items))) if len(c)]
 
 
 class ActorCriticTrainer(Trainer):
@@ -273,7 +264,7 @@ class ActorCriticTrainer(Trainer):
         optimizer.zero_grad(set_to_none=True)
         total_units = sum(1 if self.level == "action" else len(decisions[k].action_ids) for k in batch)
         loss_value = 0.0
-        for chunk in _chunks(batch, c.gradient_accumulation_steps):
+        for chunk in chunk_indices(batch, c.gradient_accumulation_steps):
             prompts = [decisions[k].prompt_ids for k in chunk]
             if self.level == "action":
                 new = self.critic.action_values(prompts)
@@ -284,8 +275,8 @@ class ActorCriticTrainer(Trainer):
             else:
                 actions = [decisions[k].action_ids for k in chunk]
                 new = self.critic.token_values(prompts, actions)
-                old, mask = _pad([values[k].tolist() for k in chunk])
-                target, _ = _pad([returns[k].tolist() for k in chunk])
+                old, mask = pad_rows([values[k].tolist() for k in chunk])
+                target, _ = pad_rows([returns[k].tolist() for k in chunk])
                 new = new[:, : old.shape[1]]
                 units = int(mask.sum())
             loss = value_loss(
@@ -315,7 +306,7 @@ class ActorCriticTrainer(Trainer):
         total_units = sum(1 if self.level == "action" else len(decisions[k].action_ids) for k in batch)
         totals = defaultdict(float)
         for agent, ks in by_agent.items():
-            for chunk in _chunks(ks, c.gradient_accumulation_steps):
+            for chunk in chunk_indices(ks, c.gradient_accumulation_steps):
                 chunk_decisions = [decisions[k] for k in chunk]
                 out = self.policy.token_log_probs(
                     agent,
@@ -325,7 +316,7 @@ class ActorCriticTrainer(Trainer):
                 )
                 device = out.log_probs.device
                 mask = out.mask
-                old_tokens, _ = _pad([d.log_probs for d in chunk_decisions])
+                old_tokens, _ = pad_rows([d.log_probs for d in chunk_decisions])
                 old_tokens = old_tokens.to(device)
                 if self.level == "action":
                     words = torch.tensor([max(1, len(d.text.split())) for d in chunk_decisions], dtype=torch.float32)
@@ -335,7 +326,7 @@ class ActorCriticTrainer(Trainer):
                     loss, st = ppo_clip_loss(new, old, adv, epsilon=c.epsilon, epsilon_high=c.epsilon_high)
                     units = len(chunk)
                 else:
-                    adv, _ = _pad([advantages[k].tolist() for k in chunk])
+                    adv, _ = pad_rows([advantages[k].tolist() for k in chunk])
                     units = int(mask.sum())
                     loss, st = ppo_clip_loss(
                         out.log_probs, old_tokens, adv.to(device), mask,

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from marft_algos.common.advantages import group_advantages, zero_std_group_mask
+from marft_algos.common.buffers import chunk_indices, pad_rows
 from marft_algos.common.losses import aggregate_loss, kl_k3, masked_mean, ppo_clip_loss
 from marft_algos.rollout import Episode, EpisodeRequest
 from marft_algos.trainer import Trainer, TrainerConfig
@@ -196,7 +197,7 @@ class GRPOTrainer(Trainer):
             for d, a in active:
                 by_agent[d.agent].append((d, a))
             for agent, entries in by_agent.items():
-                for chunk in np.array_split(np.arange(len(entries)), min(c.gradient_accumulation_steps, len(entries))):
+                for chunk in chunk_indices(range(len(entries)), c.gradient_accumulation_steps):
                     part = [entries[i] for i in chunk]
                     self._chunk_backward(agent, part, total_tokens, total_rows, active_tokens, totals)
             if it == 0:
@@ -227,9 +228,7 @@ class GRPOTrainer(Trainer):
         out = self.policy.token_log_probs(agent, prompts, actions, with_entropy=True)
         device = out.log_probs.device
         mask = out.mask
-        old = torch.zeros_like(out.log_probs)
-        for i, (d, _) in enumerate(part):
-            old[i, : len(d.log_probs)] = torch.as_tensor(d.log_probs, dtype=old.dtype)
+        old = pad_rows([d.log_probs for d, _ in part])[0].to(device=device, dtype=out.log_probs.dtype)
         advantages = torch.tensor([a for _, a in part], dtype=torch.float32, device=device)  # (B,)
         if c.loss_type in ("dapo", "bnpo"):
             kind, weight, extra = "dapo", 1.0, {"num_items_in_batch": total_tokens}

@@ -18,10 +18,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["DecisionLayout", "TokenLayout", "decision_layout", "scatter_rows", "token_layout"]
+__all__ = [
+    "DecisionLayout",
+    "TokenLayout",
+    "chunk_indices",
+    "decision_layout",
+    "pad_rows",
+    "scatter_rows",
+    "token_layout",
+]
 
 
 class _Decision(Protocol):
@@ -114,3 +123,19 @@ def scatter_rows(values: Sequence[Tensor], spans: Sequence[tuple[int, int, int]]
     for v, (row, col, n) in zip(values, spans, strict=True):
         out[row, col : col + n] = v[:n]
     return out
+
+
+def pad_rows(rows: Sequence[Sequence[float]]) -> tuple[Tensor, Tensor]:
+    """Right-pad float rows (e.g. per-token log-probs) to ``(B, T)``; returns ``(values, mask)``."""
+    width = max((len(r) for r in rows), default=0)
+    values = torch.zeros(len(rows), width)
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        values[i, : len(r)] = torch.as_tensor(r, dtype=torch.float32)
+        mask[i, : len(r)] = True
+    return values, mask
+
+
+def chunk_indices(items: Sequence[int], n: int) -> list[list[int]]:
+    """Split ``items`` into at most ``n`` contiguous, non-empty, near-equal chunks."""
+    return [list(c) for c in np.array_split(np.asarray(items, dtype=np.int64), min(n, len(items))) if len(c)]
