@@ -321,6 +321,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kv-heads", type=int, default=0)
     p.add_argument("--intermediate", type=int, default=0)
     p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--number-digits", type=int, default=1,
+                   help="numbers are cut into pieces of up to this many digits, each one token (1: every digit)")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
@@ -356,7 +358,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         train_set = load_dataset("builtin:train", size=args.train_size, levels=levels, subjects=families)
         problems = list(train_set)
         print(f"train problems: {len(problems)} from builtin:train", flush=True)
-        tokenizer = build_tiny_tokenizer(vocab_size=args.vocab, corpus=tokenizer_corpus(problems))
+        tokenizer = build_tiny_tokenizer(
+            vocab_size=args.vocab, corpus=tokenizer_corpus(problems), number_digits=args.number_digits
+        )
         examples = build_examples(tokenizer, problems, train_set, _kv(args.mix, float), random.Random(args.seed))
         counts: dict[str, list[int]] = {}
         for _prompt, target, role in examples:

@@ -44,10 +44,16 @@ CHATML_TEMPLATE = (
 
 _SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
-_PRETOKENIZE_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+def _pretokenize_regex(number_digits: int) -> str:
+    """Qwen2's pre-tokenisation pattern, with numbers cut into pieces of up to ``number_digits``."""
+    numbers = r"\p{N}" if number_digits == 1 else rf"\p{{N}}{{1,{number_digits}}}"
+    return (
+        rf"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{{L}}\p{{N}}]?\p{{L}}+|{numbers}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
+
+
+_PRETOKENIZE_REGEX = _pretokenize_regex(1)
 
 #: Built-in training text for the tokenizer: English, digits, arithmetic, LaTeX and ``\boxed{}``.
 DEFAULT_CORPUS: tuple[str, ...] = (
@@ -69,7 +75,7 @@ DEFAULT_CORPUS: tuple[str, ...] = (
 
 
 def build_tiny_tokenizer(
-    *, vocab_size: int = 384, corpus: Sequence[str] | None = None
+    *, vocab_size: int = 384, corpus: Sequence[str] | None = None, number_digits: int = 1
 ) -> PreTrainedTokenizerFast:
     """Train a small byte-level BPE tokenizer with a ChatML chat template.
 
@@ -80,6 +86,9 @@ def build_tiny_tokenizer(
     Args:
         vocab_size: Target vocabulary size including the 256 byte tokens and the special tokens.
         corpus: Training text; defaults to :data:`DEFAULT_CORPUS`.
+        number_digits: Numbers are cut into pieces of up to this many digits before BPE. 1 (the
+            default) splits every digit, as Qwen2 does; 3 cuts as Llama 3 does, and every integer
+            from 0 to ``10**number_digits - 1`` is then added to the vocabulary as one token.
 
     Returns:
         A :class:`~transformers.PreTrainedTokenizerFast` with ``chat_template`` set.
@@ -87,6 +96,8 @@ def build_tiny_tokenizer(
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    if number_digits not in (1, 2, 3):
+        raise ValueError(f"number_digits must be 1, 2 or 3, got {number_digits!r}.")
     if vocab_size < 256 + len(_SPECIAL_TOKENS):
         raise ValueError(
             f"vocab_size={vocab_size} is too small for byte-level BPE; use at least "
@@ -99,7 +110,7 @@ def build_tiny_tokenizer(
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(_pretokenize_regex(number_digits)), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -110,7 +121,17 @@ def build_tiny_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(list(corpus if corpus is not None else DEFAULT_CORPUS), trainer=trainer)
+    texts = list(corpus if corpus is not None else DEFAULT_CORPUS)
+    numbers = [str(n) for n in range(10**number_digits)] if number_digits > 1 else []
+    # Frequent enough that BPE merges each number into one token before rarer word pieces.
+    tok.train_from_iterator(texts + numbers * 100, trainer=trainer)
+    vocab = tok.get_vocab()
+    missing = [n for n in numbers if n not in vocab]
+    if missing:
+        raise ValueError(
+            f"vocab_size={vocab_size} leaves {len(missing)} of the numbers 0..{len(numbers) - 1} "
+            f"split into several tokens (e.g. {missing[0]!r}); raise vocab_size."
+        )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

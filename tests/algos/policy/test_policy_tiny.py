@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -41,6 +42,26 @@ def test_tokenizer_digits_special_tokens_and_roundtrip(tiny_path):
     # The tokenizer built in memory and the one loaded back split text identically.
     built = build_tiny_tokenizer()
     assert built(text)["input_ids"] == tokenizer(text)["input_ids"]
+
+
+def test_tokenizer_whole_number_tokens_survive_save_and_load(tmp_path):
+    built = build_tiny_tokenizer(vocab_size=700, number_digits=2)
+    built.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = "7 \\times 8 = 56\n56 + 3 = 59 and 1234"
+    pieces = [loaded.decode([i]) for i in loaded(text)["input_ids"]]
+    assert "56" in pieces and "59" in pieces
+    assert pieces[-2:] == ["12", "34"]  # cut left to right into two-digit pieces
+    assert all(len(loaded(str(n))["input_ids"]) == 1 for n in range(100))
+    assert loaded(text)["input_ids"] == built(text)["input_ids"]
+    assert loaded.decode(loaded(text)["input_ids"]) == text
+
+
+def test_tokenizer_rejects_bad_number_settings():
+    with pytest.raises(ValueError, match="number_digits must be 1, 2 or 3"):
+        build_tiny_tokenizer(number_digits=4)
+    with pytest.raises(ValueError, match="raise vocab_size"):
+        build_tiny_tokenizer(vocab_size=300, number_digits=2)
 
 
 def test_chat_template_renders_chatml(tiny_path):
