@@ -1,7 +1,6 @@
 """Train ``marft-tiny-math``, the small pretrained math model shipped with marft.
 
-The model is a small Qwen2 causal LM with a byte-level BPE tokenizer (digits are single tokens,
-ChatML chat template), trained from scratch, supervised, on the built-in generated problems
+The model is a small Llama causal LM with a byte-level BPE tokenizer (ChatML chat template), trained from scratch, supervised, on the built-in generated problems
 (``builtin:train``; ``builtin:test`` is held out). Every training prompt is rendered from the real
 environment observations of ``math-dual-v0`` and ``math-single-v0``, with the tokenizer's chat
 template, so the model sees at RL time exactly the prompts it was trained on. Targets:
@@ -132,10 +131,15 @@ def build_examples(
 
 
 def build_model(tokenizer: Any, args: argparse.Namespace) -> Any:
-    """A freshly initialised Qwen2 causal LM sized by the command line."""
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    """A freshly initialised Llama causal LM sized by the command line.
 
-    config = Qwen2Config(
+    Llama rather than Qwen2: ``AutoTokenizer`` rebuilds a Qwen2 folder's pre-tokeniser (every digit
+    split), which would undo the whole-number tokens; for a Llama folder it loads
+    ``tokenizer.json`` as saved, which is how Llama 3 ships its byte-level BPE tokenizer.
+    """
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=args.hidden,
         intermediate_size=args.intermediate or 4 * args.hidden,
@@ -145,12 +149,11 @@ def build_model(tokenizer: Any, args: argparse.Namespace) -> Any:
         max_position_embeddings=1024,
         tie_word_embeddings=True,
         attention_dropout=0.0,
-        use_sliding_window=False,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = Qwen2ForCausalLM(config)
+    model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
@@ -373,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> None:
               flush=True)
         model = build_model(tokenizer, args)
         n_params = sum(p.numel() for p in model.parameters())
-        print(f"model: Qwen2 hidden={args.hidden} layers={args.layers} heads={args.heads} "
+        print(f"model: Llama hidden={args.hidden} layers={args.layers} heads={args.heads} "
               f"vocab={len(tokenizer)} params={n_params:,}", flush=True)
         train(model, examples, tokenizer.pad_token_id, args)
         out.mkdir(parents=True, exist_ok=True)
