@@ -135,17 +135,25 @@ def main(argv: list[str] | None = None) -> dict:
     records = trainer.train(progress=True)
     history = [r for r in trainer.logger.records]
     evals = [r for r in history if "eval/accuracy" in r]
-    table = Table(title="held-out accuracy (greedy)")
+    sampled = any("eval_sampled/accuracy" in r for r in evals)
+    table = Table(title="held-out accuracy")
     table.add_column("iteration", justify="right")
-    table.add_column("accuracy", justify="right")
+    table.add_column("greedy", justify="right")
+    if sampled:
+        table.add_column(f"sampled (T={config.temperature:g})", justify="right")
     for r in evals:
-        table.add_row(str(r["iteration"]), f"{r['eval/accuracy']:.3f}")
+        row = [str(r["iteration"]), f"{r['eval/accuracy']:.3f}"]
+        if sampled:
+            row.append(f"{r['eval_sampled/accuracy']:.3f}" if "eval_sampled/accuracy" in r else "")
+        table.add_row(*row)
     console.print(table)
     if len(evals) >= 2:
-        console.print(
-            f"accuracy before {evals[0]['eval/accuracy']:.3f} → after {evals[-1]['eval/accuracy']:.3f} "
-            f"({100 * (evals[-1]['eval/accuracy'] - evals[0]['eval/accuracy']):+.1f} points)"
-        )
+        for key, name in (("eval/accuracy", "greedy"), ("eval_sampled/accuracy", "sampled")):
+            first, last = evals[0].get(key), evals[-1].get(key)
+            if first is not None and last is not None:
+                console.print(
+                    f"{name} accuracy before {first:.3f} → after {last:.3f} ({100 * (last - first):+.1f} points)"
+                )
     if not args.no_plot:
         path = plot_learning_curve(history, Path(args.output_dir) / "learning_curve.png", title=f"{args.algo} on {args.env}")
         console.print(f"learning curve: {path}")

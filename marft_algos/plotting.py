@@ -14,7 +14,7 @@ def plot_learning_curve(
     path: str | Path,
     *,
     title: str = "",
-    keys: Sequence[str] = ("eval/accuracy", "rollout/accuracy"),
+    keys: Sequence[str] = ("eval/accuracy", "eval_sampled/accuracy", "rollout/accuracy"),
 ) -> Path:
     """Plot ``keys`` against the iteration and save a PNG.
 

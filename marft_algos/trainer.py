@@ -72,6 +72,9 @@ class TrainerConfig:
     """Evaluate every K iterations (0: only before and after training)."""
     eval_episodes: int = 64
     """Held-out episodes per evaluation (greedy decoding)."""
+    eval_sampled: bool = False
+    """Also evaluate the policy as it is trained, sampling with the rollout settings (temperature,
+    top-p, top-k), logged as ``eval_sampled/...`` beside the greedy ``eval/...``."""
     output_dir: str | None = None
     """Run directory for metrics.jsonl, config.json and checkpoints (None: nothing written)."""
     checkpoint_every: int = 0
@@ -233,12 +236,17 @@ class Trainer(ABC):
         return self.collector.collect(self.config.episodes_per_iteration)
 
     def evaluate(self) -> dict[str, Any]:
-        """Greedy held-out evaluation (empty when no ``eval_env_fn`` was given)."""
+        """Greedy held-out evaluation, plus a sampled one with ``eval_sampled`` (empty when no
+        ``eval_env_fn`` was given)."""
         if self.eval_collector is None:
             return {}
         requests = evaluation_requests(self.eval_collector, self.config.eval_episodes)
         episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
-        return summarize_episodes(episodes, "eval")
+        metrics = summarize_episodes(episodes, "eval")
+        if self.config.eval_sampled:
+            episodes = self.eval_collector.collect(requests, self.config.generation)
+            metrics.update(summarize_episodes(episodes, "eval_sampled"))
+        return metrics
 
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""

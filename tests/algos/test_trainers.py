@@ -254,3 +254,14 @@ def test_grpo_reports_no_statistics_when_every_group_is_flat(tiny_path):
     metrics = trainer.update(episodes)
     assert metrics["train/skipped_empty"] == 1 and "train/entropy" not in metrics
     assert not changed(before, adapter_params(trainer, "answerer"))
+
+
+def test_sampled_evaluation_is_logged_beside_the_greedy_one(tiny_path):
+    trainer = build("action", tiny_path, iterations=1, eval_sampled=True)
+    records = trainer.train()
+    for record in (records[0], records[-1]):
+        assert "eval/accuracy" in record and "eval_sampled/accuracy" in record
+        assert 0.0 <= record["eval_sampled/accuracy"] <= 1.0
+    # Off by default: greedy only.
+    plain = build("action", tiny_path, iterations=1).train()
+    assert not any(key.startswith("eval_sampled/") for key in plain[0])
