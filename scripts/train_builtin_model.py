@@ -67,6 +67,24 @@ def single_target(problem: MathProblem) -> str:
     return problem.solution
 
 
+def long_preamble(problem: MathProblem) -> str:
+    """The opening of the long style: the task restated before the worked steps."""
+    task = problem.problem.strip().rstrip(".")
+    if task.startswith("Compute "):
+        task = task[len("Compute ") :]
+    return f"We need {task}, one operation at a time:\n"
+
+
+def long_reasoner_target(problem: MathProblem) -> str:
+    """The reasoner's long style: the task restated, the worked steps, then the result in words."""
+    return f"{long_preamble(problem)}{reasoner_target(problem)}\nSo the result is {problem.answer}."
+
+
+def long_single_target(problem: MathProblem) -> str:
+    """The single actor's long style: the task restated, then the full solution."""
+    return f"{long_preamble(problem)}{problem.solution}"
+
+
 def env_observations(problem_index: int, dual: Any, single: Any, steps: str) -> dict[str, list]:
     """The chat messages each role reads for problem ``problem_index``, straight from the envs.
 
@@ -95,6 +113,7 @@ def tokenizer_corpus(problems: Sequence[MathProblem]) -> list[str]:
     corpus += [*framing, "Attempt 1: the team answered 7, which is incorrect."] * 50
     corpus += [f"Problem: {p.problem}" for p in problems]
     corpus += [p.solution for p in problems]
+    corpus += [long_reasoner_target(p) for p in problems]
     return corpus
 
 
@@ -104,20 +123,26 @@ def build_examples(
     dataset: MathDataset,
     mix: dict[str, float],
     rng: random.Random,
+    long_style: float = 0.0,
 ) -> list[tuple[list[int], list[int], str]]:
     """``(prompt ids, target ids + EOS, role)`` triples rendered from the real env observations.
 
-    Every problem gives a reasoner and a dual-actor example; ``mix`` gives the fraction of problems
-    that also give an example for each role (1.0 = every problem).
+    ``mix`` gives the fraction of problems that give an example for each role (1.0 = every
+    problem). With probability ``long_style``, a problem with a product (``\\times``) gets reasoner
+    and single-actor targets in the long style (the task restated first, every step kept, the
+    result repeated): correct, but longer than a 32-token message budget for multi-step problems.
+    The dual actor always boxes the last result of the reasoner's message, whichever style it is.
     """
     dual = marft_envs.make(DUAL_ENV, dataset=dataset)
     single = marft_envs.make(SINGLE_ENV, dataset=dataset)
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
     examples = []
     for i, problem in enumerate(problems):
-        steps = reasoner_target(problem)
+        long = "\\times" in problem.problem and rng.random() < long_style
+        steps = long_reasoner_target(problem) if long else reasoner_target(problem)
         obs = env_observations(i, dual, single, steps)
-        targets = {"reasoner": steps, "actor": actor_target(problem), "single": single_target(problem)}
+        single_text = long_single_target(problem) if long else single_target(problem)
+        targets = {"reasoner": steps, "actor": actor_target(problem), "single": single_text}
         for role, target in targets.items():
             if rng.random() >= mix[role]:
                 continue
@@ -318,6 +343,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-size", type=int, default=5000, help="problems drawn from builtin:train")
     p.add_argument("--mix", default="reasoner=1,actor=1,single=0.3",
                    help="fraction of problems giving an example for each role")
+    p.add_argument("--long-style", type=float, default=0.0,
+                   help="fraction of product problems whose reasoner and single-actor targets use the long style")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
@@ -364,7 +391,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         tokenizer = build_tiny_tokenizer(
             vocab_size=args.vocab, corpus=tokenizer_corpus(problems), number_digits=args.number_digits
         )
-        examples = build_examples(tokenizer, problems, train_set, _kv(args.mix, float), random.Random(args.seed))
+        examples = build_examples(
+            tokenizer, problems, train_set, _kv(args.mix, float), random.Random(args.seed), long_style=args.long_style
+        )
         counts: dict[str, list[int]] = {}
         for _prompt, target, role in examples:
             counts.setdefault(role, []).append(len(target))
