@@ -1,20 +1,28 @@
 """Train ``marft-tiny-math``, the small pretrained math model shipped with marft.
 
-The model is a small Llama causal LM with a byte-level BPE tokenizer (ChatML chat template), trained from scratch, supervised, on the built-in generated problems
-(``builtin:train``; ``builtin:test`` is held out). Every training prompt is rendered from the real
-environment observations of ``math-dual-v0`` and ``math-single-v0``, with the tokenizer's chat
-template, so the model sees at RL time exactly the prompts it was trained on. Targets:
+The model is a small Llama causal LM with a byte-level BPE tokenizer (ChatML chat template, every
+whole number up to 999 one token), trained from scratch, supervised, on the built-in generated
+problems (``builtin:train``, ``digits`` family, levels 1-3; ``builtin:test`` is held out). Every
+training prompt is rendered from the real environment observations of ``math-dual-v0`` and
+``math-single-v0``, with the tokenizer's chat template, so the model sees at RL time exactly the
+prompts it was trained on. Targets:
 
 - reasoner (dual team): the worked steps of the solution, without the final ``\\boxed{}`` line;
 - actor (dual team): ``\\boxed{<answer>}`` only, read off the reasoner's steps in its observation;
 - actor (single agent): the full worked solution ending in ``\\boxed{<answer>}``.
+
+For 80% of the problems that contain a product (``--long-style``), the reasoner's and the single
+actor's targets are written in a long style instead: the task restated, the same steps, the result
+repeated. Both styles are correct; the long one does not fit the 32-token message budget of the
+demo for multi-step problems, so the untuned team loses those problems, and RL fine-tuning can
+learn to answer in the short style (docs/builtin_model.md says what this means for the results).
 
 Each target ends with ``<|im_end|>``, the token on which ``MultiAgentPolicy.generate`` stops. The
 loss covers target tokens only. After training the script saves the model (float16 weights) and
 tokenizer in Hugging Face format and evaluates the saved folder with the library itself
 (``MultiAgentPolicy`` + ``RolloutCollector``, greedy and sampled) on ``builtin:test``.
 
-Run from the repository root::
+Run from the repository root (the defaults are the packaged build's settings)::
 
     python scripts/train_builtin_model.py --output marft_algos/policy/pretrained/marft-tiny-math
 
@@ -338,23 +346,23 @@ def evaluate(
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", default="marft_algos/policy/pretrained/marft-tiny-math")
-    p.add_argument("--levels", default="1,2", help="generator levels to train and evaluate on")
-    p.add_argument("--families", default="", help="comma-separated generator families (empty: all)")
-    p.add_argument("--train-size", type=int, default=5000, help="problems drawn from builtin:train")
-    p.add_argument("--mix", default="reasoner=1,actor=1,single=0.3",
+    p.add_argument("--levels", default="1,2,3", help="generator levels to train and evaluate on")
+    p.add_argument("--families", default="digits", help="comma-separated generator families (empty: all)")
+    p.add_argument("--train-size", type=int, default=8000, help="problems drawn from builtin:train")
+    p.add_argument("--mix", default="reasoner=1,actor=0.6,single=0.25",
                    help="fraction of problems giving an example for each role")
-    p.add_argument("--long-style", type=float, default=0.0,
+    p.add_argument("--long-style", type=float, default=0.8,
                    help="fraction of product problems whose reasoner and single-actor targets use the long style")
     p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--layers", type=int, default=3)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=0)
-    p.add_argument("--intermediate", type=int, default=0)
-    p.add_argument("--vocab", type=int, default=1024)
-    p.add_argument("--number-digits", type=int, default=1,
+    p.add_argument("--intermediate", type=int, default=512)
+    p.add_argument("--vocab", type=int, default=1536)
+    p.add_argument("--number-digits", type=int, default=3,
                    help="numbers are cut into pieces of up to this many digits, each one token (1: every digit)")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     # One intra-op thread: for a model this small, a second thread buys little, and on a busy
@@ -363,7 +371,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-problems", type=int, default=200)
     p.add_argument("--eval-only", action="store_true", help="evaluate --output without training")
     p.add_argument("--no-sampled", action="store_true", help="skip the sampled evaluation")
-    p.add_argument("--max-new-tokens", default="reasoner=48,actor=16,single=64")
+    p.add_argument("--max-new-tokens", default="reasoner=32,actor=8,single=32")
     p.add_argument("--results", default="", help="also write the evaluation results to this JSON file")
     return p.parse_args(argv)
 

@@ -38,19 +38,21 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 #: Shared hyper-parameters of every trained setting: examples/train_math.py's DEMO_DEFAULTS (the
-#: CPU preset for the built-in model), with the budget fields overridden from the command line, and
-#: one change: no 16-token cap on the actor. In math-single-v0 the lone agent is also named
-#: "actor" and must write the whole solution (the built-in model's single-actor targets run up to
-#: 48 tokens), so the cap would cut the single-agent settings short; every agent of every setting
-#: gets the same 48 tokens instead. ``num_generations`` applies to GRPO only,
-#: ``critic_learning_rate`` to the actor-critic trainers.
+#: CPU preset for the built-in model) with a smaller budget per iteration (32 episodes; iterations
+#: from the command line), and one change: no 8-token cap on the actor. In math-single-v0 the lone
+#: agent is also named "actor" and must write the whole solution, so the cap would cut the
+#: single-agent settings short; every agent of every setting gets the same 32 tokens instead.
+#: ``num_generations`` and ``num_iterations`` (GRPO's passes over a batch) apply to GRPO only;
+#: ``critic_learning_rate`` and ``ppo_epochs`` (the same two passes) to the actor-critic trainers.
 SHARED_HYPERPARAMETERS: dict[str, Any] = {
     "episodes_per_iteration": 32,
     "rollout_threads": 32,
-    "max_new_tokens": 48,
+    "max_new_tokens": 32,
     "max_new_tokens_per_agent": None,
-    "learning_rate": 3e-4,
+    "learning_rate": 1e-3,
     "critic_learning_rate": 1e-3,
+    "ppo_epochs": 2,
+    "num_iterations": 2,
     "entropy_coef": 0.0,
     "num_generations": 4,
 }
@@ -92,18 +94,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="marft-tiny-math", help="Base model (default: marft-tiny-math).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of every trained setting.")
-    parser.add_argument("--iterations", type=int, default=20, help="Training iterations of every trained setting.")
+    parser.add_argument("--iterations", type=int, default=30, help="Training iterations of every trained setting (default: 30).")
     parser.add_argument("--episodes-per-iteration", type=int, default=None, help="Override of the shared value (32).")
-    parser.add_argument("--learning-rate", type=float, default=None, help="Override of the shared value (3e-4).")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="Override of the shared value (48).")
+    parser.add_argument("--learning-rate", type=float, default=None, help="Override of the shared value (1e-3).")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="Override of the shared value (32).")
     parser.add_argument("--actor-max-new-tokens", type=int, default=None, help="Cap on the actor's actions (default: none, max-new-tokens for every agent).")
     parser.add_argument("--eval-episodes", type=int, default=200, help="Held-out builtin:test problems (the first N).")
-    parser.add_argument("--eval-every", type=int, default=5, help="Held-out evaluation every K iterations.")
+    parser.add_argument("--eval-every", type=int, default=10, help="Held-out evaluation every K iterations (default: 10).")
     parser.add_argument(
-        "--levels", type=int, nargs="+", default=None, help="Problem levels of builtin:train and builtin:test (default: all)."
+        "--levels", type=int, nargs="+", default=[1, 2, 3],
+        help="Problem levels of builtin:train and builtin:test (default: 1 2 3, the built-in model's; 'all' is not a level: pass every level).",
     )
     parser.add_argument(
-        "--families", nargs="+", default=None, help="Generator families of both splits (load_dataset subjects; default: all)."
+        "--families", nargs="+", default=["digits"],
+        help="Generator families of both splits (load_dataset subjects; default: digits, the built-in model's).",
     )
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (LoraSettings default: 8).")
     parser.add_argument("--lora-alpha", type=float, default=16, help="LoRA alpha (LoraSettings default: 16).")

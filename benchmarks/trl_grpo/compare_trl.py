@@ -47,10 +47,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=3e-4, help="Adapter learning rate (default: 3e-4).")
     parser.add_argument("--warmup-updates", type=int, default=1, help="Updates left out of the throughput window.")
     parser.add_argument(
-        "--levels", type=int, nargs="+", default=None, help="Problem levels of builtin:train and builtin:test (default: all)."
+        "--levels", type=int, nargs="+", default=[1, 2, 3],
+        help="Problem levels of builtin:train and builtin:test (default: 1 2 3, the built-in model's; 'all' is not a level: pass every level).",
     )
     parser.add_argument(
-        "--families", nargs="+", default=None, help="Generator families of both splits (load_dataset subjects; default: all)."
+        "--families", nargs="+", default=["digits"],
+        help="Generator families of both splits (load_dataset subjects; default: digits, the built-in model's).",
     )
     parser.add_argument("--eval-episodes", type=int, default=200, help="Held-out builtin:test problems (the first N).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of both trainers (default: 0).")
