@@ -40,11 +40,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="marft-tiny-math", help="Base model (default: marft-tiny-math).")
-    parser.add_argument("--updates", type=int, default=20, help="Optimizer updates for each trainer (default: 20).")
+    parser.add_argument("--updates", type=int, default=30, help="Optimizer updates for each trainer (default: 30).")
     parser.add_argument("--prompts-per-update", type=int, default=8, help="Distinct prompts per update (default: 8).")
     parser.add_argument("--num-generations", type=int, default=4, help="Completions per prompt, G (default: 4).")
-    parser.add_argument("--max-new-tokens", type=int, default=16, help="Completion length cap (default: 16).")
-    parser.add_argument("--learning-rate", type=float, default=3e-4, help="Adapter learning rate (default: 3e-4).")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="Completion length cap (default: 32, the demo's message budget).")
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adapter learning rate (default: 1e-3, the demo's).")
     parser.add_argument("--warmup-updates", type=int, default=1, help="Updates left out of the throughput window.")
     parser.add_argument(
         "--levels", type=int, nargs="+", default=[1, 2, 3],

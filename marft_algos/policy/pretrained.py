@@ -1,6 +1,6 @@
 """Models shipped inside the package, loadable by a short name with no download.
 
-``marft-tiny-math`` is a small Qwen2 model trained with ``scripts/train_builtin_model.py`` on the
+``marft-tiny-math`` is a small Llama model trained with ``scripts/train_builtin_model.py`` on the
 built-in generated math problems (see ``docs/builtin_model.md``). It exists so that examples, tests
 and benchmarks can show MARFT improving a real pretrained team on a CPU in minutes; it is not a
 model for real mathematics. Every loader of the policy layer passes its model argument through
