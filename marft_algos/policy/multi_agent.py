@@ -92,6 +92,11 @@ class MultiAgentPolicy:
         temperature: Temperature of the log-prob convention and default sampling temperature.
     """
 
+    generation_logits_bytes: int = 256 * 2**20
+    """Largest ``batch x max_new_tokens x vocab`` float32 logits a generation may keep to read
+    the rollout log-probs off the sampling logits; a larger batch recomputes them with one forward
+    pass (set 0 to always recompute). Both agree to float precision (tested)."""
+
     def __init__(
         self,
         backbones: Mapping[str, Backbone],
@@ -406,20 +411,30 @@ class MultiAgentPolicy:
             gen_kwargs.update(temperature=temp, top_p=top_p, top_k=top_k)
         if generator is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        # The logits generate() samples from give the rollout log-probs without a second forward
+        # pass; keeping them costs B x T x vocab floats, so large batches recompute instead.
+        keep_logits = len(prompts) * max_new_tokens * len(backbone.tokenizer) * 4 <= self.generation_logits_bytes
+        if keep_logits:
+            gen_kwargs.update(output_logits=True, return_dict_in_generate=True)
         with seeded_rng(seed, backbone.device), torch.no_grad(), self.acting(agent) as model:
-            sequences = model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs
-            )  # (B, P + T_gen)
-        new_tokens = sequences[:, input_ids.shape[1] :].tolist()  # (B, T_gen)
+            out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+        sequences = out.sequences if keep_logits else out  # (B, P + T_gen)
+        new_ids = sequences[:, input_ids.shape[1] :]  # (B, T_gen)
         eos = set(backbone.eos_ids)
         actions: list[list[int]] = []
         finished: list[bool] = []
-        for row in new_tokens:
+        for row in new_ids.tolist():
             stop = next((i for i, tok in enumerate(row) if tok in eos), None)
             actions.append(row if stop is None else row[: stop + 1])
             finished.append(stop is not None)
         with torch.no_grad():
-            logp, _, mask = self.token_log_probs(agent, prompts, actions)  # (B, T_act)
+            if keep_logits:
+                width = max(len(a) for a in actions)
+                logits = torch.stack(out.logits[:width], dim=1)  # (B, T_act, vocab)
+                mask = torch.tensor([[t < len(a) for t in range(width)] for a in actions], device=logits.device)
+                logp, _ = log_probs_and_entropy(logits, new_ids[:, :width], mask, temperature=self.temperature)
+            else:
+                logp, _, mask = self.token_log_probs(agent, prompts, actions)  # (B, T_act)
         logp_rows = [logp[i, mask[i]].tolist() for i in range(len(actions))]
         return [
             Generation(

@@ -94,6 +94,19 @@ def test_rollout_log_probs_equal_recomputation(policy, gens):
         assert (single - torch.tensor(g.log_probs)).abs().max().item() < LOGP_TOL
 
 
+def test_log_probs_from_sampling_logits_equal_the_recomputing_path(tiny_path):
+    # Small batches read log-probs off generate()'s logits; large ones recompute them. Same tokens
+    # (same seed), same log-probs.
+    kept = _policy(tiny_path)
+    recomputed = _policy(tiny_path)
+    recomputed.generation_logits_bytes = 0
+    a = kept.generate("reasoner", OBSERVATIONS, max_new_tokens=8, seed=5)
+    b = recomputed.generate("reasoner", OBSERVATIONS, max_new_tokens=8, seed=5)
+    for x, y in zip(a, b, strict=True):
+        assert x.action_ids == y.action_ids and x.finished == y.finished
+        assert torch.allclose(torch.tensor(x.log_probs), torch.tensor(y.log_probs), atol=LOGP_TOL, rtol=0)
+
+
 def test_log_probs_match_the_sampling_distribution(tiny_path):
     # The distribution generate() samples from is softmax(logits / T) (no hidden Hub defaults
     # such as top_k=50); the reported log-probs are of exactly that distribution.
