@@ -429,9 +429,10 @@ class MultiAgentPolicy:
             finished.append(stop is not None)
         with torch.no_grad():
             if keep_logits:
-                width = max(len(a) for a in actions)
+                lengths = torch.tensor([len(a) for a in actions], device=new_ids.device)  # (B,)
+                width = int(lengths.max())
                 logits = torch.stack(out.logits[:width], dim=1)  # (B, T_act, vocab)
-                mask = torch.tensor([[t < len(a) for t in range(width)] for a in actions], device=logits.device)
+                mask = torch.arange(width, device=new_ids.device) < lengths[:, None]  # (B, T_act)
                 logp, _ = log_probs_and_entropy(logits, new_ids[:, :width], mask, temperature=self.temperature)
             else:
                 logp, _, mask = self.token_log_probs(agent, prompts, actions)  # (B, T_act)
