@@ -13,9 +13,11 @@ sampled together with their log-probs; trainers feed those ids back into
 **Log-prob convention.** A token's log-prob is ``log softmax(logits / temperature)`` at that token,
 in float32, where ``temperature`` is the policy's (:attr:`MultiAgentPolicy.temperature`, also
 stored on every :class:`Generation`). ``top_k`` / ``top_p`` truncation shapes sampling only, not the
-reported log-probs. Rollout log-probs are computed after generation by the very forward function
-the update uses (:meth:`token_log_probs` under ``no_grad``), so for unchanged weights the PPO ratio
-is 1 up to float round-off from different batch padding.
+reported log-probs. Rollout log-probs are read off the raw logits ``generate`` sampled from (no
+second forward pass); a batch whose logits would exceed
+:attr:`MultiAgentPolicy.generation_logits_bytes` recomputes them with :meth:`token_log_probs`
+instead. Either way, for unchanged weights the update's log-probs equal the rollout's up to float
+round-off (KV cache and batch padding), so the PPO ratio starts at 1.
 """
 
 from __future__ import annotations
