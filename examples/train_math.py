@@ -30,8 +30,9 @@ from marft_algos.policy import LoraSettings, MultiAgentPolicy
 from marft_envs.math.data import load_dataset
 
 #: The CPU demo preset, chosen for the built-in model (measured in docs/builtin_model.md): 40
-#: iterations of 64 episodes, two passes over each batch (PPO epochs; GRPO's num_iterations), a 32-token message budget per agent (the
-#: actor only writes \\boxed{}, so 8), greedy and sampled held-out evaluation on 200 problems.
+#: iterations of 64 episodes, two passes over each batch (PPO epochs; GRPO's num_iterations), a
+#: 32-token message budget per agent (the actor only writes \\boxed{}, so 8), greedy and sampled
+#: held-out evaluation on 200 problems.
 DEMO_DEFAULTS = {
     "iterations": 40,
     "episodes_per_iteration": 64,

@@ -103,7 +103,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-every", type=int, default=10, help="Held-out evaluation every K iterations (default: 10).")
     parser.add_argument(
         "--levels", type=int, nargs="+", default=[1, 2, 3],
-        help="Problem levels of builtin:train and builtin:test (default: 1 2 3, the built-in model's; 'all' is not a level: pass every level).",
+        help="Problem levels of builtin:train and builtin:test (default: 1 2 3, the built-in model's).",
     )
     parser.add_argument(
         "--families", nargs="+", default=["digits"],

@@ -48,7 +48,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-updates", type=int, default=1, help="Updates left out of the throughput window.")
     parser.add_argument(
         "--levels", type=int, nargs="+", default=[1, 2, 3],
-        help="Problem levels of builtin:train and builtin:test (default: 1 2 3, the built-in model's; 'all' is not a level: pass every level).",
+        help="Problem levels of builtin:train and builtin:test (default: 1 2 3, the built-in model's).",
     )
     parser.add_argument(
         "--families", nargs="+", default=["digits"],
