@@ -1,14 +1,18 @@
 """The PPO-style actor-critic update behind action-level MARFT, token-level MARFT and PPO.
 
-Per iteration (paper Algorithm 3): values for every decision (action level: one per rollout
-observation) or every token (token level), GAE over the flattened agent sequence
-(:mod:`marft_algos.common.advantages`), then ``ppo_epochs`` passes over shuffled minibatches.
-Each minibatch first updates the critic, then every trained agent's adapter with the clipped
-surrogate (paper eq. 5) of that agent's action (or token) probabilities. A minibatch is processed
-in ``gradient_accumulation_steps`` chunks per agent whose losses are weighted so the gradient equals
-the whole minibatch's. Options from the paper: agent-by-agent updates (one agent per window,
-cycling), a trust-region cut (skip the policy step when approx-KL exceeds a threshold), action
-log-prob normalisation, entropy bonus, Huber value loss.
+Per iteration (paper Algorithm 3), read top to bottom in :meth:`ActorCriticTrainer.update`:
+
+1. one padded :class:`~marft_algos.common.batch.RolloutBatch` of every decision;
+2. critic values for every decision (action level) or every token (token level), and GAE over the
+   flattened agent sequence (:mod:`marft_algos.levels`), optionally normalised per agent;
+3. ``ppo_epochs`` passes over minibatches of shuffled episodes: each minibatch updates the critic,
+   then every trained agent's adapter with the shared policy-gradient step
+   (:class:`~marft_algos.policy_gradient.PolicyGradient`: clipped surrogate of paper eq. 5,
+   entropy bonus, accumulation that leaves the gradient unchanged).
+
+Options from the paper: agent-by-agent updates (one agent per window, cycling), a trust-region cut
+(undo a policy step whose KL on its minibatch exceeds a threshold), action log-prob
+normalisation, entropy bonus, Huber value loss.
 """
 
 from __future__ import annotations
@@ -25,16 +29,13 @@ import torch
 from pettingzoo import AECEnv
 from torch import Tensor
 
-from marft_algos.common.advantages import action_level_gae, normalize_advantages, token_level_gae
-from marft_algos.common.buffers import (
-    chunk_indices,
-    decision_layout,
-    pad_rows,
-    scatter_rows,
-    token_layout,
-)
-from marft_algos.common.losses import action_log_prob, masked_mean, ppo_clip_loss, value_loss
-from marft_algos.rollout import Decision, Episode
+from marft_algos.common.advantages import normalize_advantages
+from marft_algos.common.batch import RolloutBatch
+from marft_algos.common.losses import value_loss
+from marft_algos.levels import Level, level_named, normalize_by_agent
+from marft_algos.policy.rendering import render_prompt_ids
+from marft_algos.policy_gradient import Objective
+from marft_algos.rollout import Episode
 from marft_algos.trainer import Trainer, TrainerConfig
 
 __all__ = ["ActorCriticConfig", "ActorCriticTrainer"]
@@ -56,6 +57,11 @@ class ActorCriticConfig(TrainerConfig):
     """Apply γ and λ between agents inside a round, as the reference implementation does."""
     gamma_token: float = 1.0
     """Token level: discount between tokens of one action (1: reward is not diluted by length)."""
+    lam_token: float = 1.0
+    """Token level: GAE λ between tokens of one action. 1 (default) makes every token of an action
+    share the action's return and differ only by its own value baseline, as at action level; a λ
+    below 1 per token fades the reward as λ^L over an L-token action (0.95^100 ≈ 0.006), so early
+    tokens would learn from the critic alone."""
     epsilon: float = 0.2
     """PPO clip range ε (paper: 0.2); the lower bound with ``epsilon_high``."""
     epsilon_high: float | None = None
@@ -78,20 +84,24 @@ class ActorCriticConfig(TrainerConfig):
     """Chunks each agent's share of a minibatch is split into (bounds memory; same gradient)."""
     normalize_advantages: bool = True
     """Standardise advantages over the batch."""
+    normalize_advantages_per_agent: bool = False
+    """With ``normalize_advantages``: standardise each agent's advantages over its own decisions
+    instead of the whole batch (steadier gradients when agents' rewards differ in scale)."""
     agent_by_agent_interval: int = 0
     """> 0: train one agent at a time, switching every this many iterations (paper §4.1.1)."""
     trust_region_kl: float | None = None
-    """Skip a minibatch's policy step when its approx-KL exceeds this (paper App. A); None: off."""
+    """Trust-region hard cut (paper App. A): after each policy step, the approx-KL between the
+    rollout policy and the stepped policy is measured on the step's own minibatch; a step that
+    takes it above this threshold is undone (adapters and optimizer state restored) and counted
+    in ``train/skipped_trust_region``. None: off."""
     logprob_normalization: Literal["none", "token", "word"] = "none"
     """Action level: divide an action's log-prob by its token or word count (paper §4.1.1)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0 <= self.gamma <= 1 or not 0 <= self.gae_lambda <= 1 or not 0 <= self.gamma_token <= 1:
-            raise ValueError(
-                f"gamma, gae_lambda and gamma_token must be in [0, 1]; got {self.gamma}, "
-                f"{self.gae_lambda}, {self.gamma_token}."
-            )
+        for name in ("gamma", "gae_lambda", "gamma_token", "lam_token"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
         if self.epsilon <= 0 or (self.epsilon_high is not None and self.epsilon_high <= 0):
             raise ValueError(f"epsilon and epsilon_high must be > 0; got {self.epsilon}, {self.epsilon_high}.")
         for name in ("ppo_epochs", "num_minibatches", "gradient_accumulation_steps"):
@@ -122,12 +132,16 @@ class ActorCriticTrainer(Trainer):
         env_fn: Builds one training env copy.
         config: An :class:`ActorCriticConfig` (or subclass).
         critic: Value function with ``action_values(prompt_ids)`` / ``token_values(prompt_ids,
-            action_ids)`` and ``parameters()`` (``marft_algos.policy.Critic``).
+            action_ids)``, ``parameters()`` and a ``backbone`` with the tokenizer it reads
+            (``marft_algos.policy.Critic``). Agents on another base model have their observations
+            re-rendered in the critic's tokenizer (action level); at token level the critic
+            must share every agent's vocabulary, since it scores the agents' own tokens.
         eval_env_fn: Builds one held-out env copy.
     """
 
     level: ClassVar[Literal["action", "token"]] = "action"
     config_class: ClassVar[type[TrainerConfig]] = ActorCriticConfig
+    config: ActorCriticConfig
 
     def __init__(
         self,
@@ -143,144 +157,168 @@ class ActorCriticTrainer(Trainer):
                 f"{type(self).__name__} needs a critic: e.g. Critic(policy) from marft_algos.policy."
             )
         super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn)
-        self.optimizers[self.CRITIC_KEY] = torch.optim.Adam(
+        self.critic_optimizer = torch.optim.Adam(
             list(critic.parameters()), lr=config.critic_learning_rate, eps=config.adam_eps
+        )
+        self._rerender = self._agents_needing_rerender()
+
+    def _granularity(self) -> Level:
+        return level_named(getattr(self.config, "level", None) or self.level)
+
+    def objective(self) -> Objective:
+        c = self.config
+        return Objective(
+            level=self._granularity().name,
+            normalizer="token",
+            epsilon=c.epsilon,
+            epsilon_high=c.epsilon_high,
+            entropy_coef=c.entropy_coef,
+            logprob_normalization=c.logprob_normalization,
         )
 
     @property
-    def cfg(self) -> ActorCriticConfig:
-        assert isinstance(self.config, ActorCriticConfig)
-        return self.config
+    def trust_region_kl(self) -> float | None:
+        return self.config.trust_region_kl
+
+    # ------------------------------------------------------------------ the critic's view
+    def _agents_needing_rerender(self) -> set[str]:
+        """Agents whose prompt ids the critic cannot read as they are (another base model)."""
+        critic_backbone = getattr(self.critic, "backbone", None)
+        if critic_backbone is None:
+            return set()
+        foreign = {a for a in self.agents if self.policy.backbone(a) is not critic_backbone}
+        if foreign and self._granularity().name == "token":
+            vocab = critic_backbone.tokenizer.get_vocab()
+            clash = sorted(a for a in foreign if self.policy.tokenizer(a).get_vocab() != vocab)
+            if clash:
+                raise ValueError(
+                    f"Token-level values score each agent's own tokens, but agents {clash} use a "
+                    f"tokenizer other than the critic's ({critic_backbone.name!r}). Give the critic "
+                    f"the same base model as those agents, or train the team at action level "
+                    f"(ActionMARFTTrainer), where the critic re-renders each observation itself."
+                )
+        return foreign
+
+    def critic_prompt_ids(self, episodes: Sequence[Episode]) -> list[list[int]] | None:
+        """Every decision's observation in the critic's tokenizer (None: the agents' ids serve)."""
+        if not self._rerender or self._granularity().name == "token":
+            return None
+        tokenizer = self.critic.backbone.tokenizer
+        out = []
+        for e in episodes:
+            for d in e.decisions:
+                if d.agent not in self._rerender:
+                    out.append(list(d.prompt_ids))
+                elif not d.messages:
+                    raise ValueError(
+                        f"Agent {d.agent!r} acts on another base model than the critic, and its "
+                        f"decision kept no messages to re-render; collect episodes with "
+                        f"marft_algos.rollout.RolloutCollector."
+                    )
+                else:
+                    out.append(render_prompt_ids(tokenizer, d.messages))
+        return out
 
     # ------------------------------------------------------------------ values and advantages
     @torch.no_grad()
-    def _values(self, decisions: Sequence[Decision]) -> list[Tensor]:
-        """Rollout values: a 0-d tensor per decision (action level) or a (T_k,) vector (token level)."""
-        out: list[Tensor] = []
-        step = max(1, len(decisions) // self.cfg.gradient_accumulation_steps)
-        for start in range(0, len(decisions), step):
-            chunk = decisions[start : start + step]
-            prompts = [d.prompt_ids for d in chunk]
-            if self.level == "action":
-                out.extend(self.critic.action_values(prompts).float().cpu().unbind(0))
+    def rollout_values(self, batch: RolloutBatch) -> Tensor:
+        """Critic values of every decision (``(N,)``) or token (``(N, T)``), in chunks."""
+        level = self._granularity()
+        shape = (len(batch),) if level.name == "action" else tuple(batch.action_mask.shape)
+        values = torch.zeros(shape)
+        start = 0
+        for chunk in batch.chunks(self.config.gradient_accumulation_steps):
+            v = level.values(self.critic, chunk).cpu()
+            if v.dim() == 2:
+                values[start : start + len(chunk), : v.shape[1]] = v
             else:
-                values = self.critic.token_values(prompts, [d.action_ids for d in chunk]).float().cpu()
-                out.extend(values[i, : len(d.action_ids)] for i, d in enumerate(chunk))
-        return out
+                values[start : start + len(chunk)] = v
+            start += len(chunk)
+        return values
 
-    def _advantages(self, episodes: Sequence[Episode], decisions: Sequence[Decision], values: Sequence[Tensor]):
-        """Per-decision advantages and return targets (0-d or (T_k,) tensors, like ``values``)."""
-        c = self.cfg
-        if self.level == "action":
-            layout = decision_layout(episodes)
-            grid = torch.zeros(layout.rewards.shape)
-            rows, cols = zip(*layout.index, strict=True)
-            grid[list(rows), list(cols)] = torch.stack(list(values))
-            adv, ret = action_level_gae(
-                layout.rewards, grid, layout.round_end, layout.dones, 0.0,
-                gamma=c.gamma, lam=c.gae_lambda, valid=layout.valid, intra_round_discount=c.intra_round_discount,
-            )
-            flat_adv = adv[list(rows), list(cols)]
-            if c.normalize_advantages and len(flat_adv) > 1:
-                flat_adv = normalize_advantages(flat_adv)
-            return list(flat_adv.unbind(0)), list(ret[list(rows), list(cols)].unbind(0))
-        layout = token_layout(episodes)
-        grid = scatter_rows(values, layout.spans, tuple(layout.rewards.shape))
-        adv, ret = token_level_gae(
-            layout.rewards, grid, layout.action_end, layout.round_end, layout.dones, 0.0,
-            gamma=c.gamma, lam=c.gae_lambda, gamma_token=c.gamma_token, valid=layout.valid,
-            intra_round_discount=c.intra_round_discount,
-        )
-        if c.normalize_advantages and int(layout.valid.sum()) > 1:
-            adv = normalize_advantages(adv, layout.valid)
-        advs = [adv[row, col : col + n] for row, col, n in layout.spans]
-        rets = [ret[row, col : col + n] for row, col, n in layout.spans]
-        return advs, rets
+    def prepare_batch(self, episodes: Sequence[Episode]) -> RolloutBatch:
+        """The update's batch: decisions, critic values, advantages and return targets."""
+        c = self.config
+        level = self._granularity()
+        batch = self.rollout_batch(episodes)
+        critic_prompts = self.critic_prompt_ids(episodes)
+        if critic_prompts is not None:
+            batch = batch.with_targets(advantages=torch.zeros(len(batch)), critic_prompt_ids=critic_prompts)
+        values = self.rollout_values(batch)
+        advantages, returns = level.targets(episodes, values, c)
+        if c.normalize_advantages:
+            mask = level.mask(batch)
+            if c.normalize_advantages_per_agent:
+                advantages = normalize_by_agent(advantages, mask, batch.agents)
+            elif int(mask.sum()) > 1:
+                advantages = normalize_advantages(advantages, mask)
+        return batch.with_targets(advantages=advantages, values=values, returns=returns, critic_prompt_ids=critic_prompts)
 
     # ------------------------------------------------------------------ the update
     def agents_to_train(self) -> list[str]:
         """All trainable agents, or the current one under agent-by-agent updates."""
         trainable = self.trainable_agents()
-        interval = self.cfg.agent_by_agent_interval
+        interval = self.config.agent_by_agent_interval
         if interval <= 0:
             return trainable
         return [trainable[(self.iteration // interval) % len(trainable)]]
 
     def update(self, episodes: list[Episode]) -> dict[str, Any]:
-        c = self.cfg
-        decisions = [d for e in episodes for d in e.decisions]
-        rows = [row for row, e in enumerate(episodes) for _ in e.decisions]  # decision -> episode row
-        values = self._values(decisions)
-        advantages, returns = self._advantages(episodes, decisions, values)
-        train_agents = set(self.agents_to_train())
-
+        c = self.config
+        batch = self.prepare_batch(episodes)
+        train_agents = self.agents_to_train()
+        step = self.policy_gradient()
         stats: dict[str, list[float]] = defaultdict(list)
         first: dict[str, float] = {}
-        skipped_trust = skipped_nonfinite = 0
-        order = np.arange(len(episodes))
+        counts = {"skipped_trust_region": 0, "skipped_nonfinite": 0}
         for epoch in range(c.ppo_epochs):
-            self.rng.shuffle(order)
-            for mb_index, episode_ids in enumerate(np.array_split(order, c.num_minibatches)):
-                members = {int(i) for i in episode_ids}
-                batch = [k for k, row in enumerate(rows) if row in members]
-                if not batch:
+            for mb_index, minibatch in enumerate(batch.minibatches(self.rng, c.num_minibatches)):
+                stats["train/value_loss"].append(self.critic_step(minibatch))
+                rows = [k for k, a in enumerate(minibatch.agents) if a in train_agents]
+                if not rows:
                     continue
-                stats["train/value_loss"].append(self._critic_step(batch, decisions, values, returns))
-                policy_batch = [k for k in batch if decisions[k].agent in train_agents]
-                if not policy_batch:
-                    continue
-                mb = self._policy_backward(policy_batch, decisions, advantages)
+                result = self.policy_step(step, minibatch[rows], train_agents)
                 if epoch == 0 and mb_index == 0:
-                    first = {"approx_kl": mb["approx_kl"], "clip_fraction": mb["clip_fraction"]}
+                    first = {"approx_kl": result["approx_kl"], "clip_fraction": result["clip_fraction"]}
                 for key in ("policy_loss", "entropy", "ratio_mean"):
-                    stats[f"train/{key}"].append(mb[key])
-                stats["train/approx_kl_last"].append(mb["approx_kl"])
-                if not math.isfinite(mb["loss"]):
-                    logger.warning("Skipping a policy update at iteration %d: the loss is %s.", self.iteration, mb["loss"])
-                    self.zero_grad()
-                    skipped_nonfinite += 1
-                    continue
-                if c.trust_region_kl is not None and mb["approx_kl"] > c.trust_region_kl:
-                    self.zero_grad()
-                    skipped_trust += 1
-                    continue
-                grad_norm, applied = self.step_policy(sorted(train_agents))
-                skipped_nonfinite += int(not applied)
-                stats["train/grad_norm"].append(grad_norm)
+                    stats[f"train/{key}"].append(result[key])
+                stats["train/approx_kl_last"].append(result["approx_kl"])
+                if "approx_kl_after" in result:
+                    stats["train/approx_kl_after"].append(result["approx_kl_after"])
+                if "grad_norm" in result:
+                    stats["train/grad_norm"].append(result["grad_norm"])
+                for key in counts:
+                    counts[key] += int(result.get(key, 0))
 
         metrics: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
         metrics["train/approx_kl"] = first.get("approx_kl", float("nan"))
         metrics["train/clip_fraction"] = first.get("clip_fraction", float("nan"))
-        metrics["train/skipped_trust_region"] = skipped_trust
-        metrics["train/skipped_nonfinite"] = skipped_nonfinite
+        metrics.update({f"train/{k}": v for k, v in counts.items()})
         metrics["train/agents"] = ",".join(sorted(train_agents))
-        metrics["train/value_mean"] = float(torch.cat([v.reshape(-1) for v in values]).mean())
-        metrics["train/advantage_abs_mean"] = float(torch.cat([a.reshape(-1) for a in advantages]).abs().mean())
+        assert batch.values is not None and batch.advantages is not None
+        mask = self._granularity().mask(batch)
+        metrics["train/value_mean"] = float(batch.values[mask].mean())
+        metrics["train/advantage_abs_mean"] = float(batch.advantages[mask].abs().mean())
         return metrics
 
-    def _critic_step(self, batch: list[int], decisions, values, returns) -> float:
-        c = self.cfg
-        optimizer = self.optimizers[self.CRITIC_KEY]
+    def critic_step(self, batch: RolloutBatch) -> float:
+        """One critic step on a minibatch (accumulated in chunks); returns the value loss."""
+        c = self.config
+        level = self._granularity()
+        optimizer = self.critic_optimizer
         optimizer.zero_grad(set_to_none=True)
-        total_units = sum(1 if self.level == "action" else len(decisions[k].action_ids) for k in batch)
+        total_units = level.units(batch)
         loss_value = 0.0
-        for chunk in chunk_indices(batch, c.gradient_accumulation_steps):
-            prompts = [decisions[k].prompt_ids for k in chunk]
-            if self.level == "action":
-                new = self.critic.action_values(prompts)
-                old = torch.stack([values[k] for k in chunk])
-                target = torch.stack([returns[k] for k in chunk])
-                mask = None
-                units = len(chunk)
-            else:
-                actions = [decisions[k].action_ids for k in chunk]
-                new = self.critic.token_values(prompts, actions)
-                old, mask = pad_rows([values[k].tolist() for k in chunk])
-                target, _ = pad_rows([returns[k].tolist() for k in chunk])
-                new = new[:, : old.shape[1]]
-                units = int(mask.sum())
+        for chunk in batch.chunks(c.gradient_accumulation_steps):
+            assert chunk.values is not None and chunk.returns is not None
+            new = level.values(self.critic, chunk)
+            width = new.shape[1] if new.dim() == 2 else None
+            old = chunk.values if width is None else chunk.values[:, :width]
+            target = chunk.returns if width is None else chunk.returns[:, :width]
+            mask = None if width is None else chunk.action_mask[:, :width].to(new.device)
+            units = level.units(chunk)
             loss = value_loss(
-                new, old.to(new.device), target.to(new.device), None if mask is None else mask.to(new.device),
+                new, old.to(new.device), target.to(new.device), mask,
                 huber_delta=c.huber_delta if c.value_loss == "huber" else None, clip_range=c.value_clip,
             )
             scaled = c.value_loss_coef * loss * (units / total_units)
@@ -296,51 +334,3 @@ class ActorCriticTrainer(Trainer):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss_value
-
-    def _policy_backward(self, batch: list[int], decisions, advantages) -> dict[str, float]:
-        """Backpropagate the minibatch's clipped surrogate; returns weighted statistics."""
-        c = self.cfg
-        by_agent: dict[str, list[int]] = defaultdict(list)
-        for k in batch:
-            by_agent[decisions[k].agent].append(k)
-        total_units = sum(1 if self.level == "action" else len(decisions[k].action_ids) for k in batch)
-        totals = defaultdict(float)
-        for agent, ks in by_agent.items():
-            for chunk in chunk_indices(ks, c.gradient_accumulation_steps):
-                chunk_decisions = [decisions[k] for k in chunk]
-                out = self.policy.token_log_probs(
-                    agent,
-                    [d.prompt_ids for d in chunk_decisions],
-                    [d.action_ids for d in chunk_decisions],
-                    with_entropy=True,
-                )
-                device = out.log_probs.device
-                mask = out.mask
-                old_tokens, _ = pad_rows([d.log_probs for d in chunk_decisions])
-                old_tokens = old_tokens.to(device)
-                if self.level == "action":
-                    words = torch.tensor([max(1, len(d.text.split())) for d in chunk_decisions], dtype=torch.float32)
-                    new = action_log_prob(out.log_probs, mask, c.logprob_normalization, words.to(device))
-                    old = action_log_prob(old_tokens, mask, c.logprob_normalization, words.to(device))
-                    adv = torch.stack([advantages[k] for k in chunk]).to(device)
-                    loss, st = ppo_clip_loss(new, old, adv, epsilon=c.epsilon, epsilon_high=c.epsilon_high)
-                    units = len(chunk)
-                else:
-                    adv, _ = pad_rows([advantages[k].tolist() for k in chunk])
-                    units = int(mask.sum())
-                    loss, st = ppo_clip_loss(
-                        out.log_probs, old_tokens, adv.to(device), mask,
-                        epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type="dapo", num_items_in_batch=units,
-                    )
-                entropy = masked_mean(out.entropy, mask)
-                weight = units / total_units
-                objective = (loss - c.entropy_coef * entropy) * weight
-                if torch.isfinite(objective):
-                    objective.backward()
-                totals["loss"] += float(objective.detach())
-                totals["policy_loss"] += float(loss.detach()) * weight
-                totals["entropy"] += float(entropy.detach()) * weight
-                totals["approx_kl"] += float(st["approx_kl"]) * weight
-                totals["clip_fraction"] += float(st["clip_fraction"]) * weight
-                totals["ratio_mean"] += float(st["ratio_mean"]) * weight
-        return dict(totals)

@@ -14,7 +14,6 @@ Knob names follow TRL's ``GRPOConfig``: ``num_generations``, ``beta``, ``epsilon
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -23,8 +22,9 @@ import numpy as np
 import torch
 
 from marft_algos.common.advantages import group_advantages, zero_std_group_mask
-from marft_algos.common.buffers import chunk_indices, pad_rows
-from marft_algos.common.losses import aggregate_loss, kl_k3, masked_mean, ppo_clip_loss
+from marft_algos.common.batch import build_rollout_batch
+from marft_algos.common.losses import Normalizer
+from marft_algos.policy_gradient import Objective
 from marft_algos.rollout import Episode, EpisodeRequest
 from marft_algos.trainer import Trainer, TrainerConfig
 
@@ -33,6 +33,7 @@ __all__ = ["GRPOConfig", "GRPOTrainer"]
 logger = logging.getLogger(__name__)
 
 _LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+_NORMALIZERS: dict[str, Normalizer] = {"grpo": "sequence", "bnpo": "token", "dapo": "token", "dr_grpo": "constant"}
 
 
 @dataclass
@@ -48,8 +49,10 @@ class GRPOConfig(TrainerConfig):
     epsilon_high: float | None = None
     """Upper clip range ε_high (DAPO clip-higher, e.g. 0.28); None: equal to epsilon."""
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
-    """Loss aggregation: per-sequence means (grpo), token-level over the batch (bnpo, dapo), or a
-    constant length (dr_grpo)."""
+    """Loss aggregation: per-sequence means (grpo), every token of the batch once (dapo; bnpo
+    too, over the whole batch rather than TRL's per-micro-batch count, so the gradient does not
+    depend on gradient_accumulation_steps), or each agent's token cap as a constant length
+    (dr_grpo). The entropy bonus and the KL term are aggregated the same way."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Divide advantages by the group's reward std, the batch's, or not at all."""
     num_iterations: int = 1
@@ -96,11 +99,18 @@ class GRPOTrainer(Trainer):
 
     algorithm: ClassVar[str] = "grpo"
     config_class: ClassVar[type[TrainerConfig]] = GRPOConfig
+    config: GRPOConfig
 
-    @property
-    def cfg(self) -> GRPOConfig:
-        assert isinstance(self.config, GRPOConfig)
-        return self.config
+    def objective(self) -> Objective:
+        c = self.config
+        return Objective(
+            level="token",
+            normalizer=_NORMALIZERS[c.loss_type],
+            epsilon=c.epsilon,
+            epsilon_high=c.epsilon_high,
+            entropy_coef=c.entropy_coef,
+            beta=c.beta,
+        )
 
     # ------------------------------------------------------------------ sampling
     def _group_requests(self, n_groups: int, first_group: int) -> list[EpisodeRequest]:
@@ -108,11 +118,11 @@ class GRPOTrainer(Trainer):
         return [
             EpisodeRequest(seed=int(seed), group=first_group + g)
             for g, seed in enumerate(seeds)
-            for _ in range(self.cfg.num_generations)
+            for _ in range(self.config.num_generations)
         ]
 
     def _rewards(self, episode: Episode, agent: str) -> float:
-        if self.cfg.reward_source == "team":
+        if self.config.reward_source == "team":
             return episode.team_return
         return episode.agent_returns.get(agent, 0.0)
 
@@ -121,7 +131,7 @@ class GRPOTrainer(Trainer):
         keep = set()
         by_group: dict[int, list[Episode]] = defaultdict(list)
         for e in episodes:
-            by_group[int(e.group)].append(e)
+            by_group[int(e.group or 0)].append(e)
         for group, members in by_group.items():
             for agent in self.agents:
                 rewards = {self._rewards(e, agent) for e in members if any(d.agent == agent for d in e.decisions)}
@@ -130,12 +140,11 @@ class GRPOTrainer(Trainer):
                     break
         return keep
 
-    def collect(self) -> list[Episode]:
-        c = self.cfg
+    def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
+        c = self.config
         episodes = self.collector.collect(self._group_requests(c.groups_per_iteration, 0))
-        self._sampling_stats = {"rollout/groups_dropped": 0, "rollout/resample_rounds": 0}
         if not c.dynamic_sampling:
-            return episodes
+            return episodes, {"rollout/groups_dropped": 0, "rollout/resample_rounds": 0}
         kept = self._informative_groups(episodes)
         pool = [e for e in episodes if e.group in kept]
         dropped = c.groups_per_iteration - len(kept)
@@ -149,113 +158,72 @@ class GRPOTrainer(Trainer):
             pool += [e for e in more if e.group in new]
             kept |= new
             rounds += 1
-        wanted = sorted(kept)[: c.groups_per_iteration]
-        self._sampling_stats = {"rollout/groups_dropped": dropped, "rollout/resample_rounds": rounds}
+        wanted = set(sorted(kept)[: c.groups_per_iteration])
         if not wanted:
             logger.warning("Dynamic sampling found no group with differing rewards; this iteration has nothing to learn.")
-        return [e for e in pool if e.group in set(wanted)]
+        stats = {"rollout/groups_dropped": dropped, "rollout/resample_rounds": rounds}
+        return [e for e in pool if e.group in wanted], stats
 
     # ------------------------------------------------------------------ update
     def advantages(self, episodes: list[Episode]) -> dict[tuple[int, str], float]:
         """Group advantage of each (episode row, agent) that acted in the episode."""
-        keys = [(row, agent) for row, e in enumerate(episodes) for agent in self.agents if any(d.agent == agent for d in e.decisions)]
+        keys = self._acting_pairs(episodes)
         if not keys:
             return {}
-        rewards = torch.tensor([self._rewards(episodes[row], agent) for row, agent in keys], dtype=torch.float32)
-        groups = [(int(episodes[row].group), agent) for row, agent in keys]
-        adv = group_advantages(rewards, groups, scale_rewards=self.cfg.scale_rewards)
-        self._zero_std = float(zero_std_group_mask(rewards, groups).float().mean())
+        rewards, groups = self._group_rewards(episodes, keys)
+        adv = group_advantages(rewards, groups, scale_rewards=self.config.scale_rewards)
         return {key: float(a) for key, a in zip(keys, adv, strict=True)}
 
-    def update(self, episodes: list[Episode]) -> dict[str, Any]:
-        c = self.cfg
-        metrics: dict[str, Any] = dict(getattr(self, "_sampling_stats", {}))
-        adv = self.advantages(episodes)
-        metrics["rollout/zero_std_fraction"] = getattr(self, "_zero_std", float("nan"))
-        items = [
-            (d, adv[(row, d.agent)])
-            for row, e in enumerate(episodes)
-            for d in e.decisions
-            if d.agent in self._optimizer_of and (row, d.agent) in adv
+    def _acting_pairs(self, episodes: list[Episode]) -> list[tuple[int, str]]:
+        return [
+            (row, agent) for row, e in enumerate(episodes) for agent in self.agents if any(d.agent == agent for d in e.decisions)
         ]
-        if not items:
-            return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
-        total_tokens = sum(len(d.action_ids) for d, _ in items)
-        total_rows = len(items)
-        needs_all = c.beta > 0 or c.entropy_coef > 0
-        active = [(d, a) for d, a in items if needs_all or a != 0.0]
-        if not active:  # every group had equal rewards: nothing to learn, and no statistics to report
-            return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
-        active_tokens = sum(len(d.action_ids) for d, _ in active)
 
+    def _group_rewards(self, episodes: list[Episode], keys: list[tuple[int, str]]) -> tuple[torch.Tensor, list[tuple[int, str]]]:
+        rewards = torch.tensor([self._rewards(episodes[row], agent) for row, agent in keys], dtype=torch.float32)
+        groups = [(int(episodes[row].group or 0), agent) for row, agent in keys]
+        return rewards, groups
+
+    def update(self, episodes: list[Episode]) -> dict[str, Any]:
+        c = self.config
+        metrics: dict[str, Any] = {}
+        keys = self._acting_pairs(episodes)
+        if keys:
+            rewards, groups = self._group_rewards(episodes, keys)
+            metrics["rollout/zero_std_fraction"] = float(zero_std_group_mask(rewards, groups).float().mean())
+        table = self.advantages(episodes)
+        trained = [a for a in self.agents if a in self._optimizer_of]
+        batch = build_rollout_batch(
+            episodes, agents=trained, token_caps=c.max_new_tokens_per_agent, default_cap=c.max_new_tokens
+        )
+        if not len(batch):
+            return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
+        advantages = torch.tensor(
+            [table.get((int(row), agent), 0.0) for row, agent in zip(batch.episode, batch.agents, strict=True)]
+        )  # (N,)
+        batch = batch.with_targets(advantages=advantages)
+        # Zero-advantage rows add nothing to the surrogate; without entropy or KL terms they need no forward.
+        active = torch.ones(len(batch), dtype=torch.bool) if c.beta > 0 or c.entropy_coef > 0 else advantages != 0
+        if not bool(active.any()):  # every group had equal rewards: nothing to learn, and no statistics to report
+            return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
+
+        step = self.policy_gradient()
+        agents = list(dict.fromkeys(a for a, on in zip(batch.agents, active.tolist(), strict=True) if on))
         stats: dict[str, list[float]] = defaultdict(list)
         first: dict[str, float] = {}
         skipped = 0
         for it in range(c.num_iterations):
-            totals: dict[str, float] = defaultdict(float)
-            by_agent: dict[str, list[tuple[Any, float]]] = defaultdict(list)
-            for d, a in active:
-                by_agent[d.agent].append((d, a))
-            for agent, entries in by_agent.items():
-                for chunk in chunk_indices(range(len(entries)), c.gradient_accumulation_steps):
-                    part = [entries[i] for i in chunk]
-                    self._chunk_backward(agent, part, total_tokens, total_rows, active_tokens, totals)
+            result = self.policy_step(step, batch, agents, active=active)
             if it == 0:
-                first = {"approx_kl": totals["approx_kl"], "clip_fraction": totals["clip_fraction"]}
+                first = {"approx_kl": result["approx_kl"], "clip_fraction": result["clip_fraction"]}
             for key in ("policy_loss", "entropy", "kl", "ratio_mean"):
-                stats[f"train/{key}"].append(totals[key])
-            if not math.isfinite(totals["loss"]):
-                logger.warning("Skipping a GRPO update at iteration %d: the loss is %s.", self.iteration, totals["loss"])
-                self.zero_grad()
-                skipped += 1
-                continue
-            grad_norm, applied = self.step_policy(list(by_agent))
-            skipped += int(not applied)
-            stats["train/grad_norm"].append(grad_norm)
+                stats[f"train/{key}"].append(result[key])
+            if "grad_norm" in result:
+                stats["train/grad_norm"].append(result["grad_norm"])
+            skipped += int(result.get("skipped_nonfinite", 0))
         metrics.update({k: float(np.mean(v)) for k, v in stats.items() if v})
         metrics["train/approx_kl"] = first.get("approx_kl", 0.0)
         metrics["train/clip_fraction"] = first.get("clip_fraction", 0.0)
         metrics["train/skipped_nonfinite"] = skipped
-        metrics["train/advantage_abs_mean"] = float(np.mean([abs(a) for _, a in items]))
+        metrics["train/advantage_abs_mean"] = float(np.mean([abs(a) for a in table.values()])) if table else 0.0
         return metrics
-
-    def _chunk_backward(
-        self, agent, part, total_tokens: int, total_rows: int, active_tokens: int, totals: dict[str, float]
-    ) -> None:
-        c = self.cfg
-        prompts = [d.prompt_ids for d, _ in part]
-        actions = [d.action_ids for d, _ in part]
-        out = self.policy.token_log_probs(agent, prompts, actions, with_entropy=True)
-        device = out.log_probs.device
-        mask = out.mask
-        old = pad_rows([d.log_probs for d, _ in part])[0].to(device=device, dtype=out.log_probs.dtype)
-        advantages = torch.tensor([a for _, a in part], dtype=torch.float32, device=device)  # (B,)
-        if c.loss_type in ("dapo", "bnpo"):
-            kind, weight, extra = "dapo", 1.0, {"num_items_in_batch": total_tokens}
-        elif c.loss_type == "grpo":
-            kind, weight, extra = "sequence_mean", len(part) / total_rows, {}
-        else:
-            kind, weight, extra = "dr_grpo", len(part) / total_rows, {"max_completion_length": c.max_new_tokens}
-        loss, st = ppo_clip_loss(
-            out.log_probs, old, advantages, mask, epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type=kind, **extra
-        )
-        objective = loss
-        kl_value = 0.0
-        if c.beta > 0:
-            with torch.no_grad():
-                ref = self.policy.token_log_probs(agent, prompts, actions, reference=True).log_probs
-            kl = aggregate_loss(kl_k3(out.log_probs, ref), mask, kind, **extra)
-            objective = objective + c.beta * kl
-            kl_value = float(kl.detach())
-        entropy = masked_mean(out.entropy, mask)
-        objective = (objective - c.entropy_coef * entropy) * weight
-        if torch.isfinite(objective):
-            objective.backward()
-        units = int(mask.sum()) / active_tokens  # statistics average over the tokens actually processed
-        totals["loss"] += float(objective.detach())
-        totals["policy_loss"] += float(loss.detach()) * weight
-        totals["kl"] += kl_value * weight
-        totals["entropy"] += float(entropy.detach()) * units
-        totals["approx_kl"] += float(st["approx_kl"]) * units
-        totals["clip_fraction"] += float(st["clip_fraction"]) * units
-        totals["ratio_mean"] += float(st["ratio_mean"]) * units

@@ -47,9 +47,9 @@ class PPOTrainer(ActorCriticTrainer):
         eval_env_fn: Callable[[], AECEnv] | None = None,
     ) -> None:
         super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn)
+        self.level = config.level  # type: ignore[misc]  # the granularity is this run's choice
         if len(self.agents) != 1:
             raise ValueError(
                 f"PPOTrainer is the single-agent baseline; this env has agents {self.agents}. "
                 f"Use ActionMARFTTrainer or TokenMARFTTrainer for teams."
             )
-        self.level = config.level  # type: ignore[misc]

@@ -74,6 +74,9 @@ class Decision:
         round_end: The decision was the last of its round (the env's transition ran after it).
         done: The episode ended after this decision's round.
         truncated: The episode ended by truncation (round limit) rather than termination.
+        messages: The rollout observation as chat messages (what was rendered into
+            ``prompt_ids``), kept so a model with another tokenizer (e.g. the critic's) can
+            render it itself instead of reading ids of a foreign vocabulary.
     """
 
     episode: int
@@ -89,6 +92,7 @@ class Decision:
     round_end: bool = False
     done: bool = False
     truncated: bool = False
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -225,8 +229,10 @@ class RolloutCollector:
                     do_sample=settings.do_sample,
                     generator=self.generator,
                 )
-                for env_index, generation in zip(env_indices, generations, strict=True):
-                    finished = self._step(env_index, running[env_index], agent, generation, results, round_buffer)
+                for env_index, generation, observed in zip(env_indices, generations, messages, strict=True):
+                    finished = self._step(
+                        env_index, running[env_index], agent, generation, observed, results, round_buffer
+                    )
                     if finished:
                         del running[env_index]
                         start(env_index)
@@ -238,6 +244,7 @@ class RolloutCollector:
         episode_index: int,
         agent: str,
         generation: Any,
+        messages: Sequence[Mapping[str, Any]],
         results: list[Episode],
         round_buffer: dict[int, list[Decision]],
     ) -> bool:
@@ -255,6 +262,7 @@ class RolloutCollector:
             log_probs=list(generation.log_probs),
             text=generation.text,
             finished=bool(generation.finished),
+            messages=[dict(m) for m in messages],
         )
         env.step(generation.text)
         buffer = round_buffer[env_index]
@@ -263,10 +271,11 @@ class RolloutCollector:
             return False
 
         record = base.history[-1]
+        episode = results[episode_index]
         for d in buffer:
             d.reward = record.rewards[d.agent]
+        _credit_idle_agents(record.rewards, buffer, episode.decisions, record.timestep)
         buffer[-1].round_end = True
-        episode = results[episode_index]
         episode.decisions.extend(buffer)
         episode.team_return += record.team_reward
         for a, r in record.rewards.items():
@@ -283,3 +292,32 @@ class RolloutCollector:
         while env.agents:  # retire every agent so the env is ready for the next reset
             env.step(None)
         return True
+
+
+def _credit_idle_agents(
+    rewards: Mapping[str, float],
+    round_decisions: Sequence[Decision],
+    earlier: Sequence[Decision],
+    timestep: int,
+) -> None:
+    """Give a reward paid to an agent that did not act this round to its latest decision.
+
+    Credit rules and per-agent reward mappings may pay an agent that the dependency function left
+    out of the round (a router that skipped it, say). That reward still belongs to the agent's
+    policy: it lands on the agent's most recent earlier decision, as if it arrived late. An agent
+    that has not acted at all in the episode has no decision to carry it; dropping it silently
+    would change the task, so that is an error.
+    """
+    acted = {d.agent for d in round_decisions}
+    for agent, reward in rewards.items():
+        if agent in acted or reward == 0.0:
+            continue
+        latest = next((d for d in reversed(earlier) if d.agent == agent), None)
+        if latest is None:
+            raise ValueError(
+                f"Round {timestep} paid reward {reward} to agent {agent!r}, which has not acted in "
+                f"this episode, so no decision of it can carry the reward to training. Pay rewards "
+                f"only to agents that acted (e.g. credit='team' or 'graded'), or fold it into the "
+                f"reward of an agent that acted."
+            )
+        latest.reward += reward

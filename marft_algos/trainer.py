@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ import numpy as np
 import torch
 from pettingzoo import AECEnv
 
+from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
 from marft_algos.metrics import MetricsLogger
+from marft_algos.policy_gradient import Objective, PolicyGradient
 from marft_algos.rollout import Episode, GenerationSettings, RolloutCollector
 
 __all__ = ["Trainer", "TrainerConfig"]
@@ -57,11 +60,13 @@ class TrainerConfig:
     max_new_tokens_per_agent: dict[str, int] | None = None
     """Per-agent overrides of max_new_tokens, e.g. {"actor": 16}."""
     temperature: float = 1.0
-    """Sampling temperature for rollouts."""
+    """Sampling temperature for rollouts; rollout and update log-probs are those of the
+    temperature-scaled distribution that was sampled."""
     top_p: float = 1.0
-    """Nucleus sampling threshold for rollouts (1 disables)."""
+    """Nucleus sampling threshold for rollouts (1 disables); log-probs are those of the truncated
+    distribution that was sampled (a token the current policy cuts has probability 0)."""
     top_k: int = 0
-    """Top-k sampling for rollouts (0 disables)."""
+    """Top-k sampling for rollouts (0 disables); log-probs as for ``top_p``."""
     learning_rate: float = 1e-6
     """Adam learning rate of every agent's adapter (paper: 1e-6)."""
     adam_eps: float = 1e-5
@@ -115,6 +120,11 @@ class TrainerConfig:
             max_new_tokens_per_agent=dict(self.max_new_tokens_per_agent or {}),
         )
 
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The rollout distribution's settings, as :meth:`MultiAgentPolicy.token_log_probs` takes them."""
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -132,6 +142,8 @@ class Trainer(ABC):
 
     algorithm: ClassVar[str] = "base"
     config_class: ClassVar[type[TrainerConfig]] = TrainerConfig
+    critic_optimizer: torch.optim.Optimizer | None = None
+    """The critic's optimizer (actor-critic trainers); :attr:`optimizers` holds the policy's."""
 
     def __init__(
         self,
@@ -177,7 +189,19 @@ class Trainer(ABC):
 
     # ------------------------------------------------------------------ optimisation helpers
     CRITIC_KEY: ClassVar[str] = "__critic__"
-    """Key of the critic's optimizer in :attr:`optimizers` (agent roles cannot start with '_')."""
+    """Name of the critic optimizer's file in checkpoints (agent roles cannot start with '_')."""
+
+    @property
+    def cfg(self) -> Any:
+        """Deprecated alias of :attr:`config`."""
+        warnings.warn("Trainer.cfg is deprecated; use Trainer.config.", DeprecationWarning, stacklevel=2)
+        return self.config
+
+    def _checkpointed_optimizers(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.optimizers)
+        if self.critic_optimizer is not None:
+            out[self.CRITIC_KEY] = self.critic_optimizer
+        return out
 
     def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """One Adam per trainable adapter; agents sharing an adapter share its optimizer."""
@@ -206,6 +230,64 @@ class Trainer(ABC):
         for optimizer in self.optimizers.values():
             optimizer.zero_grad(set_to_none=True)
 
+    # ------------------------------------------------------------------ the policy step
+    def rollout_batch(self, episodes: Sequence[Episode]) -> RolloutBatch:
+        """Every decision of ``episodes`` padded once (:func:`build_rollout_batch`)."""
+        return build_rollout_batch(
+            episodes,
+            token_caps=self.config.max_new_tokens_per_agent,
+            default_cap=self.config.max_new_tokens,
+        )
+
+    def objective(self) -> Objective:
+        """The policy loss this trainer minimises."""
+        raise NotImplementedError
+
+    @property
+    def trust_region_kl(self) -> float | None:
+        """Undo a policy step whose KL on its batch exceeds this (None: never)."""
+        return None
+
+    def policy_gradient(self) -> PolicyGradient:
+        """The shared policy-gradient step with this trainer's objective and sampling settings."""
+        return PolicyGradient(
+            self.policy,
+            self.objective(),
+            sampling=self.config.sampling,
+            accumulation_steps=int(getattr(self.config, "gradient_accumulation_steps", 1)),
+        )
+
+    def policy_step(
+        self,
+        step: PolicyGradient,
+        batch: RolloutBatch,
+        agents: Sequence[str],
+        *,
+        active: torch.Tensor | None = None,
+    ) -> dict[str, float]:
+        """Backward, guards and optimizer step for one batch of the given agents' decisions.
+
+        A non-finite loss or gradient skips the step (``skipped_nonfinite``). With a trust region
+        (:attr:`trust_region_kl`), the KL to the rollout policy is measured on ``batch`` after
+        the step; a step that exceeds it is undone (``skipped_trust_region``).
+        """
+        result = step.backward(batch, active=active)
+        if not math.isfinite(result["loss"]):
+            logger.warning("Skipping a policy update at iteration %d: the loss is %s.", self.iteration, result["loss"])
+            self.zero_grad()
+            return {**result, "skipped_nonfinite": 1}
+        limit = self.trust_region_kl
+        before = self._snapshot(agents) if limit is not None else None
+        grad_norm, applied = self.step_policy(agents)
+        result = {**result, "grad_norm": grad_norm, "skipped_nonfinite": int(not applied)}
+        if applied and before is not None and limit is not None:
+            kl = step.approx_kl(batch if active is None else batch[active.nonzero().flatten().tolist()])
+            result["approx_kl_after"] = kl
+            if not kl <= limit:
+                self._restore(before)
+                result["skipped_trust_region"] = 1
+        return result
+
     def step_policy(self, agents: Sequence[str]) -> tuple[float, bool]:
         """Clip and apply the gradients of the given agents' adapters.
 
@@ -232,8 +314,13 @@ class Trainer(ABC):
         """Optimise on one batch of finished episodes; return ``train/...`` metrics."""
 
     def collect(self) -> list[Episode]:
-        """The iteration's rollouts (GRPO overrides this to sample groups)."""
-        return self.collector.collect(self.config.episodes_per_iteration)
+        """The iteration's rollouts."""
+        return self.collect_with_stats()[0]
+
+    def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
+        """The iteration's rollouts and ``rollout/...`` statistics of how they were sampled
+        (GRPO overrides this to sample groups)."""
+        return self.collector.collect(self.config.episodes_per_iteration), {}
 
     def evaluate(self) -> dict[str, Any]:
         """Greedy held-out evaluation, plus a sampled one with ``eval_sampled`` (empty when no
@@ -251,10 +338,11 @@ class Trainer(ABC):
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
-        episodes = self.collect()
+        episodes, sampling_stats = self.collect_with_stats()
         rollout_time = time.perf_counter() - start
         metrics = summarize_episodes(episodes, "rollout")
         metrics["rollout/episodes"] = len(episodes)
+        metrics.update(sampling_stats)
         start_update = time.perf_counter()
         metrics.update(self.update(episodes))
         metrics["time/rollout_s"] = rollout_time
@@ -326,17 +414,26 @@ class Trainer(ABC):
             metrics["train/rolled_back"] = 1
             logger.warning("Rolled back adapters, critic and optimizers to the last good iteration.")
 
-    def _modules_state(self) -> dict[str, Any]:
-        state = {"policy": {a: [p.detach().clone() for p in self.policy.trainable_parameters(a)] for a in self.trainable_agents()}}
-        if self.critic is not None:
+    def _modules_state(self, agents: Sequence[str] | None = None) -> dict[str, Any]:
+        """Copies of the trainable parameters: every adapter and the critic, or some agents' adapters."""
+        chosen = self.trainable_agents() if agents is None else [a for a in agents if a in self._optimizer_of]
+        state: dict[str, Any] = {
+            "policy": {a: [p.detach().clone() for p in self.policy.trainable_parameters(a)] for a in chosen}
+        }
+        if agents is None and self.critic is not None:
             state["critic"] = [p.detach().clone() for p in self.critic.parameters()]
         return state
 
-    def _snapshot(self) -> dict[str, Any]:
-        return {
-            "params": self._modules_state(),
-            "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in self.optimizers.items()},
-        }
+    def _snapshot(self, agents: Sequence[str] | None = None) -> dict[str, Any]:
+        """Parameters and optimizer states: of everything, or of the given agents' adapters only."""
+        if agents is None:
+            optimizers = self._checkpointed_optimizers()
+            params = self._modules_state()
+        else:
+            keys = {self._optimizer_of[a] for a in agents if a in self._optimizer_of}
+            optimizers = {k: self.optimizers[k] for k in keys}
+            params = self._modules_state(agents)
+        return {"params": params, "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in optimizers.items()}}
 
     def _restore(self, snapshot: Mapping[str, Any]) -> None:
         with torch.no_grad():
@@ -346,8 +443,9 @@ class Trainer(ABC):
             if self.critic is not None and "critic" in snapshot["params"]:
                 for p, saved in zip(self.critic.parameters(), snapshot["params"]["critic"], strict=True):
                     p.copy_(saved)
+        optimizers = self._checkpointed_optimizers()
         for key, state in snapshot["optimizers"].items():
-            self.optimizers[key].load_state_dict(state)
+            optimizers[key].load_state_dict(state)
 
     # ------------------------------------------------------------------ checkpoints
     def trainer_state(self) -> dict[str, Any]:
@@ -381,7 +479,7 @@ class Trainer(ABC):
             directory,
             self.policy,
             critic=self.critic,
-            optimizers=self.optimizers,
+            optimizers=self._checkpointed_optimizers(),
             state=self.trainer_state(),
         )
 
@@ -389,7 +487,7 @@ class Trainer(ABC):
         """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run."""
         from marft_algos.policy.checkpoint import load_checkpoint
 
-        state = load_checkpoint(directory, self.policy, critic=self.critic, optimizers=self.optimizers)
+        state = load_checkpoint(directory, self.policy, critic=self.critic, optimizers=self._checkpointed_optimizers())
         self.load_trainer_state(state)
 
     def resume(self, directory: str | Path | None = None) -> None:

@@ -488,7 +488,9 @@ def normalize_advantages(
 ) -> Tensor:
     """Batch normalisation of advantages: (A − mean) / (std + eps) over the valid entries.
 
-    The std is the population std (n, not n − 1). With ``ignore_zeros=True`` the mean and std are
+    The std is the population std (n, not n − 1). A batch whose advantages are all equal (up to
+    float round-off: std within a few ulps of the largest magnitude) carries no ranking and returns
+    zeros, instead of dividing round-off noise by a near-zero std. With ``ignore_zeros=True`` the mean and std are
     taken over the valid entries that are not exactly 0 (entries of agents or steps that carry no
     estimate), as in the paper's Appendix A trainer; the normalisation is still applied to every
     valid entry. Entries outside ``mask`` are returned as 0.
@@ -511,5 +513,8 @@ def normalize_advantages(
     kept = torch.where(stats, adv, torch.zeros_like(adv))  # where, not multiply: pads may be NaN
     mean = kept.sum() / n
     var = torch.where(stats, (adv - mean) ** 2, torch.zeros_like(adv)).sum() / n
+    scale = torch.where(stats, adv.abs(), torch.zeros_like(adv)).max()
+    if var.sqrt() <= 16 * torch.finfo(adv.dtype).eps * scale:  # equal up to round-off
+        return torch.zeros_like(adv)
     out = (adv - mean) / (var.sqrt() + eps)
     return torch.where(valid, out, torch.zeros_like(out))

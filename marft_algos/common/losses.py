@@ -19,10 +19,13 @@ __all__ = [
     "action_log_prob",
     "aggregate_loss",
     "approx_kl",
+    "clipped_surrogate",
+    "entropy_from_log_probs",
     "entropy_from_logits",
     "kl_k3",
     "masked_mean",
     "ppo_clip_loss",
+    "sequence_weights",
     "value_loss",
 ]
 
@@ -89,8 +92,8 @@ def approx_kl(log_probs: Tensor, old_log_probs: Tensor, mask: Tensor | None = No
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Entropy of the categorical distribution at every position, computed stably.
 
-    H = −Σ p·log p with log p from ``log_softmax`` (no exp overflow); positions whose logit is −inf
-    (masked vocabulary entries) contribute 0 instead of NaN.
+    H = −Σ p·log p with log p from ``log_softmax`` (no exp overflow); entries whose logit is −inf
+    (tokens cut by top-k / top-p) contribute 0, and so does their gradient (no NaN).
 
     Args:
         logits: ``(..., vocab)`` unnormalised logits.
@@ -98,9 +101,19 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     Returns:
         ``(...)`` entropies in nats.
     """
-    log_p = torch.log_softmax(logits.float(), dim=-1)
-    p = log_p.exp()
-    return -torch.where(p > 0, p * log_p, torch.zeros_like(p)).sum(-1)
+    return entropy_from_log_probs(torch.log_softmax(logits.float(), dim=-1))
+
+
+def entropy_from_log_probs(log_probs: Tensor) -> Tensor:
+    """Entropy ``−Σ p·log p`` over the last dimension of normalised log-probs.
+
+    Entries with log-prob −inf (p = 0) add exactly 0. The product is taken on a copy where those
+    entries are 0, because ``where(p > 0, p·log p, 0)`` alone still back-propagates ``0·(−inf)``
+    = NaN into the gradient.
+    """
+    finite = torch.isfinite(log_probs)
+    safe = torch.where(finite, log_probs, torch.zeros_like(log_probs))
+    return -torch.where(finite, safe.exp() * safe, torch.zeros_like(safe)).sum(-1)
 
 
 def action_log_prob(
@@ -230,6 +243,52 @@ def ppo_clip_loss(
         the gradient is cut: ratio < 1 − ε_low with A < 0, or ratio > 1 + ε_high with A > 0),
         ``clip_low_fraction``, ``clip_high_fraction``, ``ratio_mean``.
     """
+    per_token, terms = clipped_surrogate(
+        log_probs, old_log_probs, advantages, mask, epsilon=epsilon, epsilon_high=epsilon_high
+    )
+    m = terms["mask"]
+    loss = aggregate_loss(
+        per_token,
+        m,
+        loss_type,
+        max_completion_length=max_completion_length,
+        num_items_in_batch=num_items_in_batch,
+    )
+    stats = {name: masked_mean(terms[name], m) for name in _SURROGATE_STATS}
+    return loss, stats
+
+
+_SURROGATE_STATS = ("approx_kl", "clip_fraction", "clip_low_fraction", "clip_high_fraction", "ratio_mean")
+
+
+def clipped_surrogate(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    mask: Tensor | None = None,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Per-entry PPO clipped surrogate (paper eq. 5, DAPO clip-higher), before any aggregation.
+
+    Use it to weight entries yourself (:func:`sequence_weights`); :func:`ppo_clip_loss` is this
+    plus TRL's aggregation.
+
+    Args:
+        log_probs: ``(B,)`` or ``(B, L)`` log-probs under π_θ.
+        old_log_probs: same shape, under the rollout policy.
+        advantages: same shape, or ``(B,)`` broadcast over each row's tokens.
+        mask: bool, same shape as ``log_probs`` (default: all valid).
+        epsilon: ε_low.
+        epsilon_high: ε_high (default ``epsilon``).
+
+    Returns:
+        ``(per_entry_loss, terms)``: the ``(B, L)`` loss to minimise (``L = 1`` for ``(B,)``
+        inputs; 0 on padding) and detached ``(B, L)`` tensors ``approx_kl`` (k3 of
+        KL(π_old ‖ π_θ)), ``clip_fraction``, ``clip_low_fraction``, ``clip_high_fraction``,
+        ``ratio_mean`` (the ratio) and the ``(B, L)`` bool ``mask``.
+    """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     if epsilon < 0 or eps_high < 0:
         raise ValueError(f"clip ranges must be >= 0, got epsilon={epsilon}, epsilon_high={epsilon_high}")
@@ -254,25 +313,67 @@ def ppo_clip_loss(
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, L)
-    loss = aggregate_loss(
-        per_token,
-        m,
-        loss_type,
-        max_completion_length=max_completion_length,
-        num_items_in_batch=num_items_in_batch,
-    )
+    per_token = torch.where(m, per_token, torch.zeros_like(per_token))
 
     with torch.no_grad():
         low = (ratio < 1.0 - epsilon) & (adv < 0)
         high = (ratio > 1.0 + eps_high) & (adv > 0)
-        stats = {
-            "approx_kl": masked_mean(torch.expm1(log_ratio) - log_ratio, m),
-            "clip_fraction": masked_mean((low | high).float(), m),
-            "clip_low_fraction": masked_mean(low.float(), m),
-            "clip_high_fraction": masked_mean(high.float(), m),
-            "ratio_mean": masked_mean(ratio, m),
+        terms = {
+            "approx_kl": torch.expm1(log_ratio) - log_ratio,
+            "clip_fraction": (low | high).float(),
+            "clip_low_fraction": low.float(),
+            "clip_high_fraction": high.float(),
+            "ratio_mean": ratio.detach(),
+            "mask": m,
         }
-    return loss, stats
+    return per_token, terms
+
+
+Normalizer = Literal["token", "sequence", "constant"]
+
+
+def sequence_weights(
+    mask: Tensor,
+    normalizer: Normalizer,
+    *,
+    total_tokens: float,
+    total_sequences: float,
+    caps: Tensor | None = None,
+) -> Tensor:
+    """Per-token weights that turn a sum over tokens into a batch loss, independent of how the
+    batch is split (gradient accumulation, agents, processes).
+
+    With ``w`` from here, ``Σ w·ℓ`` over every chunk of a batch equals the loss of the whole
+    batch, and the same ``w`` weights the entropy bonus and the KL penalty, so the full objective
+    is aggregated one way:
+
+    * ``"token"``: ``1 / total_tokens`` (TRL's ``dapo``; ``bnpo`` here too — TRL's ``bnpo``
+      divides by the tokens of each local batch, which makes the gradient depend on the split);
+    * ``"sequence"``: ``1 / (total_sequences · L_b)`` — the mean over a sequence's tokens, then
+      over sequences (``grpo``);
+    * ``"constant"``: ``1 / (total_sequences · cap_b)`` with ``cap_b`` the sequence's own token
+      cap (Dr. GRPO's constant; per-agent caps respected).
+
+    Args:
+        mask: ``(B, L)`` bool, True on tokens.
+        normalizer: ``"token"``, ``"sequence"`` or ``"constant"``.
+        total_tokens: Tokens in the whole batch.
+        total_sequences: Sequences in the whole batch.
+        caps: ``(B,)`` token caps, required for ``"constant"``.
+
+    Returns:
+        ``(B, L)`` float weights, 0 on padding.
+    """
+    m = mask.float()
+    if normalizer == "token":
+        return m / max(float(total_tokens), 1.0)
+    if normalizer == "sequence":
+        return m / (m.sum(-1, keepdim=True).clamp(min=1.0) * max(float(total_sequences), 1.0))
+    if normalizer == "constant":
+        if caps is None:
+            raise ValueError("normalizer='constant' needs caps, each sequence's max_new_tokens.")
+        return m / (caps.to(m).clamp(min=1.0).unsqueeze(-1) * max(float(total_sequences), 1.0))
+    raise ValueError(f"normalizer must be 'token', 'sequence' or 'constant', got {normalizer!r}")
 
 
 def value_loss(

@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from marft_algos.common.losses import entropy_from_log_probs
+
 __all__ = [
     "PackedBatch",
     "action_logits",
@@ -27,6 +29,7 @@ __all__ = [
     "left_pad",
     "log_probs_and_entropy",
     "pack",
+    "sampling_logits",
     "unwrap_causal_lm",
 ]
 
@@ -153,34 +156,78 @@ def action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
     return logits  # (batch, T, vocab)
 
 
+def sampling_logits(
+    logits: torch.Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> torch.Tensor:
+    """The logits of the distribution ``generate`` samples from, in float32.
+
+    Applies the same warpers as transformers' sampling, in its order: temperature, then top-k, then
+    top-p (nucleus). Tokens cut by top-k or top-p get ``-inf``, so ``log_softmax`` of the result is
+    the truncated, renormalised distribution actually sampled. The warpers are transformers' own,
+    so rollout and update cut exactly the tokens ``generate`` cuts. Differentiable in the kept
+    entries.
+
+    Args:
+        logits: ``(..., vocab)`` raw logits.
+        temperature: Softmax temperature (> 0).
+        top_k: Keep the ``top_k`` most likely tokens (0: off).
+        top_p: Keep the smallest set of tokens with probability mass ``top_p`` (1: off).
+
+    Returns:
+        ``(..., vocab)`` processed logits.
+    """
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}.")
+    scores = logits.float()
+    if temperature != 1.0:
+        scores = scores / temperature
+    if top_k == 0 and top_p >= 1.0:
+        return scores
+    shape = scores.shape
+    flat = scores.reshape(-1, shape[-1])  # (rows, vocab): the warpers take 2-D scores
+    if top_k:
+        flat = TopKLogitsWarper(top_k=int(top_k))(None, flat)
+    if top_p < 1.0:
+        flat = TopPLogitsWarper(top_p=float(top_p))(None, flat)
+    return flat.reshape(shape)
+
+
 def log_probs_and_entropy(
     logits: torch.Tensor,
     targets: torch.Tensor,
     mask: torch.Tensor,
     *,
     temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs of ``targets`` under ``softmax(logits / temperature)``, in float32.
+    """Per-token log-probs of ``targets`` under the sampling distribution, in float32.
+
+    The distribution is ``softmax(sampling_logits(logits, temperature, top_k, top_p))`` (see
+    :func:`sampling_logits`). A target outside the top-k / top-p set has log-prob ``-inf``.
 
     Args:
-        logits: ``(batch, T, vocab)``.
+        logits: ``(batch, T, vocab)`` raw logits.
         targets: ``(batch, T)`` token ids.
         mask: ``(batch, T)`` bool; masked entries of the outputs are 0.
         temperature: Logits are divided by it before the softmax.
-        with_entropy: Also return the entropy of each token's distribution.
+        top_k: Top-k truncation (0: off).
+        top_p: Nucleus truncation (1: off).
+        with_entropy: Also return the entropy of each token's distribution (finite: cut tokens
+            contribute 0).
 
     Returns:
         ``(log_probs, entropy)``, each ``(batch, T)``; ``entropy`` is None unless requested.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}.")
-    scaled = logits.float() / temperature  # (batch, T, vocab)
+    scaled = sampling_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
     logp_all = torch.log_softmax(scaled, dim=-1)  # (batch, T, vocab)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (batch, T)
     logp = logp.masked_fill(~mask, 0.0)
     entropy = None
     if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (batch, T)
+        entropy = entropy_from_log_probs(logp_all)  # (batch, T)
         entropy = entropy.masked_fill(~mask, 0.0)
     return logp, entropy

@@ -10,11 +10,15 @@ templates), or act frozen (no optimizer ever sees their parameters).
 sampled together with their log-probs; trainers feed those ids back into
 :meth:`MultiAgentPolicy.token_log_probs` and never re-tokenise generated text.
 
-**Log-prob convention.** A token's log-prob is ``log softmax(logits / temperature)`` at that token,
-in float32, where ``temperature`` is the policy's (:attr:`MultiAgentPolicy.temperature`, also
-stored on every :class:`Generation`). ``top_k`` / ``top_p`` truncation shapes sampling only, not the
-reported log-probs. Rollout log-probs are read off the raw logits ``generate`` sampled from (no
-second forward pass); a batch whose logits would exceed
+**Log-prob convention.** A sampled token's log-prob is its log-probability under the distribution
+it was actually sampled from: ``log softmax(sampling_logits(logits, temperature, top_k, top_p))``
+in float32 (:func:`~marft_algos.policy.forward.sampling_logits`: the logits divided by the sampling
+temperature, then cut by top-k and top-p exactly as transformers' sampler cuts them, as TRL does
+for the temperature). The settings are stored on every :class:`Generation`; a trainer recomputes
+log-probs with the same settings (:meth:`MultiAgentPolicy.token_log_probs`), so the PPO ratio is a
+ratio of the sampling distributions. Greedy generations (evaluation) report
+``log softmax(logits / policy temperature)``. Rollout log-probs are read off the processed scores
+``generate`` sampled from (no second forward pass); a batch whose scores would exceed
 :attr:`MultiAgentPolicy.generation_logits_bytes` recomputes them with :meth:`token_log_probs`
 instead. Either way, for unchanged weights the update's log-probs equal the rollout's up to float
 round-off (KV cache and batch padding), so the PPO ratio starts at 1.
@@ -55,7 +59,9 @@ class Generation(NamedTuple):
         text: ``action_ids`` decoded without special tokens (what the env receives).
         finished: True if the agent produced an end-of-turn token, False if it hit the length cap.
         agent: The agent that acted.
-        temperature: Temperature of the log-prob convention used for ``log_probs``.
+        temperature: Temperature of the distribution ``log_probs`` are taken under.
+        top_k: Top-k cut of that distribution (0: none).
+        top_p: Top-p cut of that distribution (1: none).
     """
 
     prompt_ids: list[int]
@@ -65,6 +71,8 @@ class Generation(NamedTuple):
     finished: bool
     agent: str = ""
     temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
 
 
 class TokenLogProbs(NamedTuple):
@@ -91,7 +99,8 @@ class MultiAgentPolicy:
     Args:
         backbones: Loaded base models by name.
         bindings: Per agent, which backbone and adapter it uses and whether it trains.
-        temperature: Temperature of the log-prob convention and default sampling temperature.
+        temperature: Default sampling temperature, and the temperature of greedy generations'
+            and :meth:`token_log_probs`' log-probs when none is given.
     """
 
     generation_logits_bytes: int = 256 * 2**20
@@ -299,6 +308,8 @@ class MultiAgentPolicy:
         reference: bool = False,
         with_entropy: bool = False,
         temperature: float | None = None,
+        top_k: int = 0,
+        top_p: float = 1.0,
     ) -> TokenLogProbs:
         """Per-token log-probs of actions given prompts, differentiable w.r.t. the agent's adapter.
 
@@ -307,8 +318,12 @@ class MultiAgentPolicy:
             prompt_ids: Prompt token ids per sample.
             action_ids: Action token ids per sample (as returned in :class:`Generation`).
             reference: Use the base model with all adapters disabled (the KL reference policy).
-            with_entropy: Also return per-token entropies of the temperature-scaled distribution.
-            temperature: Override the policy temperature of the log-prob convention.
+            with_entropy: Also return per-token entropies of the distribution.
+            temperature: Temperature of the distribution (default: the policy's); pass the
+                rollout's sampling temperature so the ratio compares like with like.
+            top_k: Top-k cut of the distribution, as in sampling (0: none).
+            top_p: Top-p cut of the distribution, as in sampling (1: none). With a cut, an action
+                token outside the current top-k / top-p set has log-prob ``-inf``.
 
         Returns:
             ``(log_probs, entropy, mask)``, each ``(batch, T_act)`` with ``T_act`` the longest
@@ -323,7 +338,13 @@ class MultiAgentPolicy:
         with self.acting(agent, reference=reference) as model:
             logits = action_logits(model, batch)  # (batch, T, vocab)
         logp, entropy = log_probs_and_entropy(
-            logits, batch.action_ids, batch.action_mask, temperature=temp, with_entropy=with_entropy
+            logits,
+            batch.action_ids,
+            batch.action_mask,
+            temperature=temp,
+            top_k=top_k,
+            top_p=top_p,
+            with_entropy=with_entropy,
         )
         return TokenLogProbs(logp, entropy, batch.action_mask)
 
@@ -349,7 +370,7 @@ class MultiAgentPolicy:
                 sample; rendered with the agent's chat template.
             max_new_tokens: Length cap of an action.
             temperature: Sampling temperature; default the policy temperature. Reported log-probs
-                always use the policy temperature (see the module docstring).
+                are those of the sampled distribution (see the module docstring).
             top_p: Nucleus sampling threshold (1.0 = off).
             top_k: Top-k sampling (0 = off).
             do_sample: False for greedy decoding.
@@ -413,11 +434,14 @@ class MultiAgentPolicy:
             gen_kwargs.update(temperature=temp, top_p=top_p, top_k=top_k)
         if generator is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-        # The logits generate() samples from give the rollout log-probs without a second forward
-        # pass; keeping them costs B x T x vocab floats, so large batches recompute instead.
+        # The processed scores generate() samples from (temperature, top-k, top-p applied) give the
+        # rollout log-probs without a second forward pass; keeping them costs B x T x vocab floats,
+        # so large batches recompute instead.
         keep_logits = len(prompts) * max_new_tokens * len(backbone.tokenizer) * 4 <= self.generation_logits_bytes
         if keep_logits:
-            gen_kwargs.update(output_logits=True, return_dict_in_generate=True)
+            gen_kwargs.update(output_scores=True, return_dict_in_generate=True)
+        # Greedy decoding samples nothing: its log-probs follow the policy temperature, uncut.
+        dist = {"temperature": temp, "top_k": top_k, "top_p": top_p} if do_sample else {"temperature": self.temperature}
         with seeded_rng(seed, backbone.device), torch.no_grad(), self.acting(agent) as model:
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
         sequences = out.sequences if keep_logits else out  # (B, P + T_gen)
@@ -433,11 +457,13 @@ class MultiAgentPolicy:
             if keep_logits:
                 lengths = torch.tensor([len(a) for a in actions], device=new_ids.device)  # (B,)
                 width = int(lengths.max())
-                logits = torch.stack(out.logits[:width], dim=1)  # (B, T_act, vocab)
+                scores = torch.stack(out.scores[:width], dim=1)  # (B, T_act, vocab), already processed
                 mask = torch.arange(width, device=new_ids.device) < lengths[:, None]  # (B, T_act)
-                logp, _ = log_probs_and_entropy(logits, new_ids[:, :width], mask, temperature=self.temperature)
+                if not do_sample:  # no warper ran: scale by the policy temperature here
+                    scores = scores / self.temperature
+                logp, _ = log_probs_and_entropy(scores, new_ids[:, :width], mask)
             else:
-                logp, _, mask = self.token_log_probs(agent, prompts, actions)  # (B, T_act)
+                logp, _, mask = self.token_log_probs(agent, prompts, actions, **dist)  # (B, T_act)
         logp_rows = [logp[i, mask[i]].tolist() for i in range(len(actions))]
         return [
             Generation(
@@ -447,7 +473,9 @@ class MultiAgentPolicy:
                 text=backbone.tokenizer.decode(actions[i], skip_special_tokens=True),
                 finished=finished[i],
                 agent=agent,
-                temperature=self.temperature,
+                temperature=dist["temperature"],
+                top_k=dist.get("top_k", 0),
+                top_p=dist.get("top_p", 1.0),
             )
             for i in range(len(actions))
         ]

@@ -128,7 +128,7 @@ def test_frozen_agent_does_not_change(tiny_path):
     assert trainer.policy.trainable_parameters("writer") == []
     assert changed(trained_before, adapter_params(trainer, "answerer"))
     # The writer acts through the base model (or a frozen adapter) whose weights never move.
-    assert set(trainer.optimizers) == {"answerer", trainer.CRITIC_KEY}
+    assert set(trainer.optimizers) == {"answerer"} and trainer.critic_optimizer is not None
     assert len(frozen) > 0
 
 
@@ -143,11 +143,23 @@ def test_agent_by_agent_updates_cycle(tiny_path):
     assert trainer.train()[-1]["train/agents"] == "answerer"
 
 
-def test_trust_region_cut_skips_policy_steps(tiny_path):
-    trainer = build("action", tiny_path, iterations=1, ppo_epochs=3, trust_region_kl=1e-12)
+@pytest.mark.parametrize("kind", ["action", "token"])
+def test_trust_region_cut_acts_at_paper_defaults_and_undoes_the_step(kind, tiny_path):
+    # One epoch, one minibatch (paper defaults): the KL before the only step is 0, so a cut that
+    # measured it there could never act. Measured after the step, a step past the limit is undone.
+    trainer = build(kind, tiny_path, iterations=1, trust_region_kl=1e-12)
+    before = adapter_params(trainer, "answerer")
     record = trainer.train()[-1]
-    # Epoch 1 (ratio 1, KL 0) steps; later epochs exceed the tiny threshold and are skipped.
-    assert record["train/skipped_trust_region"] == 2
+    assert record["train/skipped_trust_region"] == 1
+    assert record["train/approx_kl_after"] > 1e-12
+    assert not changed(before, adapter_params(trainer, "answerer"))
+    # The optimizer state is rolled back too: Adam has taken no step.
+    assert all(not state for state in trainer.optimizers["answerer"].state.values())
+    loose = build(kind, tiny_path, iterations=1, trust_region_kl=10.0)
+    before = adapter_params(loose, "answerer")
+    record = loose.train()[-1]
+    assert record["train/skipped_trust_region"] == 0 and 0 < record["train/approx_kl_after"] < 10.0
+    assert changed(before, adapter_params(loose, "answerer"))
 
 
 def test_non_finite_loss_skips_the_update_and_says_so(tiny_path, caplog, monkeypatch):
@@ -193,9 +205,9 @@ def test_grpo_dynamic_sampling_drops_groups_without_signal(tiny_path, monkeypatc
         return episodes
 
     monkeypatch.setattr(trainer.collector, "collect", collect)
-    episodes = trainer.collect()
+    episodes, stats = trainer.collect_with_stats()
     assert episodes and all(e.group % 2 == 1 for e in episodes)
-    assert trainer._sampling_stats["rollout/groups_dropped"] >= 1
+    assert stats["rollout/groups_dropped"] >= 1
 
 
 def test_configs_reject_bad_settings_with_fixes():
@@ -236,8 +248,7 @@ def test_an_update_makes_better_than_average_actions_more_likely(kind, tiny_path
         table = trainer.advantages(episodes)
         advantages = torch.tensor([table[(row, "answerer")] for row in range(len(episodes))])
     else:
-        values = trainer._values(decisions)
-        advantages = torch.stack(trainer._advantages(episodes, decisions, values)[0])
+        advantages = trainer.prepare_batch(episodes).advantages
     before = _sequence_log_probs(trainer.policy, "answerer", decisions)
     trainer.update(episodes)
     after = _sequence_log_probs(trainer.policy, "answerer", decisions)

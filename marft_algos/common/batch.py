@@ -1,0 +1,193 @@
+"""One padded rollout batch per update, and the minibatches every trainer iterates over.
+
+Pure data plumbing (no model, no env): :func:`build_rollout_batch` pads the decisions of a batch of
+episodes once — token ids, masks, old log-probs, agent ids, episode rows — and the trainer fills in
+values, advantages and returns. :meth:`RolloutBatch.minibatches` shuffles whole episodes into
+minibatches (so an episode's decisions stay together, as the GAE targets were computed over them)
+and yields :class:`RolloutBatch` views; :meth:`RolloutBatch.chunks` splits one agent's share of a
+minibatch for gradient accumulation. Indexing a batch with decision indices gives a smaller batch
+of the same type, so every consumer reads the same typed fields.
+
+Shapes: ``N`` decisions, ``T`` the longest action in tokens. Advantages, returns and values are
+``(N,)`` at action level and ``(N, T)`` at token level (0 on padding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["RolloutBatch", "build_rollout_batch"]
+
+
+class _Decision(Protocol):
+    agent: str
+    prompt_ids: list[int]
+    action_ids: list[int]
+    log_probs: list[float]
+    text: str
+
+
+class _Episode(Protocol):
+    @property
+    def decisions(self) -> Sequence[_Decision]: ...
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """Every decision of one update, padded once.
+
+    Attributes:
+        agents: Acting agent of each decision, ``N`` names.
+        prompt_ids: Rendered prompt ids of each decision (the acting model's tokenizer).
+        action_ids: ``(N, T)`` generated ids, 0 on padding.
+        action_mask: ``(N, T)`` bool, True on generated tokens.
+        old_log_probs: ``(N, T)`` rollout log-probs, 0 on padding.
+        episode: ``(N,)`` row of the decision's episode in the update's episode list.
+        word_counts: ``(N,)`` words of each decoded action (≥ 1), for word normalisation.
+        token_caps: ``(N,)`` the acting agent's ``max_new_tokens``, for Dr. GRPO's constant.
+        critic_prompt_ids: Prompt ids in the critic's tokenizer (None: same as ``prompt_ids``).
+        values: Rollout values, ``(N,)`` or ``(N, T)``; None for critic-free trainers.
+        advantages: ``(N,)`` or ``(N, T)``.
+        returns: Value targets, shaped like ``values``; None without a critic.
+    """
+
+    agents: tuple[str, ...]
+    prompt_ids: tuple[list[int], ...]
+    action_ids: Tensor
+    action_mask: Tensor
+    old_log_probs: Tensor
+    episode: Tensor
+    word_counts: Tensor
+    token_caps: Tensor
+    critic_prompt_ids: tuple[list[int], ...] | None = None
+    values: Tensor | None = None
+    advantages: Tensor | None = None
+    returns: Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.agents)
+
+    @property
+    def lengths(self) -> Tensor:
+        """``(N,)`` number of generated tokens of each decision."""
+        return self.action_mask.sum(-1)
+
+    def action_lists(self) -> list[list[int]]:
+        """Generated ids of each decision without padding (what the policy's forward takes)."""
+        return [row[: int(n)].tolist() for row, n in zip(self.action_ids, self.lengths, strict=True)]
+
+    def critic_prompts(self) -> list[list[int]]:
+        """Prompt ids for the critic: re-rendered in its tokenizer where that differs."""
+        return list(self.critic_prompt_ids if self.critic_prompt_ids is not None else self.prompt_ids)
+
+    def __getitem__(self, index: Sequence[int] | Tensor | np.ndarray) -> RolloutBatch:
+        """The decisions at ``index`` as a batch of the same type (token columns kept)."""
+        idx = torch.as_tensor(np.asarray(index, dtype=np.int64))
+        picked: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                picked[f.name] = None
+            elif isinstance(value, Tensor):
+                picked[f.name] = value[idx]
+            else:
+                picked[f.name] = tuple(value[int(i)] for i in idx)
+        return RolloutBatch(**picked)
+
+    def with_targets(
+        self,
+        *,
+        advantages: Tensor,
+        values: Tensor | None = None,
+        returns: Tensor | None = None,
+        critic_prompt_ids: Sequence[list[int]] | None = None,
+    ) -> RolloutBatch:
+        """A copy with advantages (and values, returns, critic prompts) filled in."""
+        if advantages.shape[0] != len(self):
+            raise ValueError(f"advantages has {advantages.shape[0]} rows for {len(self)} decisions.")
+        return replace(
+            self,
+            advantages=advantages,
+            values=values,
+            returns=returns,
+            critic_prompt_ids=None if critic_prompt_ids is None else tuple(critic_prompt_ids),
+        )
+
+    def indices_of(self, agent: str) -> list[int]:
+        """Decision indices of one agent, in order."""
+        return [k for k, a in enumerate(self.agents) if a == agent]
+
+    def minibatches(self, rng: np.random.Generator, num_minibatches: int) -> Iterator[RolloutBatch]:
+        """Shuffle the episodes and yield the decisions of ``num_minibatches`` near-equal groups
+        of them (empty groups are skipped)."""
+        rows = int(self.episode.max()) + 1 if len(self) else 0
+        order = np.arange(rows)
+        rng.shuffle(order)
+        episode = self.episode.numpy()
+        for members in np.array_split(order, num_minibatches):
+            picked = np.flatnonzero(np.isin(episode, members))
+            if len(picked):
+                yield self[picked]
+
+    def chunks(self, n: int) -> Iterator[RolloutBatch]:
+        """At most ``n`` contiguous, near-equal, non-empty parts (gradient accumulation)."""
+        for part in np.array_split(np.arange(len(self)), min(n, len(self))):
+            if len(part):
+                yield self[part]
+
+
+def build_rollout_batch(
+    episodes: Sequence[_Episode],
+    *,
+    agents: Sequence[str] | None = None,
+    token_caps: Mapping[str, int] | None = None,
+    default_cap: int = 0,
+) -> RolloutBatch:
+    """Pad every decision of ``episodes`` (in episode order) into one :class:`RolloutBatch`.
+
+    Args:
+        episodes: Finished episodes; their decisions keep their realised order.
+        agents: Keep only decisions of these agents (default: all). Episode rows still count every
+            episode, so advantages computed over whole episodes line up.
+        token_caps: Per-agent ``max_new_tokens`` overrides.
+        default_cap: ``max_new_tokens`` of agents without an override.
+
+    Returns:
+        The batch, without values or advantages.
+    """
+    keep = None if agents is None else set(agents)
+    rows: list[tuple[int, _Decision]] = [
+        (row, d) for row, e in enumerate(episodes) for d in e.decisions if keep is None or d.agent in keep
+    ]
+    width = max((len(d.action_ids) for _, d in rows), default=0)
+    n = len(rows)
+    action_ids = torch.zeros(n, width, dtype=torch.long)
+    action_mask = torch.zeros(n, width, dtype=torch.bool)
+    old = torch.zeros(n, width)
+    for k, (_, d) in enumerate(rows):
+        if len(d.log_probs) != len(d.action_ids):
+            raise ValueError(
+                f"Decision {k} of agent {d.agent!r} has {len(d.action_ids)} tokens but "
+                f"{len(d.log_probs)} log-probs; decisions must come from the rollout collector."
+            )
+        length = len(d.action_ids)
+        action_ids[k, :length] = torch.as_tensor(d.action_ids, dtype=torch.long)
+        action_mask[k, :length] = True
+        old[k, :length] = torch.as_tensor(d.log_probs, dtype=torch.float32)
+    caps = dict(token_caps or {})
+    return RolloutBatch(
+        agents=tuple(d.agent for _, d in rows),
+        prompt_ids=tuple(list(d.prompt_ids) for _, d in rows),
+        action_ids=action_ids,
+        action_mask=action_mask,
+        old_log_probs=old,
+        episode=torch.tensor([row for row, _ in rows], dtype=torch.long),
+        word_counts=torch.tensor([max(1, len(d.text.split())) for _, d in rows], dtype=torch.float32),
+        token_caps=torch.tensor([int(caps.get(d.agent, default_cap)) for _, d in rows], dtype=torch.long),
+    )

@@ -1,0 +1,190 @@
+"""The one policy-gradient step every trainer takes: clipped surrogate, entropy, KL, accumulation.
+
+Actor-critic trainers (action- and token-level MARFT, PPO) and GRPO differ in where advantages come
+from; the step on the policy is the same. Given a :class:`~marft_algos.common.batch.RolloutBatch`
+with advantages, :meth:`PolicyGradient.backward` recomputes each agent's log-probs under the
+distribution the rollout sampled from (same temperature, top-k, top-p), and back-propagates
+
+    Σ_entries w·ℓ_clip  +  β·Σ_tokens w·k3  −  c_H·Σ_tokens w·H
+
+where the weights ``w`` come from the whole batch (:func:`~marft_algos.common.losses.sequence_weights`):
+however the batch is split into accumulation chunks and agents, the gradient is the same.
+
+Granularity is an :class:`Objective` chosen once:
+
+- ``level="action"``: one entry per decision, the action's log-prob (paper eq. 6, optional
+  token/word normalisation), each decision weighted ``1/N``; the entropy bonus is each action's
+  mean token entropy, averaged over decisions (the same ``1/N``).
+- ``level="token"``: one entry per token, weighted by ``normalizer`` (``"token"``: every token of
+  the batch counts once; ``"sequence"``; ``"constant"``: Dr. GRPO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from marft_algos.common.batch import RolloutBatch
+from marft_algos.common.losses import Normalizer, action_log_prob, clipped_surrogate, kl_k3, sequence_weights
+
+__all__ = ["Objective", "PolicyGradient"]
+
+_STATS = ("approx_kl", "clip_fraction", "ratio_mean")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the policy step minimises.
+
+    Attributes:
+        level: One PPO ratio per action (``"action"``) or per token (``"token"``).
+        normalizer: Token-level weighting (see :func:`~marft_algos.common.losses.sequence_weights`);
+            action level always averages over decisions.
+        epsilon: Clip range ε (ε_low).
+        epsilon_high: Upper clip range (None: ε).
+        entropy_coef: Entropy bonus weight.
+        beta: Weight of the k3 KL to the reference policy (adapters off); 0 skips its forward.
+        logprob_normalization: Action level: divide the action log-prob by its token or word count.
+    """
+
+    level: Literal["action", "token"] = "token"
+    normalizer: Normalizer = "token"
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    entropy_coef: float = 0.0
+    beta: float = 0.0
+    logprob_normalization: Literal["none", "token", "word"] = "none"
+
+
+class PolicyGradient:
+    """Back-propagates an :class:`Objective` over a rollout batch, chunk by chunk and agent by agent.
+
+    Args:
+        policy: The multi-agent policy (``token_log_probs(agent, prompts, actions, ...)``).
+        objective: The loss.
+        sampling: The rollout's ``temperature``, ``top_k`` and ``top_p``: log-probs are recomputed
+            under the distribution that was sampled.
+        accumulation_steps: Chunks each agent's share of a batch is split into (bounds memory).
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        objective: Objective,
+        *,
+        sampling: Mapping[str, Any],
+        accumulation_steps: int = 1,
+    ) -> None:
+        self.policy = policy
+        self.objective = objective
+        self.sampling = dict(sampling)
+        self.accumulation_steps = accumulation_steps
+
+    def _log_probs(self, agent: str, chunk: RolloutBatch, *, with_entropy: bool, reference: bool = False) -> Any:
+        return self.policy.token_log_probs(
+            agent,
+            list(chunk.prompt_ids),
+            chunk.action_lists(),
+            with_entropy=with_entropy,
+            reference=reference,
+            **self.sampling,
+        )
+
+    def _entries(self, log_probs: Tensor, mask: Tensor, chunk: RolloutBatch, weights: Tensor):
+        """The surrogate's entries: ``(new, old, advantages, mask, entry weights)``."""
+        o = self.objective
+        device = log_probs.device
+        width = mask.shape[1]
+        old = chunk.old_log_probs[:, :width].to(device)
+        assert chunk.advantages is not None
+        adv = chunk.advantages.to(device)
+        if o.level == "action":
+            words = chunk.word_counts.to(device)
+            new = action_log_prob(log_probs, mask, o.logprob_normalization, words)  # (B,)
+            old_a = action_log_prob(old, mask, o.logprob_normalization, words)  # (B,)
+            return new, old_a, adv.reshape(-1), None, weights.sum(-1, keepdim=True)  # (B, 1)
+        if adv.dim() == 2:
+            adv = adv[:, :width]
+        return log_probs, old, adv, mask, weights
+
+    def _weights(self, chunk: RolloutBatch, mask: Tensor, totals: tuple[float, float]) -> Tensor:
+        normalizer = "sequence" if self.objective.level == "action" else self.objective.normalizer
+        return sequence_weights(
+            mask, normalizer, total_tokens=totals[0], total_sequences=totals[1], caps=chunk.token_caps.to(mask.device)
+        )
+
+    def backward(self, batch: RolloutBatch, *, active: Tensor | None = None) -> dict[str, float]:
+        """Back-propagate the objective of ``batch`` into the agents' adapters (no optimizer step).
+
+        Args:
+            batch: Decisions with advantages; every agent in it is differentiated.
+            active: ``(N,)`` bool: forward only these decisions (others contribute exactly 0,
+                e.g. zero-advantage GRPO rows without entropy or KL terms). The weights still
+                count every decision of ``batch``.
+
+        Returns:
+            ``loss`` (the objective's value), ``policy_loss`` and ``kl`` (their terms of it), and
+            the statistics ``entropy`` (weighted as in the objective), ``approx_kl``,
+            ``clip_fraction``, ``ratio_mean`` (means over the entries processed: decisions at
+            action level, tokens at token level).
+        """
+        o = self.objective
+        totals = (float(batch.action_mask.sum()), float(len(batch)))
+        keep = torch.ones(len(batch), dtype=torch.bool) if active is None else active.bool()
+        out: dict[str, float] = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0}
+        sums: dict[str, float] = dict.fromkeys((*_STATS, "entropy", "weight", "entries"), 0.0)
+        for agent in dict.fromkeys(batch.agents):
+            rows = [k for k in batch.indices_of(agent) if bool(keep[k])]
+            if not rows:
+                continue
+            for chunk in batch[rows].chunks(self.accumulation_steps):
+                lp = self._log_probs(agent, chunk, with_entropy=True)
+                mask = lp.mask
+                weights = self._weights(chunk, mask, totals)  # (B, T)
+                new, old, adv, entry_mask, entry_w = self._entries(lp.log_probs, mask, chunk, weights)
+                per_entry, terms = clipped_surrogate(
+                    new, old, adv, entry_mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high
+                )
+                policy_loss = (per_entry * entry_w).sum()
+                entropy = (lp.entropy * weights).sum()
+                objective = policy_loss - o.entropy_coef * entropy if o.entropy_coef else policy_loss
+                if o.beta > 0:
+                    with torch.no_grad():
+                        ref = self._log_probs(agent, chunk, with_entropy=False, reference=True).log_probs
+                    kl = (torch.where(mask, kl_k3(lp.log_probs, ref), torch.zeros_like(ref)) * weights).sum()
+                    objective = objective + o.beta * kl
+                    out["kl"] += float(kl.detach())
+                if torch.isfinite(objective):
+                    objective.backward()
+                out["loss"] += float(objective.detach())
+                out["policy_loss"] += float(policy_loss.detach())
+                sums["entropy"] += float(entropy.detach())
+                sums["weight"] += float(weights.sum())
+                m = terms["mask"]
+                sums["entries"] += float(m.sum())
+                for name in _STATS:
+                    sums[name] += float(torch.where(m, terms[name], torch.zeros_like(terms[name])).sum())
+        out["entropy"] = sums["entropy"] / sums["weight"] if sums["weight"] else 0.0
+        for name in _STATS:
+            out[name] = sums[name] / sums["entries"] if sums["entries"] else 0.0
+        return out
+
+    @torch.no_grad()
+    def approx_kl(self, batch: RolloutBatch) -> float:
+        """k3 estimate of KL(π_old ‖ π_θ) on the batch's entries under the current weights."""
+        o = self.objective
+        total, count = 0.0, 0
+        for agent in dict.fromkeys(batch.agents):
+            for chunk in batch[batch.indices_of(agent)].chunks(self.accumulation_steps):
+                lp = self._log_probs(agent, chunk, with_entropy=False)
+                weights = self._weights(chunk, lp.mask, (1.0, 1.0))
+                new, old, adv, entry_mask, _ = self._entries(lp.log_probs, lp.mask, chunk, weights)
+                _, terms = clipped_surrogate(new, old, adv, entry_mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high)
+                m = terms["mask"]
+                total += float(torch.where(m, terms["approx_kl"], torch.zeros_like(terms["approx_kl"])).sum())
+                count += int(m.sum())
+        return total / max(count, 1) if count else 0.0
