@@ -11,6 +11,12 @@ register(
     description="Chain of agents relays a secret code from the scout to the graded reporter.",
 )
 register(
+    "relay-v1",
+    "marft_envs.toy.relay:RelayEnv",
+    kwargs={"show_round": True},
+    description="relay-v0 with the round number in every observation (unbiased values under truncation).",
+)
+register(
     "dispatch-v0",
     "marft_envs.toy.dispatch:DispatchEnv",
     description="Orchestrator routes a request to the calculator or the speller (dynamic D).",

@@ -9,8 +9,10 @@ Pure data plumbing (no model, no env). Two layouts, both one row per episode:
   on its last token.
 
 Episodes are assumed complete (the collector runs every episode to its end), so the bootstrap value
-after the last decision is 0. Truncated episodes are treated as terminal: the built-in tasks end by
-termination, and a round limit has no next observation to bootstrap from.
+after the last decision is 0. Truncated episodes (a round limit reached) are treated as terminal too:
+there is no next observation to bootstrap from. That is unbiased only when the agents can see how
+many rounds are left — an env with a round limit should put the round index in its observations
+(as ``relay-v1`` does; the math retry team sees its earlier attempts and ends by termination); otherwise the critic averages first and last attempts.
 """
 
 from __future__ import annotations

@@ -4,11 +4,15 @@
 |---|---|
 | Agents | ``scout`` → (``messenger_1`` … ) → ``reporter`` (``n_agents`` ≥ 2) |
 | Dependency | :class:`~marft_envs.core.dependency.Chain` by default |
-| Observation | the scout sees the code; everyone else only the instruction |
+| Observation | the scout sees the code; everyone else only the instruction; v1: every agent also sees the round number and the round limit |
 | Action | any text |
 | Reward | 1 when the graded reporter's text contains the code, else 0 (credit rule ``graded``) |
-| Termination | after one round (``horizon`` > 1 gives retries with feedback) |
-| Versions | v0: initial release |
+| Termination | when the reporter is right; truncation after ``horizon`` rounds (default 1; > 1 gives retries with feedback) |
+| Versions | v0: initial release; v1: the round index is in every observation (``show_round=True``) |
+
+A failed episode ends by truncation at the round limit, where the return is cut short rather than
+finished. Without the round index the critic cannot tell a first attempt from a last one, so its
+values average over both and bias the advantages of every round; v1 shows it.
 
 Only the messages the dependency function makes visible carry the code, so the team's success
 measures whether ``D`` connects the scout to the reporter: with ``Independent()`` it never succeeds.
@@ -48,6 +52,7 @@ class RelayEnv(FlexPOMDPEnv):
         code_length: Characters in the code.
         profiles: Custom team (the first agent sees the code; graded agents are scored).
         dependency: Turn order and visibility (default: chain).
+        show_round: Start every observation with "Round t of H." (relay-v1).
         **kwargs: Passed to :class:`FlexPOMDPEnv` (``horizon``, ``credit``, ``render_mode``, ...).
     """
 
@@ -59,11 +64,13 @@ class RelayEnv(FlexPOMDPEnv):
         code_length: int = 4,
         profiles: list[AgentProfile | Mapping[str, Any]] | None = None,
         dependency: DependencyFunction | None = None,
+        show_round: bool = False,
         **kwargs: Any,
     ) -> None:
         if code_length < 1:
             raise ValueError(f"code_length must be >= 1, got {code_length}.")
         self.code_length = code_length
+        self.show_round = show_round
         super().__init__(profiles or relay_profiles(n_agents), dependency, **kwargs)
         self.code = ""
 
@@ -72,13 +79,14 @@ class RelayEnv(FlexPOMDPEnv):
         self.code = "".join(alphabet[i] for i in self.np_random.integers(0, len(alphabet), self.code_length))
 
     def _observation(self, agent: str) -> str:
+        clock = f"Round {self.timestep + 1} of {self.horizon}. " if self.show_round else ""
         if agent == self.possible_agents[0]:
-            return f"The secret code is {self.code}."
+            return f"{clock}The secret code is {self.code}."
         feedback = ""
         if self.history:
             last = self.history[-1].info
             feedback = f" Last round the team was {'right' if last['correct'] else 'wrong'}."
-        return f"What is the secret code?{feedback}"
+        return f"{clock}What is the secret code?{feedback}"
 
     def _transition(self, actions: Mapping[str, str]) -> Transition:
         graded = [a for a in actions if self.profiles[a].graded]

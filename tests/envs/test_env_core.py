@@ -66,6 +66,24 @@ def test_wrong_answers_truncate_at_the_horizon_with_feedback():
     assert any("Last round the team was wrong" in o for o in observations)
 
 
+@pytest.mark.parametrize("env_id", ["relay-v0", "relay-v1"])
+def test_relay_v1_shows_every_agent_the_round_index(env_id):
+    env = marft_envs.make(env_id, horizon=3)
+    env.reset(seed=0)
+    seen: dict[str, list[str]] = {}
+    for agent in env.agent_iter():
+        obs, _, term, trunc, _ = env.last()
+        if term or trunc:
+            env.step(None)
+            continue
+        seen.setdefault(agent, []).append(obs["messages"][-1]["content"])
+        env.step("I forgot")
+    for texts in seen.values():
+        for t, text in enumerate(texts):
+            assert (f"Round {t + 1} of 3." in text) == (env_id == "relay-v1")
+    assert marft_envs.spec("relay-v1").kwargs == {"show_round": True}
+
+
 def test_independent_agents_cannot_relay_the_code():
     env = marft_envs.make("relay-v0", dependency=Independent())
     successes = 0

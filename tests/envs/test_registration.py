@@ -25,12 +25,12 @@ def test_builtin_ids_are_versioned():
 
 
 def test_unknown_id_names_the_closest_ids():
-    with pytest.raises(UnknownEnvError, match=r"Did you mean \['relay-v0'\]"):
+    with pytest.raises(UnknownEnvError, match=r"Did you mean \['relay-v0', 'relay-v1'\]"):
         marft_envs.make("relays-v0")
 
 
 def test_unknown_version_lists_available_versions():
-    with pytest.raises(UnknownEnvError, match=r"available versions: \['relay-v0'\]"):
+    with pytest.raises(UnknownEnvError, match=r"available versions: \['relay-v0', 'relay-v1'\]"):
         marft_envs.make("relay-v9")
 
 
