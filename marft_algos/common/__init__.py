@@ -1,4 +1,5 @@
-"""Pure RL maths shared by every trainer: advantage estimators and losses (no env, no model)."""
+"""Pure RL maths and data shared by every trainer: advantage estimators, losses, the rollout batch
+(no env, no model)."""
 
 from __future__ import annotations
 
@@ -12,26 +13,34 @@ from marft_algos.common.advantages import (
     token_level_gae,
     zero_std_group_mask,
 )
+from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.losses import (
     LossType,
+    Normalizer,
     action_log_prob,
     aggregate_loss,
     approx_kl,
+    clipped_surrogate,
     entropy_from_log_probs,
     entropy_from_logits,
     kl_k3,
     masked_mean,
     ppo_clip_loss,
+    sequence_weights,
     value_loss,
 )
 
 __all__ = [
     "LossType",
+    "Normalizer",
+    "RolloutBatch",
     "ScaleRewards",
     "action_level_gae",
     "action_log_prob",
     "aggregate_loss",
     "approx_kl",
+    "build_rollout_batch",
+    "clipped_surrogate",
     "discounted_returns",
     "entropy_from_log_probs",
     "entropy_from_logits",
@@ -41,6 +50,7 @@ __all__ = [
     "masked_mean",
     "normalize_advantages",
     "ppo_clip_loss",
+    "sequence_weights",
     "token_level_gae",
     "value_loss",
     "zero_std_group_mask",
