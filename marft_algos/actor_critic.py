@@ -18,7 +18,6 @@ normalisation, entropy bonus, Huber value loss.
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from marft_algos.common.losses import value_loss
 from marft_algos.levels import Level, level_named, normalize_by_agent
 from marft_algos.policy.rendering import render_prompt_ids
 from marft_algos.policy_gradient import Objective
+from marft_algos.protocols import CriticLike, PolicyLike
 from marft_algos.rollout import Episode
 from marft_algos.trainer import Trainer, TrainerConfig
 
@@ -142,14 +142,17 @@ class ActorCriticTrainer(Trainer):
     level: ClassVar[Literal["action", "token"]] = "action"
     config_class: ClassVar[type[TrainerConfig]] = ActorCriticConfig
     config: ActorCriticConfig
+    critic_optimizer: torch.optim.Optimizer
+
+    critic: CriticLike
 
     def __init__(
         self,
-        policy: Any,
+        policy: PolicyLike,
         env_fn: Callable[[], AECEnv],
         config: ActorCriticConfig,
         *,
-        critic: Any,
+        critic: CriticLike,
         eval_env_fn: Callable[[], AECEnv] | None = None,
     ) -> None:
         if critic is None:

@@ -22,16 +22,9 @@ from torch import Tensor
 from marft_algos.common.advantages import action_level_gae, normalize_advantages, token_level_gae
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.common.buffers import decision_layout, scatter_rows, token_layout
+from marft_algos.protocols import CriticLike
 
 __all__ = ["ActionLevel", "Level", "TokenLevel", "level_named", "normalize_by_agent"]
-
-
-class ValueFunction(Protocol):
-    """What the levels need of a critic (``marft_algos.policy.Critic``)."""
-
-    def action_values(self, prompt_ids: Sequence[Sequence[int]]) -> Tensor: ...
-
-    def token_values(self, prompt_ids: Sequence[Sequence[int]], action_ids: Sequence[Sequence[int]]) -> Tensor: ...
 
 
 class GAESettings(Protocol):
@@ -47,7 +40,7 @@ class Level:
 
     name: ClassVar[Literal["action", "token"]]
 
-    def values(self, critic: ValueFunction, batch: RolloutBatch) -> Tensor:
+    def values(self, critic: CriticLike, batch: RolloutBatch) -> Tensor:
         """Critic values of the batch (differentiable if the critic is)."""
         raise NotImplementedError
 
@@ -70,7 +63,7 @@ class ActionLevel(Level):
 
     name = "action"
 
-    def values(self, critic: ValueFunction, batch: RolloutBatch) -> Tensor:
+    def values(self, critic: CriticLike, batch: RolloutBatch) -> Tensor:
         return critic.action_values(batch.critic_prompts()).float()  # (N,)
 
     def targets(self, episodes: Sequence[Any], values: Tensor, settings: GAESettings) -> tuple[Tensor, Tensor]:
@@ -100,7 +93,7 @@ class TokenLevel(Level):
 
     name = "token"
 
-    def values(self, critic: ValueFunction, batch: RolloutBatch) -> Tensor:
+    def values(self, critic: CriticLike, batch: RolloutBatch) -> Tensor:
         width = batch.action_mask.shape[1]
         values = critic.token_values(batch.critic_prompts(), batch.action_lists()).float()
         return values[:, :width]  # (N, T), 0 past each action
@@ -108,7 +101,8 @@ class TokenLevel(Level):
     def targets(self, episodes: Sequence[Any], values: Tensor, settings: GAESettings) -> tuple[Tensor, Tensor]:
         layout = token_layout(episodes)
         rows = [values[k, :n] for k, (_, _, n) in enumerate(layout.spans)]
-        grid = scatter_rows([r.detach().cpu() for r in rows], layout.spans, tuple(layout.rewards.shape))
+        shape = (int(layout.rewards.shape[0]), int(layout.rewards.shape[1]))
+        grid = scatter_rows([r.detach().cpu() for r in rows], layout.spans, shape)
         adv, ret = token_level_gae(
             layout.rewards,
             grid,

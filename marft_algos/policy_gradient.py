@@ -29,7 +29,14 @@ import torch
 from torch import Tensor
 
 from marft_algos.common.batch import RolloutBatch
-from marft_algos.common.losses import Normalizer, action_log_prob, clipped_surrogate, kl_k3, sequence_weights
+from marft_algos.common.losses import (
+    Normalizer,
+    action_log_prob,
+    clipped_surrogate,
+    kl_k3,
+    sequence_weights,
+)
+from marft_algos.protocols import PolicyLike, TokenLogProbsLike
 
 __all__ = ["Objective", "PolicyGradient"]
 
@@ -73,7 +80,7 @@ class PolicyGradient:
 
     def __init__(
         self,
-        policy: Any,
+        policy: PolicyLike,
         objective: Objective,
         *,
         sampling: Mapping[str, Any],
@@ -84,7 +91,9 @@ class PolicyGradient:
         self.sampling = dict(sampling)
         self.accumulation_steps = accumulation_steps
 
-    def _log_probs(self, agent: str, chunk: RolloutBatch, *, with_entropy: bool, reference: bool = False) -> Any:
+    def _log_probs(
+        self, agent: str, chunk: RolloutBatch, *, with_entropy: bool, reference: bool = False
+    ) -> TokenLogProbsLike:
         return self.policy.token_log_probs(
             agent,
             list(chunk.prompt_ids),
@@ -150,6 +159,7 @@ class PolicyGradient:
                     new, old, adv, entry_mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high
                 )
                 policy_loss = (per_entry * entry_w).sum()
+                assert lp.entropy is not None  # requested above
                 entropy = (lp.entropy * weights).sum()
                 objective = policy_loss - o.entropy_coef * entropy if o.entropy_coef else policy_loss
                 if o.beta > 0:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pettingzoo import AECEnv
 
 from marft_algos.actor_critic import ActorCriticConfig, ActorCriticTrainer
+from marft_algos.protocols import CriticLike, PolicyLike
 from marft_algos.trainer import TrainerConfig
 
 __all__ = ["PPOConfig", "PPOTrainer"]
@@ -39,11 +40,11 @@ class PPOTrainer(ActorCriticTrainer):
 
     def __init__(
         self,
-        policy: Any,
+        policy: PolicyLike,
         env_fn: Callable[[], AECEnv],
         config: PPOConfig,
         *,
-        critic: Any,
+        critic: CriticLike,
         eval_env_fn: Callable[[], AECEnv] | None = None,
     ) -> None:
         super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn)

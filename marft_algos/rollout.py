@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from pettingzoo import AECEnv
 
+from marft_algos.protocols import GeneratingPolicy
 from marft_envs.core.env import FlexPOMDPEnv
 
 __all__ = ["Decision", "Episode", "EpisodeRequest", "GenerationSettings", "RolloutCollector"]
@@ -49,11 +50,6 @@ class GenerationSettings:
         """The length cap of ``agent``'s actions."""
         return int((self.max_new_tokens_per_agent or {}).get(agent, self.max_new_tokens))
 
-
-class GeneratingPolicy(Protocol):
-    """What the collector needs from a policy (see ``marft_algos.policy.MultiAgentPolicy``)."""
-
-    def generate(self, agent: str, messages_batch: list[list[dict[str, str]]], **kwargs: Any) -> list[Any]: ...
 
 
 @dataclass

@@ -36,6 +36,7 @@ from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
 from marft_algos.metrics import MetricsLogger
 from marft_algos.policy_gradient import Objective, PolicyGradient
+from marft_algos.protocols import CriticLike, PolicyLike
 from marft_algos.rollout import Episode, GenerationSettings, RolloutCollector
 
 __all__ = ["Trainer", "TrainerConfig"]
@@ -147,11 +148,11 @@ class Trainer(ABC):
 
     def __init__(
         self,
-        policy: Any,
+        policy: PolicyLike,
         env_fn: Callable[[], AECEnv],
         config: TrainerConfig,
         *,
-        critic: Any = None,
+        critic: CriticLike | None = None,
         eval_env_fn: Callable[[], AECEnv] | None = None,
     ) -> None:
         if not isinstance(config, self.config_class):
@@ -471,14 +472,28 @@ class Trainer(ABC):
         self.collector.generator.set_state(torch.tensor(state["collector_generator"], dtype=torch.uint8))
         self._entropy_baseline = list(state.get("entropy_baseline", []))
 
+    def _checkpointable(self) -> tuple[Any, Any]:
+        """The policy and critic as the checkpoint format knows them (the library's own classes)."""
+        from marft_algos.policy.critic import Critic
+        from marft_algos.policy.multi_agent import MultiAgentPolicy
+
+        if not isinstance(self.policy, MultiAgentPolicy) or not (self.critic is None or isinstance(self.critic, Critic)):
+            raise TypeError(
+                f"Checkpoints store a MultiAgentPolicy and a Critic (peft adapters, value head); this "
+                f"trainer has a {type(self.policy).__name__} and a {type(self.critic).__name__}. "
+                f"Save a custom policy yourself, or set checkpoint_every=0 and output_dir=None."
+            )
+        return self.policy, self.critic
+
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Save adapters, critic, optimizers, RNG states and counters (atomic)."""
         from marft_algos.policy.checkpoint import save_checkpoint
 
+        policy, critic = self._checkpointable()
         return save_checkpoint(
             directory,
-            self.policy,
-            critic=self.critic,
+            policy,
+            critic=critic,
             optimizers=self._checkpointed_optimizers(),
             state=self.trainer_state(),
         )
@@ -487,7 +502,8 @@ class Trainer(ABC):
         """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run."""
         from marft_algos.policy.checkpoint import load_checkpoint
 
-        state = load_checkpoint(directory, self.policy, critic=self.critic, optimizers=self._checkpointed_optimizers())
+        policy, critic = self._checkpointable()
+        state = load_checkpoint(directory, policy, critic=critic, optimizers=self._checkpointed_optimizers())
         self.load_trainer_state(state)
 
     def resume(self, directory: str | Path | None = None) -> None:

@@ -53,7 +53,7 @@ class DecisionLayout(NamedTuple):
     round_end: Tensor  # (E, T) bool
     dones: Tensor  # (E, T) bool
     valid: Tensor  # (E, T) bool
-    index: list[tuple[int, int]]  # flat decision k -> (episode row, column)
+    index: list[tuple[int, int]]  # type: ignore[assignment]  # flat decision k -> (episode row, column); shadows tuple.index by design
 
 
 class TokenLayout(NamedTuple):

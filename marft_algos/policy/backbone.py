@@ -226,7 +226,7 @@ def load_backbone(
     path = resolve_model(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model.to(dev)
+    model.to(dev)  # type: ignore[arg-type]  # transformers' stubs type .to() for dtypes only
     model.eval()
     model.requires_grad_(False)
     original = model.generation_config

@@ -69,7 +69,7 @@ def _json_default(obj: Any) -> Any:
 
 def _rng_state() -> dict[str, Any]:
     py = random.getstate()
-    np_state = np.random.get_state()
+    np_state: tuple[Any, ...] = tuple(np.random.get_state())
     return {
         "python": [py[0], list(py[1]), py[2]],
         "numpy": [np_state[0], np_state[1].tolist(), *[_plain(x) for x in np_state[2:]]],

@@ -48,14 +48,15 @@ class LoraSettings:
             if isinstance(self.target_modules, str)
             else list(self.target_modules)
         )
+        # peft's stubs say int / a Literal list; it accepts any float alpha and init name it knows.
+        settings: dict[str, Any] = {"lora_alpha": self.alpha, "init_lora_weights": self.init_lora_weights}
         return LoraConfig(
             r=self.r,
-            lora_alpha=self.alpha,
             lora_dropout=self.dropout,
             target_modules=target,
-            init_lora_weights=self.init_lora_weights,
             bias="none",
             task_type="CAUSAL_LM",
+            **settings,
             **self.extra,
         )
 

@@ -48,9 +48,11 @@ class ValueHead(nn.Module):
     def __init__(self, input_size: int, hidden: int = 64) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(input_size, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        out = self.net[2]
+        assert isinstance(out, nn.Linear)
         # Small output weights: initial values near 0 keep the first value-loss gradients tame.
-        nn.init.normal_(self.net[2].weight, std=0.01)
-        nn.init.zeros_(self.net[2].bias)
+        nn.init.normal_(out.weight, std=0.01)
+        nn.init.zeros_(out.bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """``(..., d)`` hidden states to ``(...)`` values."""
@@ -142,7 +144,7 @@ class Critic:
         # A frozen backbone needs no graph: the value loss only trains the head.
         with torch.set_grad_enabled(grad), self.backbone.using(self.adapter) as model:
             hidden = decoder_hidden_states(model, batch)  # (batch, P + T, d)
-        return hidden.to(self.head.net[0].weight.dtype), batch
+        return hidden.to(next(self.head.parameters()).dtype), batch
 
     def action_values(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor:
         """Action-level values ``V(ô)``, one per observation, at the last prompt token.

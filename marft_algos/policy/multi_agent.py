@@ -441,7 +441,7 @@ class MultiAgentPolicy:
         if keep_logits:
             gen_kwargs.update(output_scores=True, return_dict_in_generate=True)
         # Greedy decoding samples nothing: its log-probs follow the policy temperature, uncut.
-        dist = {"temperature": temp, "top_k": top_k, "top_p": top_p} if do_sample else {"temperature": self.temperature}
+        dist_temp, dist_k, dist_p = (temp, top_k, top_p) if do_sample else (self.temperature, 0, 1.0)
         with seeded_rng(seed, backbone.device), torch.no_grad(), self.acting(agent) as model:
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
         sequences = out.sequences if keep_logits else out  # (B, P + T_gen)
@@ -463,7 +463,9 @@ class MultiAgentPolicy:
                     scores = scores / self.temperature
                 logp, _ = log_probs_and_entropy(scores, new_ids[:, :width], mask)
             else:
-                logp, _, mask = self.token_log_probs(agent, prompts, actions, **dist)  # (B, T_act)
+                logp, _, mask = self.token_log_probs(
+                    agent, prompts, actions, temperature=dist_temp, top_k=dist_k, top_p=dist_p
+                )  # (B, T_act)
         logp_rows = [logp[i, mask[i]].tolist() for i in range(len(actions))]
         return [
             Generation(
@@ -473,9 +475,9 @@ class MultiAgentPolicy:
                 text=backbone.tokenizer.decode(actions[i], skip_special_tokens=True),
                 finished=finished[i],
                 agent=agent,
-                temperature=dist["temperature"],
-                top_k=dist.get("top_k", 0),
-                top_p=dist.get("top_p", 1.0),
+                temperature=dist_temp,
+                top_k=dist_k,
+                top_p=dist_p,
             )
             for i in range(len(actions))
         ]

@@ -34,14 +34,17 @@ def as_messages(observation: Sequence[Mapping[str, Any]] | Mapping[str, Any] | s
     """
     if isinstance(observation, str):
         return [{"role": "user", "content": observation}]
+    messages: Sequence[Mapping[str, Any]]
     if isinstance(observation, Mapping):
         if "messages" not in observation:
             raise ValueError(
                 f"An observation mapping must hold 'messages' (a chat transcript); got keys "
                 f"{sorted(observation)}."
             )
-        observation = observation["messages"]
-    return [{"role": str(m["role"]), "content": str(m["content"])} for m in observation]
+        messages = observation["messages"]
+    else:
+        messages = observation
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
 
 
 def _template_kwargs(tokenizer: Any) -> dict[str, Any]:

@@ -169,7 +169,7 @@ class FlexPOMDPEnv(AECEnv):
         self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
         self.terminations = dict.fromkeys(self.agents, False)
         self.truncations = dict.fromkeys(self.agents, False)
-        self.infos = {a: {} for a in self.agents}
+        self.infos: dict[str, dict[str, Any]] = {a: {} for a in self.agents}
         self.timestep = 0
         self.history = []
         self._visible: dict[str, tuple[str, ...]] = {}

@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from marft_envs.core.dependency import Turn
     from marft_envs.core.env import FlexPOMDPEnv
 
 __all__ = ["render_transcript"]
@@ -17,7 +18,9 @@ __all__ = ["render_transcript"]
 
 def _panels(env: FlexPOMDPEnv) -> list[Panel]:
     panels = []
-    rounds = [(r.timestep, r.turns, r.actions, r.rewards) for r in env.history]
+    rounds: list[tuple[int, list[Turn], list[tuple[str, str]], dict[str, float] | None]] = [
+        (r.timestep, r.turns, r.actions, r.rewards) for r in env.history
+    ]
     if env.agents:
         live = env.round_state
         rounds.append((live.timestep, live.turns, live.actions, None))

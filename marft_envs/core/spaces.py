@@ -102,10 +102,11 @@ class ChatSpace(Space[list]):
         self._text = TextSpace(max_length)
         super().__init__(dtype=None, seed=seed)
 
-    def seed(self, seed: int | None = None) -> list[int]:
-        seeds = super().seed(seed)
+    def seed(self, seed: int | None = None) -> int:
+        """Seed :meth:`sample`; returns the seed used, as gymnasium's ``Space.seed`` does."""
+        used = int(super().seed(seed))
         self._text.seed(int(self.np_random.integers(2**31)))
-        return seeds
+        return used
 
     def sample(self, mask: Any = None, probability: Any = None) -> list[dict[str, str]]:
         """A random system + user transcript."""
