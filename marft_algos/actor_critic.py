@@ -28,10 +28,10 @@ import torch
 from pettingzoo import AECEnv
 from torch import Tensor
 
-from marft_algos.common.advantages import normalize_advantages
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.common.losses import value_loss
-from marft_algos.levels import Level, level_named, normalize_by_agent
+from marft_algos.distributed import DistributedContext
+from marft_algos.levels import Level, level_named, normalize, normalize_by_agent
 from marft_algos.policy.rendering import render_prompt_ids
 from marft_algos.policy_gradient import Objective
 from marft_algos.protocols import CriticLike, PolicyLike
@@ -137,6 +137,7 @@ class ActorCriticTrainer(Trainer):
             re-rendered in the critic's tokenizer (action level); at token level the critic
             must share every agent's vocabulary, since it scores the agents' own tokens.
         eval_env_fn: Builds one held-out env copy.
+        distributed: Data-parallel context (default: the launcher's process group, else one process).
     """
 
     level: ClassVar[Literal["action", "token"]] = "action"
@@ -154,12 +155,13 @@ class ActorCriticTrainer(Trainer):
         *,
         critic: CriticLike,
         eval_env_fn: Callable[[], AECEnv] | None = None,
+        distributed: DistributedContext | None = None,
     ) -> None:
         if critic is None:
             raise ValueError(
                 f"{type(self).__name__} needs a critic: e.g. Critic(policy) from marft_algos.policy."
             )
-        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn)
+        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn, distributed=distributed)
         self.critic_optimizer = torch.optim.Adam(
             list(critic.parameters()), lr=config.critic_learning_rate, eps=config.adam_eps
         )
@@ -252,9 +254,9 @@ class ActorCriticTrainer(Trainer):
         if c.normalize_advantages:
             mask = level.mask(batch)
             if c.normalize_advantages_per_agent:
-                advantages = normalize_by_agent(advantages, mask, batch.agents)
-            elif int(mask.sum()) > 1:
-                advantages = normalize_advantages(advantages, mask)
+                advantages = normalize_by_agent(advantages, mask, batch.agents, self.dist, self.agents)
+            else:
+                advantages = normalize(advantages, mask, self.dist)
         return batch.with_targets(advantages=advantages, values=values, returns=returns, critic_prompt_ids=critic_prompts)
 
     # ------------------------------------------------------------------ the update
@@ -275,10 +277,10 @@ class ActorCriticTrainer(Trainer):
         first: dict[str, float] = {}
         counts = {"skipped_trust_region": 0, "skipped_nonfinite": 0}
         for epoch in range(c.ppo_epochs):
-            for mb_index, minibatch in enumerate(batch.minibatches(self.rng, c.num_minibatches)):
+            for mb_index, minibatch in enumerate(batch.minibatches(self.rng, c.num_minibatches, len(episodes))):
                 stats["train/value_loss"].append(self.critic_step(minibatch))
                 rows = [k for k, a in enumerate(minibatch.agents) if a in train_agents]
-                if not rows:
+                if not self.dist.sum([len(rows)])[0]:  # no rank has a decision to train on
                     continue
                 result = self.policy_step(step, minibatch[rows], train_agents)
                 if epoch == 0 and mb_index == 0:
@@ -300,8 +302,11 @@ class ActorCriticTrainer(Trainer):
         metrics["train/agents"] = ",".join(sorted(train_agents))
         assert batch.values is not None and batch.advantages is not None
         mask = self._granularity().mask(batch)
-        metrics["train/value_mean"] = float(batch.values[mask].mean())
-        metrics["train/advantage_abs_mean"] = float(batch.advantages[mask].abs().mean())
+        values, advantages, count = self.dist.sum(
+            [float(batch.values[mask].sum()), float(batch.advantages[mask].abs().sum()), float(mask.sum())]
+        )
+        metrics["train/value_mean"] = values / count if count else float("nan")
+        metrics["train/advantage_abs_mean"] = advantages / count if count else float("nan")
         return metrics
 
     def critic_step(self, batch: RolloutBatch) -> float:
@@ -310,8 +315,11 @@ class ActorCriticTrainer(Trainer):
         level = self._granularity()
         optimizer = self.critic_optimizer
         optimizer.zero_grad(set_to_none=True)
-        total_units = level.units(batch)
+        (total_units,) = self.dist.sum([level.units(batch)])  # weights from the global minibatch
+        if not total_units:
+            return float("nan")
         loss_value = 0.0
+        finite = True
         for chunk in batch.chunks(c.gradient_accumulation_steps):
             assert chunk.values is not None and chunk.returns is not None
             new = level.values(self.critic, chunk)
@@ -326,12 +334,17 @@ class ActorCriticTrainer(Trainer):
             )
             scaled = c.value_loss_coef * loss * (units / total_units)
             if not torch.isfinite(scaled):
-                logger.warning("Skipping a critic update at iteration %d: the value loss is not finite.", self.iteration)
-                optimizer.zero_grad(set_to_none=True)
-                return float("nan")
+                finite = False
+                break
             scaled.backward()
             loss_value += float(loss.detach()) * units / total_units
         params = [p for g in optimizer.param_groups for p in g["params"]]
+        loss_value, all_finite = self.dist.sum([loss_value if finite else 0.0, float(finite)])
+        if all_finite < self.dist.world_size:
+            logger.warning("Skipping a critic update at iteration %d: the value loss is not finite.", self.iteration)
+            optimizer.zero_grad(set_to_none=True)
+            return float("nan")
+        self.dist.sum_gradients(params)
         norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
         if torch.isfinite(norm):
             optimizer.step()

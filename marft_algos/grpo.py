@@ -140,21 +140,29 @@ class GRPOTrainer(Trainer):
                     break
         return keep
 
+    def _run_groups(self, n_groups: int, first_group: int) -> list[Episode]:
+        """Draw ``n_groups`` tasks (alike on every rank) and run this rank's share of whole groups."""
+        requests = self._group_requests(n_groups, first_group)
+        share = self.dist.shard(n_groups)
+        per = self.config.num_generations
+        return self.collector.collect([r for g in share for r in requests[g * per : (g + 1) * per]])
+
     def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
         c = self.config
-        episodes = self.collector.collect(self._group_requests(c.groups_per_iteration, 0))
+        episodes = self._run_groups(c.groups_per_iteration, 0)
         if not c.dynamic_sampling:
             return episodes, {"rollout/groups_dropped": 0, "rollout/resample_rounds": 0}
-        kept = self._informative_groups(episodes)
+        kept = self._all_ranks(self._informative_groups(episodes))
         pool = [e for e in episodes if e.group in kept]
         dropped = c.groups_per_iteration - len(kept)
         next_group = c.groups_per_iteration
         rounds = 0
         while len(kept) < c.groups_per_iteration and rounds < c.max_resample_rounds:
-            more = self.collector.collect(self._group_requests(c.groups_per_iteration - len(kept), next_group))
+            wanted_more = c.groups_per_iteration - len(kept)
+            more = self._run_groups(wanted_more, next_group)
             next_group += c.groups_per_iteration
-            new = self._informative_groups(more)
-            dropped += len({e.group for e in more}) - len(new)
+            new = self._all_ranks(self._informative_groups(more))
+            dropped += wanted_more - len(new)
             pool += [e for e in more if e.group in new]
             kept |= new
             rounds += 1
@@ -164,6 +172,10 @@ class GRPOTrainer(Trainer):
         stats = {"rollout/groups_dropped": dropped, "rollout/resample_rounds": rounds}
         return [e for e in pool if e.group in wanted], stats
 
+    def _all_ranks(self, groups: set[int]) -> set[int]:
+        """The union of every rank's group ids (each rank runs whole groups)."""
+        return {g for part in self.dist.gather(sorted(groups)) for g in part}
+
     # ------------------------------------------------------------------ update
     def advantages(self, episodes: list[Episode]) -> dict[tuple[int, str], float]:
         """Group advantage of each (episode row, agent) that acted in the episode."""
@@ -171,7 +183,17 @@ class GRPOTrainer(Trainer):
         if not keys:
             return {}
         rewards, groups = self._group_rewards(episodes, keys)
-        adv = group_advantages(rewards, groups, scale_rewards=self.config.scale_rewards)
+        scale = self.config.scale_rewards
+        if scale == "batch" and self.dist.enabled:
+            # Groups are whole on each rank, but the batch's std spans every rank's rewards.
+            adv = group_advantages(rewards, groups, scale_rewards="none")
+            total, count = self.dist.sum([float(rewards.sum()), float(rewards.numel())])
+            mean = total / count
+            (squares,) = self.dist.sum([float(((rewards - mean) ** 2).sum())])
+            std = (squares / (count - 1)) ** 0.5 if count > 1 else 0.0
+            adv = adv / (std + 1e-4)
+        else:
+            adv = group_advantages(rewards, groups, scale_rewards=scale)
         return {key: float(a) for key, a in zip(keys, adv, strict=True)}
 
     def _acting_pairs(self, episodes: list[Episode]) -> list[tuple[int, str]]:
@@ -188,15 +210,19 @@ class GRPOTrainer(Trainer):
         c = self.config
         metrics: dict[str, Any] = {}
         keys = self._acting_pairs(episodes)
+        flat, pairs = 0.0, float(len(keys))
         if keys:
             rewards, groups = self._group_rewards(episodes, keys)
-            metrics["rollout/zero_std_fraction"] = float(zero_std_group_mask(rewards, groups).float().mean())
+            flat = float(zero_std_group_mask(rewards, groups).float().sum())
+        flat, pairs = self.dist.sum([flat, pairs])
+        if pairs:
+            metrics["rollout/zero_std_fraction"] = flat / pairs
         table = self.advantages(episodes)
         trained = [a for a in self.agents if a in self._optimizer_of]
         batch = build_rollout_batch(
             episodes, agents=trained, token_caps=c.max_new_tokens_per_agent, default_cap=c.max_new_tokens
         )
-        if not len(batch):
+        if not self.dist.sum([len(batch)])[0]:
             return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
         advantages = torch.tensor(
             [table.get((int(row), agent), 0.0) for row, agent in zip(batch.episode, batch.agents, strict=True)]
@@ -204,11 +230,12 @@ class GRPOTrainer(Trainer):
         batch = batch.with_targets(advantages=advantages)
         # Zero-advantage rows add nothing to the surrogate; without entropy or KL terms they need no forward.
         active = torch.ones(len(batch), dtype=torch.bool) if c.beta > 0 or c.entropy_coef > 0 else advantages != 0
-        if not bool(active.any()):  # every group had equal rewards: nothing to learn, and no statistics to report
+        present = self.dist.sum([float(any(on and a == agent for a, on in zip(batch.agents, active.tolist(), strict=True))) for agent in self.agents])
+        agents = [agent for agent, n in zip(self.agents, present, strict=True) if n]  # same list on every rank
+        if not agents:  # every group had equal rewards: nothing to learn, and no statistics to report
             return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
 
         step = self.policy_gradient()
-        agents = list(dict.fromkeys(a for a, on in zip(batch.agents, active.tolist(), strict=True) if on))
         stats: dict[str, list[float]] = defaultdict(list)
         first: dict[str, float] = {}
         skipped = 0
@@ -225,5 +252,6 @@ class GRPOTrainer(Trainer):
         metrics["train/approx_kl"] = first.get("approx_kl", 0.0)
         metrics["train/clip_fraction"] = first.get("clip_fraction", 0.0)
         metrics["train/skipped_nonfinite"] = skipped
-        metrics["train/advantage_abs_mean"] = float(np.mean([abs(a) for a in table.values()])) if table else 0.0
+        total, count = self.dist.sum([sum(abs(a) for a in table.values()), float(len(table))])
+        metrics["train/advantage_abs_mean"] = total / count if count else 0.0
         return metrics

@@ -22,9 +22,10 @@ from torch import Tensor
 from marft_algos.common.advantages import action_level_gae, normalize_advantages, token_level_gae
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.common.buffers import decision_layout, scatter_rows, token_layout
+from marft_algos.distributed import DistributedContext
 from marft_algos.protocols import CriticLike
 
-__all__ = ["ActionLevel", "Level", "TokenLevel", "level_named", "normalize_by_agent"]
+__all__ = ["ActionLevel", "Level", "TokenLevel", "level_named", "normalize", "normalize_by_agent"]
 
 
 class GAESettings(Protocol):
@@ -139,11 +140,39 @@ def level_named(name: str) -> Level:
         raise ValueError(f"level must be 'action' or 'token', got {name!r}.") from None
 
 
-def normalize_by_agent(advantages: Tensor, mask: Tensor, agents: Sequence[str]) -> Tensor:
+def normalize_by_agent(
+    advantages: Tensor,
+    mask: Tensor,
+    agents: Sequence[str],
+    distributed: DistributedContext | None = None,
+    all_agents: Sequence[str] | None = None,
+) -> Tensor:
     """Standardise each agent's advantages over its own valid entries (see
-    :func:`~marft_algos.common.advantages.normalize_advantages`)."""
+    :func:`~marft_algos.common.advantages.normalize_advantages`); with several processes over
+    every rank's entries of that agent (``all_agents`` fixes the order of the collectives)."""
     out = torch.zeros_like(advantages, dtype=torch.float32)
-    for agent in dict.fromkeys(agents):
-        rows = torch.tensor([a == agent for a in agents])
-        out[rows] = normalize_advantages(advantages[rows], mask[rows])
+    for agent in all_agents if all_agents is not None else dict.fromkeys(agents):
+        rows = torch.tensor([a == agent for a in agents], dtype=torch.bool)
+        out[rows] = normalize(advantages[rows], mask[rows], distributed)
     return out
+
+
+def normalize(advantages: Tensor, mask: Tensor, distributed: DistributedContext | None = None) -> Tensor:
+    """:func:`~marft_algos.common.advantages.normalize_advantages` over the valid entries of every
+    rank (mean and population std of the global batch; all-equal batches give zeros)."""
+    if distributed is None or not distributed.enabled:
+        return normalize_advantages(advantages, mask) if int(mask.sum()) > 1 else advantages.float()
+    adv = advantages.float()
+    valid = mask.bool().expand_as(adv)
+    kept = torch.where(valid, adv, torch.zeros_like(adv))
+    total, count = distributed.sum([float(kept.sum()), float(valid.sum())])
+    if count <= 1:
+        return adv
+    mean = total / count
+    squares = float(torch.where(valid, (adv - mean) ** 2, torch.zeros_like(adv)).sum())
+    (sq,) = distributed.sum([squares])
+    (scale,) = distributed.max([float(kept.abs().max()) if adv.numel() else 0.0])
+    std = (sq / count) ** 0.5
+    if std <= 16 * torch.finfo(adv.dtype).eps * scale:
+        return torch.zeros_like(adv)
+    return torch.where(valid, (adv - mean) / (std + 1e-8), torch.zeros_like(adv))

@@ -21,7 +21,7 @@ Granularity is an :class:`Objective` chosen once:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,6 +36,7 @@ from marft_algos.common.losses import (
     kl_k3,
     sequence_weights,
 )
+from marft_algos.distributed import DistributedContext
 from marft_algos.protocols import PolicyLike, TokenLogProbsLike
 
 __all__ = ["Objective", "PolicyGradient"]
@@ -76,6 +77,8 @@ class PolicyGradient:
         sampling: The rollout's ``temperature``, ``top_k`` and ``top_p``: log-probs are recomputed
             under the distribution that was sampled.
         accumulation_steps: Chunks each agent's share of a batch is split into (bounds memory).
+        distributed: Data-parallel context: weights use the global batch's counts, gradients and
+            statistics are summed over ranks (default: one process).
     """
 
     def __init__(
@@ -85,11 +88,21 @@ class PolicyGradient:
         *,
         sampling: Mapping[str, Any],
         accumulation_steps: int = 1,
+        distributed: DistributedContext | None = None,
     ) -> None:
         self.policy = policy
         self.objective = objective
         self.sampling = dict(sampling)
         self.accumulation_steps = accumulation_steps
+        self.dist = distributed or DistributedContext()
+
+    def parameters(self, agents: Sequence[str]) -> list[torch.nn.Parameter]:
+        """The adapters' parameters of ``agents``, each once, in a fixed order."""
+        seen: dict[int, torch.nn.Parameter] = {}
+        for agent in agents:
+            for p in self.policy.trainable_parameters(agent):
+                seen.setdefault(id(p), p)
+        return list(seen.values())
 
     def _log_probs(
         self, agent: str, chunk: RolloutBatch, *, with_entropy: bool, reference: bool = False
@@ -126,7 +139,9 @@ class PolicyGradient:
             mask, normalizer, total_tokens=totals[0], total_sequences=totals[1], caps=chunk.token_caps.to(mask.device)
         )
 
-    def backward(self, batch: RolloutBatch, *, active: Tensor | None = None) -> dict[str, float]:
+    def backward(
+        self, batch: RolloutBatch, *, active: Tensor | None = None, agents: Sequence[str] | None = None
+    ) -> dict[str, float]:
         """Back-propagate the objective of ``batch`` into the agents' adapters (no optimizer step).
 
         Args:
@@ -134,6 +149,9 @@ class PolicyGradient:
             active: ``(N,)`` bool: forward only these decisions (others contribute exactly 0,
                 e.g. zero-advantage GRPO rows without entropy or KL terms). The weights still
                 count every decision of ``batch``.
+            agents: With several processes: the agents whose gradients are summed over ranks
+                (the same list, in the same order, on every rank; default: every agent of the
+                policy).
 
         Returns:
             ``loss`` (the objective's value), ``policy_loss`` and ``kl`` (their terms of it), and
@@ -142,7 +160,8 @@ class PolicyGradient:
             action level, tokens at token level).
         """
         o = self.objective
-        totals = (float(batch.action_mask.sum()), float(len(batch)))
+        tokens, sequences = self.dist.sum([float(batch.action_mask.sum()), float(len(batch))])
+        totals = (tokens, sequences)
         keep = torch.ones(len(batch), dtype=torch.bool) if active is None else active.bool()
         out: dict[str, float] = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0}
         sums: dict[str, float] = dict.fromkeys((*_STATS, "entropy", "weight", "entries"), 0.0)
@@ -178,6 +197,13 @@ class PolicyGradient:
                 sums["entries"] += float(m.sum())
                 for name in _STATS:
                     sums[name] += float(torch.where(m, terms[name], torch.zeros_like(terms[name])).sum())
+        if self.dist.enabled:
+            self.dist.sum_gradients(self.parameters(self.policy.agents if agents is None else agents))
+            keys = list(out) + list(sums)
+            reduced = self.dist.sum([*out.values(), *sums.values()])
+            merged = dict(zip(keys, reduced, strict=True))
+            out = {k: merged[k] for k in out}
+            sums = {k: merged[k] for k in sums}
         out["entropy"] = sums["entropy"] / sums["weight"] if sums["weight"] else 0.0
         for name in _STATS:
             out[name] = sums[name] / sums["entries"] if sums["entries"] else 0.0
@@ -197,4 +223,5 @@ class PolicyGradient:
                 m = terms["mask"]
                 total += float(torch.where(m, terms["approx_kl"], torch.zeros_like(terms["approx_kl"])).sum())
                 count += int(m.sum())
-        return total / max(count, 1) if count else 0.0
+        total, entries = self.dist.sum([total, float(count)])
+        return total / entries if entries else 0.0

@@ -13,6 +13,7 @@ from typing import ClassVar, Literal
 from pettingzoo import AECEnv
 
 from marft_algos.actor_critic import ActorCriticConfig, ActorCriticTrainer
+from marft_algos.distributed import DistributedContext
 from marft_algos.protocols import CriticLike, PolicyLike
 from marft_algos.trainer import TrainerConfig
 
@@ -46,8 +47,9 @@ class PPOTrainer(ActorCriticTrainer):
         *,
         critic: CriticLike,
         eval_env_fn: Callable[[], AECEnv] | None = None,
+        distributed: DistributedContext | None = None,
     ) -> None:
-        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn)
+        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn, distributed=distributed)
         self.level = config.level  # type: ignore[misc]  # the granularity is this run's choice
         if len(self.agents) != 1:
             raise ValueError(

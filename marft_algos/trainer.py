@@ -33,6 +33,7 @@ import torch
 from pettingzoo import AECEnv
 
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
+from marft_algos.distributed import DistributedContext
 from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
 from marft_algos.metrics import MetricsLogger
 from marft_algos.policy_gradient import Objective, PolicyGradient
@@ -91,13 +92,16 @@ class TrainerConfig:
     """Flag an entropy blow-up when train/entropy exceeds this multiple of its early average."""
     rollback_on_blowup: bool = False
     """On a blow-up, restore the last good adapters, critic and optimizer states."""
+    sync_check_every: int = 10
+    """With several processes: compare a checksum of every rank's adapters and critic every K
+    iterations and stop with an error if they differ (0: never)."""
 
     def __post_init__(self) -> None:
         positive = ("iterations", "episodes_per_iteration", "rollout_threads", "max_new_tokens", "eval_episodes")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("eval_every", "checkpoint_every", "top_k"):
+        for name in ("eval_every", "checkpoint_every", "top_k", "sync_check_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{type(self).__name__}.{name} must be >= 0, got {getattr(self, name)}.")
         if self.learning_rate <= 0:
@@ -139,6 +143,8 @@ class Trainer(ABC):
         config: The trainer's config dataclass.
         critic: Value function, for actor-critic trainers.
         eval_env_fn: Builds one held-out env copy (e.g. on the test split); None skips evaluation.
+        distributed: This process's place in a data-parallel run (see :mod:`marft_algos.distributed`);
+            default: the process group a launcher initialised, else one process.
     """
 
     algorithm: ClassVar[str] = "base"
@@ -154,16 +160,21 @@ class Trainer(ABC):
         *,
         critic: CriticLike | None = None,
         eval_env_fn: Callable[[], AECEnv] | None = None,
+        distributed: DistributedContext | None = None,
     ) -> None:
         if not isinstance(config, self.config_class):
             raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}.")
         self.policy = policy
         self.config = config
         self.critic = critic
+        self.dist = distributed if distributed is not None else DistributedContext.current()
         torch.manual_seed(config.seed)
+        # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
+        # on the world size); sampling uses a per-rank generator derived from the run seed.
         self.collector = RolloutCollector.from_factory(
             policy, env_fn, config.rollout_threads, config.generation, seed=config.seed
         )
+        self.collector.generator.manual_seed(self.dist.rank_seed(config.seed))
         self.agents: list[str] = list(self.collector.envs[0].possible_agents)
         missing = [a for a in self.agents if a not in policy.agents]
         if missing:
@@ -179,10 +190,10 @@ class Trainer(ABC):
         self.rng = np.random.default_rng(config.seed)
         self.optimizers = self._build_optimizers()
         self.iteration = 0
-        self.logger = MetricsLogger(config.output_dir, tensorboard=config.tensorboard)
+        self.logger = MetricsLogger(config.output_dir if self.dist.is_main else None, tensorboard=config.tensorboard)
         self._entropy_baseline: list[float] = []
         self._last_good: dict[str, Any] | None = None
-        if config.output_dir is not None:
+        if config.output_dir is not None and self.dist.is_main:
             Path(config.output_dir).mkdir(parents=True, exist_ok=True)
             (Path(config.output_dir) / "config.json").write_text(
                 json.dumps({"algorithm": self.algorithm, **config.to_dict()}, indent=2, default=str)
@@ -256,6 +267,7 @@ class Trainer(ABC):
             self.objective(),
             sampling=self.config.sampling,
             accumulation_steps=int(getattr(self.config, "gradient_accumulation_steps", 1)),
+            distributed=self.dist,
         )
 
     def policy_step(
@@ -272,7 +284,7 @@ class Trainer(ABC):
         (:attr:`trust_region_kl`), the KL to the rollout policy is measured on ``batch`` after
         the step; a step that exceeds it is undone (``skipped_trust_region``).
         """
-        result = step.backward(batch, active=active)
+        result = step.backward(batch, active=active, agents=agents)
         if not math.isfinite(result["loss"]):
             logger.warning("Skipping a policy update at iteration %d: the loss is %s.", self.iteration, result["loss"])
             self.zero_grad()
@@ -282,7 +294,7 @@ class Trainer(ABC):
         grad_norm, applied = self.step_policy(agents)
         result = {**result, "grad_norm": grad_norm, "skipped_nonfinite": int(not applied)}
         if applied and before is not None and limit is not None:
-            kl = step.approx_kl(batch if active is None else batch[active.nonzero().flatten().tolist()])
+            kl = step.approx_kl(batch if active is None else batch[active.nonzero().flatten().tolist()])  # global
             result["approx_kl_after"] = kl
             if not kl <= limit:
                 self._restore(before)
@@ -319,21 +331,32 @@ class Trainer(ABC):
         return self.collect_with_stats()[0]
 
     def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
-        """The iteration's rollouts and ``rollout/...`` statistics of how they were sampled
-        (GRPO overrides this to sample groups)."""
-        return self.collector.collect(self.config.episodes_per_iteration), {}
+        """This process's share of the iteration's rollouts and ``rollout/...`` statistics of how
+        they were sampled (GRPO overrides this to sample groups)."""
+        requests = self.collector.requests(self.config.episodes_per_iteration)  # the global list
+        share = self.dist.shard(len(requests))
+        return self.collector.collect([requests[i] for i in share]), {}
+
+    def summarize(self, episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:
+        """:func:`summarize_episodes` over every rank's episodes (this process's alone if one)."""
+        if not self.dist.enabled:
+            return summarize_episodes(episodes, prefix)
+        gathered = self.dist.gather([_light(e) for e in episodes])
+        return summarize_episodes([e for part in gathered for e in part], prefix)
 
     def evaluate(self) -> dict[str, Any]:
         """Greedy held-out evaluation, plus a sampled one with ``eval_sampled`` (empty when no
-        ``eval_env_fn`` was given)."""
+        ``eval_env_fn`` was given). With several processes each runs a share of the pinned
+        episodes and the metrics cover all of them."""
         if self.eval_collector is None:
             return {}
         requests = evaluation_requests(self.eval_collector, self.config.eval_episodes)
+        requests = [requests[i] for i in self.dist.shard(len(requests))]
         episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
-        metrics = summarize_episodes(episodes, "eval")
+        metrics = self.summarize(episodes, "eval")
         if self.config.eval_sampled:
             episodes = self.eval_collector.collect(requests, self.config.generation)
-            metrics.update(summarize_episodes(episodes, "eval_sampled"))
+            metrics.update(self.summarize(episodes, "eval_sampled"))
         return metrics
 
     def train_iteration(self) -> dict[str, Any]:
@@ -341,8 +364,8 @@ class Trainer(ABC):
         start = time.perf_counter()
         episodes, sampling_stats = self.collect_with_stats()
         rollout_time = time.perf_counter() - start
-        metrics = summarize_episodes(episodes, "rollout")
-        metrics["rollout/episodes"] = len(episodes)
+        metrics = self.summarize(episodes, "rollout")
+        metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
         start_update = time.perf_counter()
         metrics.update(self.update(episodes))
@@ -362,7 +385,7 @@ class Trainer(ABC):
             The metric records of this call, one per iteration (evaluation merged in).
         """
         records: list[dict[str, Any]] = []
-        bar = _Progress(progress, self.config.iterations, self.iteration)
+        bar = _Progress(progress and self.dist.is_main, self.config.iterations, self.iteration)
         with bar:
             if self.iteration == 0:
                 self.logger.truncate_after(-1)  # a fresh run replaces an earlier run's records
@@ -381,12 +404,22 @@ class Trainer(ABC):
                 self.logger.log(self.iteration, metrics)
                 records.append({"iteration": self.iteration, **metrics})
                 bar.update(metrics)
+                every_sync = self.config.sync_check_every
+                if self.dist.enabled and every_sync and self.iteration % every_sync == 0:
+                    self.check_in_sync()
                 if self.config.output_dir is not None and (
                     (self.config.checkpoint_every and self.iteration % self.config.checkpoint_every == 0)
                     or self.iteration == self.config.iterations
                 ):
                     self.save_checkpoint(Path(self.config.output_dir) / f"checkpoint-{self.iteration}")
         return records
+
+    def check_in_sync(self) -> None:
+        """Fail loudly if the ranks' adapters or critic differ (see :mod:`marft_algos.distributed`)."""
+        params = [p for a in self.trainable_agents() for p in self.policy.trainable_parameters(a)]
+        if self.critic is not None:
+            params += list(self.critic.parameters())
+        self.dist.check_in_sync(params, "adapters and critic")
 
     # ------------------------------------------------------------------ safety
     def _guard_entropy(self, metrics: dict[str, Any]) -> None:
@@ -458,6 +491,8 @@ class Trainer(ABC):
             "rng": self.rng.bit_generator.state,
             "collector_rng": self.collector.rng.bit_generator.state,
             "collector_generator": self.collector.generator.get_state().tolist(),
+            "collector_generators": self.dist.gather(self.collector.generator.get_state().tolist()),
+            "world_size": self.dist.world_size,
             "entropy_baseline": list(self._entropy_baseline),
         }
 
@@ -469,7 +504,17 @@ class Trainer(ABC):
         self.iteration = int(state["iteration"])
         self.rng.bit_generator.state = state["rng"]
         self.collector.rng.bit_generator.state = state["collector_rng"]
-        self.collector.generator.set_state(torch.tensor(state["collector_generator"], dtype=torch.uint8))
+        per_rank = state.get("collector_generators") or [state["collector_generator"]]
+        if len(per_rank) == self.dist.world_size:
+            self.collector.generator.set_state(torch.tensor(per_rank[self.dist.rank], dtype=torch.uint8))
+        else:
+            # Another world size: each rank's sampling continues from a seed derived from the run
+            # seed and the iteration (the tasks, drawn from the shared RNG, are unchanged).
+            self.collector.generator.manual_seed(self.dist.rank_seed(self.config.seed + 7919 * self.iteration))
+            logger.info(
+                "Resumed a %d-process run on %d processes: sampling reseeded per rank.",
+                len(per_rank), self.dist.world_size,
+            )
         self._entropy_baseline = list(state.get("entropy_baseline", []))
 
     def _checkpointable(self) -> tuple[Any, Any]:
@@ -490,13 +535,11 @@ class Trainer(ABC):
         from marft_algos.policy.checkpoint import save_checkpoint
 
         policy, critic = self._checkpointable()
-        return save_checkpoint(
-            directory,
-            policy,
-            critic=critic,
-            optimizers=self._checkpointed_optimizers(),
-            state=self.trainer_state(),
-        )
+        state = self.trainer_state()  # gathers every rank's sampling state: all ranks call this
+        if self.dist.is_main:
+            save_checkpoint(directory, policy, critic=critic, optimizers=self._checkpointed_optimizers(), state=state)
+        self.dist.barrier()  # no rank resumes or evaluates from a half-written folder
+        return Path(directory)
 
     def load_checkpoint(self, directory: str | Path) -> None:
         """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run."""
@@ -521,6 +564,14 @@ class Trainer(ABC):
         self.load_checkpoint(directory)
         self.logger.truncate_after(self.iteration)
         logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
+
+
+def _light(episode: Episode) -> Episode:
+    """An episode without prompts, log-probs or messages: what the metrics read, cheap to gather."""
+    decisions = [
+        dataclasses.replace(d, prompt_ids=[], log_probs=[], messages=[]) for d in episode.decisions
+    ]
+    return dataclasses.replace(episode, decisions=decisions)
 
 
 class _Progress:

@@ -123,20 +123,30 @@ class RolloutBatch:
         """Decision indices of one agent, in order."""
         return [k for k, a in enumerate(self.agents) if a == agent]
 
-    def minibatches(self, rng: np.random.Generator, num_minibatches: int) -> Iterator[RolloutBatch]:
+    def minibatches(
+        self, rng: np.random.Generator, num_minibatches: int, num_episodes: int | None = None
+    ) -> Iterator[RolloutBatch]:
         """Shuffle the episodes and yield the decisions of ``num_minibatches`` near-equal groups
-        of them (empty groups are skipped)."""
-        rows = int(self.episode.max()) + 1 if len(self) else 0
+        of them — always ``num_minibatches`` batches, some possibly empty (data-parallel ranks
+        must take the same number of steps).
+
+        Args:
+            rng: Shuffles the episode order (advanced once per call).
+            num_minibatches: Groups to split the episodes into.
+            num_episodes: Episodes the batch was built from (default: the highest row + 1).
+        """
+        rows = num_episodes if num_episodes is not None else (int(self.episode.max()) + 1 if len(self) else 0)
         order = np.arange(rows)
         rng.shuffle(order)
         episode = self.episode.numpy()
         for members in np.array_split(order, num_minibatches):
-            picked = np.flatnonzero(np.isin(episode, members))
-            if len(picked):
-                yield self[picked]
+            yield self[np.flatnonzero(np.isin(episode, members))]
 
     def chunks(self, n: int) -> Iterator[RolloutBatch]:
-        """At most ``n`` contiguous, near-equal, non-empty parts (gradient accumulation)."""
+        """At most ``n`` contiguous, near-equal, non-empty parts (gradient accumulation); none for
+        an empty batch."""
+        if not len(self):
+            return
         for part in np.array_split(np.arange(len(self)), min(n, len(self))):
             if len(part):
                 yield self[part]

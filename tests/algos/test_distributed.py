@@ -1,0 +1,87 @@
+"""Data-parallel training on two CPU processes (gloo on 127.0.0.1), launched by torchrun.
+
+One launch of each kind (the workers are in distributed_worker.py): on a fixed batch of episodes,
+the two-rank update of every trainer equals the one-process update of the same batch; a run whose
+router gives rank 1 no decision of one agent finishes without hanging and keeps the ranks
+identical; its checkpoint resumes on one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKER = Path(__file__).parent / "distributed_worker.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(args: list[str], cwd: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    root = Path(__file__).parents[2]
+    _run([sys.executable, str(WORKER), "single", str(out)], root)
+    _run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+         "--master_port", str(_free_port()), str(WORKER), "ranks", str(out)],
+        root,
+    )
+    _run([sys.executable, str(WORKER), "resume", str(out)], root)
+    return out
+
+
+def _close(a: dict, b: dict, atol: float) -> None:
+    assert set(a) == set(b)
+    for key in a:
+        for x, y in zip(a[key], b[key], strict=True):
+            torch.testing.assert_close(x, y, atol=atol, rtol=0, msg=key)
+
+
+@pytest.mark.parametrize("kind", ["action", "token", "grpo"])
+def test_two_rank_update_equals_the_one_process_update(runs, kind):
+    one = torch.load(runs / f"{kind}-one.pt")
+    ranks = [torch.load(runs / f"{kind}-rank{r}.pt") for r in (0, 1)]
+    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)  # identical across ranks
+    _close(one["params"], ranks[0]["params"], atol=1e-6)  # and equal to one process
+    for key in ("train/policy_loss", "train/entropy", "train/approx_kl"):
+        assert ranks[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-6), key
+    if kind != "grpo":
+        assert ranks[0]["metrics"]["train/value_loss"] == pytest.approx(one["metrics"]["train/value_loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["action", "grpo"])
+def test_a_rank_without_an_agent_neither_hangs_nor_diverges(runs, kind):
+    ranks = [torch.load(runs / f"run-{kind}-rank{r}.pt") for r in (0, 1)]
+    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
+    # Every record is global: both ranks log the same metrics (only rank 0 writes them).
+    for a, b in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert a.get("rollout/episodes") == b.get("rollout/episodes")
+        assert a.get("train/policy_loss") == b.get("train/policy_loss")
+    assert ranks[0]["records"][-1]["rollout/episodes"] == 8
+    lines = (runs / f"run-{kind}" / "metrics.jsonl").read_text().splitlines()
+    # One line per iteration, written once (the action run was resumed for a third iteration).
+    assert [json.loads(line)["iteration"] for line in lines] == ([1, 2, 3] if kind == "action" else [1, 2])
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_process(runs):
+    resumed = torch.load(runs / "resumed.pt")
+    rank0 = torch.load(runs / "run-action-rank0.pt")
+    _close(rank0["params"], resumed["loaded"], atol=0.0)
+    assert resumed["iteration"] == 3 and [r["iteration"] for r in resumed["records"]] == [3]
