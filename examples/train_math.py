@@ -6,6 +6,7 @@
     python examples/train_math.py --algo grpo --env math-dual-v0 --num-generations 4
     python examples/train_math.py --dataset math500.jsonl --model Qwen/Qwen2.5-0.5B-Instruct
     python examples/train_math.py --output-dir runs/demo --resume       # continue a stopped run
+    torchrun --nproc_per_node 2 examples/train_math.py                  # data-parallel, 2 processes
 
 Writes metrics.jsonl, config.json, checkpoints and learning_curve.png to --output-dir, and prints
 held-out accuracy before and after training. The defaults below are a CPU demo preset for the
@@ -25,6 +26,7 @@ from rich.table import Table
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS, add_config_arguments, build_trainer, config_from_args
+from marft_algos.distributed import init_distributed
 from marft_algos.plotting import plot_learning_curve
 from marft_algos.policy import LoraSettings, MultiAgentPolicy
 from marft_envs.math.data import load_dataset
@@ -79,7 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank of every agent's adapter (default: 8).")
     parser.add_argument("--lora-alpha", type=float, default=16, help="LoRA alpha (default: 16).")
     parser.add_argument("--threads", type=int, default=1, help="Torch CPU threads; small models run fastest on one, a large model wants more (default: 1).")
-    parser.add_argument("--device", default="cpu", help="Torch device (default: cpu).")
+    parser.add_argument("--device", default=None, help="Torch device: cpu, cuda (each rank takes its LOCAL_RANK's GPU) or cuda:N (default: this rank's GPU if there is one, else cpu).")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="Weight dtype (default: float32 on CPU, bfloat16 on GPU).")
     parser.add_argument("--paper-defaults", action="store_true", help="Use the config classes' paper defaults instead of the CPU demo preset.")
     parser.add_argument("--no-plot", action="store_true", help="Do not write learning_curve.png.")
     config_classes = [config for config, _ in ALGORITHMS.values()]
@@ -112,8 +115,10 @@ def datasets(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    console = Console()
     torch.set_num_threads(args.threads)
+    dist = init_distributed(args.device)  # one process, or a rank of torchrun / accelerate launch
+    console = Console(quiet=not dist.is_main)
+    dtype = args.dtype or ("bfloat16" if dist.device.type == "cuda" else "float32")
     config_class, _ = ALGORITHMS[args.algo]
     defaults = {} if args.paper_defaults else dict(DEMO_DEFAULTS)
     defaults["output_dir"] = args.output_dir
@@ -130,9 +135,15 @@ def main(argv: list[str] | None = None) -> dict:
     console.print(
         f"[bold]{args.algo}[/] on [bold]{args.env}[/] (agents: {', '.join(agents)}), model "
         f"[bold]{args.model}[/], {len(train_set)} training / {len(eval_set)} held-out problems"
+        + (f", {dist.world_size} processes" if dist.enabled else "")
     )
     policy = MultiAgentPolicy.from_pretrained(
-        args.model, agents, lora=LoraSettings(r=args.lora_rank, alpha=args.lora_alpha), device=args.device, seed=config.seed
+        args.model,
+        agents,
+        lora=LoraSettings(r=args.lora_rank, alpha=args.lora_alpha),
+        device=dist.device,
+        torch_dtype=getattr(torch, dtype),
+        seed=config.seed,
     )
     trainer = build_trainer(args.algo, policy, env_fn, config, eval_env_fn=eval_env_fn, critic_seed=config.seed)
     if args.resume is not None:
@@ -161,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
                 console.print(
                     f"{name} accuracy before {first:.3f} → after {last:.3f} ({100 * (last - first):+.1f} points)"
                 )
-    if not args.no_plot:
+    if not args.no_plot and dist.is_main:
         path = plot_learning_curve(history, Path(args.output_dir) / "learning_curve.png", title=f"{args.algo} on {args.env}")
         console.print(f"learning curve: {path}")
     return {"records": records, "evals": evals}

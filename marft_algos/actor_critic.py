@@ -34,7 +34,7 @@ from marft_algos.distributed import DistributedContext
 from marft_algos.levels import Level, level_named, normalize, normalize_by_agent
 from marft_algos.policy.rendering import render_prompt_ids
 from marft_algos.policy_gradient import Objective
-from marft_algos.protocols import CriticLike, PolicyLike
+from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout import Episode
 from marft_algos.trainer import Trainer, TrainerConfig
 
@@ -156,12 +156,14 @@ class ActorCriticTrainer(Trainer):
         critic: CriticLike,
         eval_env_fn: Callable[[], AECEnv] | None = None,
         distributed: DistributedContext | None = None,
+        rollout_backend: RolloutBackend | None = None,
     ) -> None:
         if critic is None:
             raise ValueError(
                 f"{type(self).__name__} needs a critic: e.g. Critic(policy) from marft_algos.policy."
             )
-        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn, distributed=distributed)
+        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn, distributed=distributed,
+                         rollout_backend=rollout_backend)
         self.critic_optimizer = torch.optim.Adam(
             list(critic.parameters()), lr=config.critic_learning_rate, eps=config.adam_eps
         )

@@ -14,7 +14,7 @@ from pettingzoo import AECEnv
 
 from marft_algos.actor_critic import ActorCriticConfig, ActorCriticTrainer
 from marft_algos.distributed import DistributedContext
-from marft_algos.protocols import CriticLike, PolicyLike
+from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.trainer import TrainerConfig
 
 __all__ = ["PPOConfig", "PPOTrainer"]
@@ -48,8 +48,10 @@ class PPOTrainer(ActorCriticTrainer):
         critic: CriticLike,
         eval_env_fn: Callable[[], AECEnv] | None = None,
         distributed: DistributedContext | None = None,
+        rollout_backend: RolloutBackend | None = None,
     ) -> None:
-        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn, distributed=distributed)
+        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn, distributed=distributed,
+                         rollout_backend=rollout_backend)
         self.level = config.level  # type: ignore[misc]  # the granularity is this run's choice
         if len(self.agents) != 1:
             raise ValueError(

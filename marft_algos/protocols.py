@@ -13,7 +13,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["BackboneLike", "CriticLike", "GeneratingPolicy", "PolicyLike", "TokenLogProbsLike", "TokenizerLike"]
+__all__ = [
+    "BackboneLike",
+    "CriticLike",
+    "GeneratingPolicy",
+    "PolicyLike",
+    "RolloutBackend",
+    "TokenLogProbsLike",
+    "TokenizerLike",
+]
 
 
 @runtime_checkable
@@ -63,6 +71,22 @@ class GeneratingPolicy(Protocol):
         generator: torch.Generator | None = ...,
         seed: int | None = ...,
     ) -> list[Any]: ...
+
+
+@runtime_checkable
+class RolloutBackend(GeneratingPolicy, Protocol):
+    """A separate generation engine for rollouts (e.g. vLLM serving every agent's adapter).
+
+    It generates exactly as :meth:`MultiAgentPolicy.generate` does — same arguments, the same
+    :class:`~marft_algos.policy.multi_agent.Generation` records with the sampled ids and their
+    log-probs under the sampled distribution — and after every update the trainer hands it the
+    policy to copy the new adapters from (see ``docs/scaling.md``). Without one, the policy
+    generates itself.
+    """
+
+    def sync_adapters(self, policy: Any, version: int) -> None:
+        """Load the policy's current adapters; ``version`` is the number of updates so far."""
+        ...
 
 
 class PolicyLike(GeneratingPolicy, Protocol):

@@ -37,7 +37,7 @@ from marft_algos.distributed import DistributedContext
 from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
 from marft_algos.metrics import MetricsLogger
 from marft_algos.policy_gradient import Objective, PolicyGradient
-from marft_algos.protocols import CriticLike, PolicyLike
+from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout import Episode, GenerationSettings, RolloutCollector
 
 __all__ = ["Trainer", "TrainerConfig"]
@@ -145,6 +145,9 @@ class Trainer(ABC):
         eval_env_fn: Builds one held-out env copy (e.g. on the test split); None skips evaluation.
         distributed: This process's place in a data-parallel run (see :mod:`marft_algos.distributed`);
             default: the process group a launcher initialised, else one process.
+        rollout_backend: Generates the training rollouts instead of the policy (e.g. an inference
+            engine); its ``sync_adapters(policy, version)`` runs after every update. Evaluation
+            and the update's log-probs stay on the policy.
     """
 
     algorithm: ClassVar[str] = "base"
@@ -161,6 +164,7 @@ class Trainer(ABC):
         critic: CriticLike | None = None,
         eval_env_fn: Callable[[], AECEnv] | None = None,
         distributed: DistributedContext | None = None,
+        rollout_backend: RolloutBackend | None = None,
     ) -> None:
         if not isinstance(config, self.config_class):
             raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}.")
@@ -171,8 +175,9 @@ class Trainer(ABC):
         torch.manual_seed(config.seed)
         # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
         # on the world size); sampling uses a per-rank generator derived from the run seed.
+        self.rollout_backend = rollout_backend
         self.collector = RolloutCollector.from_factory(
-            policy, env_fn, config.rollout_threads, config.generation, seed=config.seed
+            rollout_backend or policy, env_fn, config.rollout_threads, config.generation, seed=config.seed
         )
         self.collector.generator.manual_seed(self.dist.rank_seed(config.seed))
         self.agents: list[str] = list(self.collector.envs[0].possible_agents)
@@ -369,6 +374,8 @@ class Trainer(ABC):
         metrics.update(sampling_stats)
         start_update = time.perf_counter()
         metrics.update(self.update(episodes))
+        if self.rollout_backend is not None:
+            self.rollout_backend.sync_adapters(self.policy, self.iteration + 1)
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
         self._guard_entropy(metrics)

@@ -276,3 +276,30 @@ def test_sampled_evaluation_is_logged_beside_the_greedy_one(tiny_path):
     # Off by default: greedy only.
     plain = build("action", tiny_path, iterations=1).train()
     assert not any(key.startswith("eval_sampled/") for key in plain[0])
+
+
+def test_a_rollout_backend_generates_and_is_synced_after_every_update(tiny_path):
+    # The drop-in point for an inference engine: it generates the rollouts, the policy trains,
+    # and the backend receives the policy after each update with a version number.
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], seed=0)
+
+    class Backend:
+        def __init__(self):
+            self.calls, self.synced = 0, []
+
+        def generate(self, agent, messages_batch, **kwargs):
+            self.calls += 1
+            return policy.generate(agent, messages_batch, **kwargs)
+
+        def sync_adapters(self, policy, version):
+            self.synced.append(version)
+
+    from marft_algos.protocols import RolloutBackend
+
+    backend = Backend()
+    assert isinstance(backend, RolloutBackend)
+    config = ActionMARFTConfig(**{**SMALL, "iterations": 2})
+    trainer = ActionMARFTTrainer(policy, lambda: DigitsEnv(team=2), config, critic=Critic(policy, seed=0),
+                                 rollout_backend=backend)
+    trainer.train()
+    assert backend.calls > 0 and backend.synced == [1, 2]

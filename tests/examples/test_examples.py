@@ -92,3 +92,29 @@ def test_custom_env_example_registers_and_trains(model_path):
     result = run("custom_env.py", "--model", model_path, "--iterations", "1", "--episodes-per-iteration", "4",
                  "--max-new-tokens", "6")
     assert "held-out accuracy: before" in result.stdout
+
+
+def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
+    # The main job's launch path under a standard launcher: two CPU ranks, gloo on 127.0.0.1.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "ddp"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+         "--master_port", str(port), str(ROOT / "examples" / "train_math.py"), "--model", model_path,
+         "--iterations", "2", "--checkpoint-every", "1", "--output-dir", str(out), *TINY],
+        capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.count("held-out accuracy") == 1  # rank 0 alone prints
+    assert "2 processes" in result.stdout
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1, 2]  # each iteration logged once
+    assert all(r["rollout/episodes"] == 4 for r in records[1:])  # the global batch
+    assert (out / "checkpoint-2" / "manifest.json").exists() and (out / "learning_curve.png").exists()
+    evaluated = run("evaluate.py", "--checkpoint", str(out / "checkpoint-2"), "--episodes", "4",
+                    "--max-new-tokens", "6", "--json")
+    assert 0.0 <= json.loads(evaluated.stdout.strip().splitlines()[-1])["eval/accuracy"] <= 1.0
