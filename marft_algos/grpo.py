@@ -101,6 +101,9 @@ class GRPOTrainer(Trainer):
     config_class: ClassVar[type[TrainerConfig]] = GRPOConfig
     config: GRPOConfig
 
+    def shards_per_iteration(self) -> int:
+        return self.config.groups_per_iteration
+
     def objective(self) -> Objective:
         c = self.config
         return Objective(

@@ -172,6 +172,13 @@ class Trainer(ABC):
         self.config = config
         self.critic = critic
         self.dist = distributed if distributed is not None else DistributedContext.current()
+        if self.dist.world_size > self.shards_per_iteration():
+            raise ValueError(
+                f"{self.dist.world_size} processes share {self.shards_per_iteration()} "
+                f"{'groups' if self.shards_per_iteration() != config.episodes_per_iteration else 'episodes'} "
+                f"per iteration, so some would have nothing to run; collect at least one per process "
+                f"(raise episodes_per_iteration) or launch fewer processes."
+            )
         torch.manual_seed(config.seed)
         # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
         # on the world size); sampling uses a per-rank generator derived from the run seed.
@@ -330,6 +337,10 @@ class Trainer(ABC):
     @abstractmethod
     def update(self, episodes: list[Episode]) -> dict[str, Any]:
         """Optimise on one batch of finished episodes; return ``train/...`` metrics."""
+
+    def shards_per_iteration(self) -> int:
+        """Units of work an iteration shares among processes: episodes (GRPO: groups)."""
+        return self.config.episodes_per_iteration
 
     def collect(self) -> list[Episode]:
         """The iteration's rollouts."""

@@ -303,3 +303,12 @@ def test_a_rollout_backend_generates_and_is_synced_after_every_update(tiny_path)
                                  rollout_backend=backend)
     trainer.train()
     assert backend.calls > 0 and backend.synced == [1, 2]
+
+
+def test_more_processes_than_work_is_refused_before_anything_runs(tiny_path):
+    from marft_algos.distributed import DistributedContext
+
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], seed=0)
+    config = GRPOConfig(**{**{k: v for k, v in SMALL.items() if k != "critic_learning_rate"}, "num_generations": 2})
+    with pytest.raises(ValueError, match="4 processes share 2 groups per iteration"):
+        GRPOTrainer(policy, lambda: DigitsEnv(), config, distributed=DistributedContext(rank=0, world_size=4))
