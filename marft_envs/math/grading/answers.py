@@ -43,6 +43,7 @@ _ASSIGN_RE = re.compile(
 )
 _SIMPLE_NAME_RE = re.compile(r"[a-zA-Z](?:_\{?\w+\}?)?|\\[a-zA-Z]+")
 _TEXT_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mbox)\s*\{")
+_WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
 _MATRIX_RE = re.compile(
     r"^\\begin\{([pbB]?matrix|array)\}(?:\{[^}]*\})?(.*)\\end\{\1\}$", re.DOTALL
 )
@@ -459,8 +460,8 @@ def answers_equal(gold: Answer, pred: Answer) -> bool:
     if isinstance(pred, Text):
         # "\\text{5}" against a math gold: read what the text wraps as math, once.
         unwrapped = strip_text_units(unwrap_text(pred.raw)).strip()
-        if unwrapped == pred.raw or _TEXT_RE.search(unwrapped):
-            return False
+        if unwrapped == pred.raw or _TEXT_RE.search(unwrapped) or _WORD_RE.search(unwrapped):
+            return False  # words left after the units went may change the value: "5 thousand"
         try:
             reparsed = parse_structure(unwrapped)
         except (ValueError, TypeError, ZeroDivisionError, OverflowError):
