@@ -33,6 +33,7 @@ __all__ = [
 
 MAX_ANSWER_CHARS = 1_000  # longer "answers" are not answers; refusing them bounds all later work
 MAX_ITEMS = 64
+_MAX_PM = 6  # 2**6 = MAX_ITEMS answers; more signs would expand exponentially
 
 _OPEN = "([{"
 _CLOSE = ")]}"
@@ -203,6 +204,8 @@ def _expand_pm(text: str) -> list[str]:
     m = re.search(r"\\(pm|mp)(?![a-zA-Z])", text)
     if m is None:
         return [text]
+    if len(re.findall(r"\\(?:pm|mp)(?![a-zA-Z])", text)) > _MAX_PM:
+        raise AnswerParseError(f"too many '±' signs (more than {_MAX_PM}) in {text[:80]!r}")
     first, second = ("+", "-") if m.group(1) == "pm" else ("-", "+")
     head, tail = text[: m.start()], text[m.end() :]
     return _expand_pm(head + first + tail) + _expand_pm(head + second + tail)
