@@ -7,7 +7,7 @@ The pipeline, cheapest first:
    degrees, percent, units, ...). Equal normalised strings are equal answers: no sympy needed.
 3. :func:`parse_answer` reads the structure (scalar, equation, tuple, interval, set, list of
    solutions, matrix, text) and parses each expression with a strict LaTeX parser into sympy.
-4. :func:`~marft_envs.math.grading.answers.answers_equal` compares structure first, then values:
+4. :func:`~marft_envs.math.grading.compare.answers_equal` compares structure first, then values:
    exact rationals directly, other numbers to 40 significant digits, expressions symbolically.
 
 The whole call runs under a wall-clock limit (:func:`~marft_envs.math.grading.timeout.time_limit`)
@@ -24,16 +24,18 @@ from marft_envs.math.grading.answers import (
     MAX_ANSWER_CHARS,
     Answer,
     AnswerParseError,
+    Chain,
     Equation,
     Inequality,
     Matrix,
     Scalar,
     Sequence,
+    SetBuilder,
     Text,
     Union,
-    answers_equal,
     parse_structure,
 )
+from marft_envs.math.grading.compare import answers_equal
 from marft_envs.math.grading.extract import extract_answer, last_boxed
 from marft_envs.math.grading.latex import LatexParseError, parse_latex_expr
 from marft_envs.math.grading.normalize import normalize_answer
@@ -42,6 +44,7 @@ from marft_envs.math.grading.timeout import GradingTimeout, time_limit
 __all__ = [
     "Answer",
     "AnswerParseError",
+    "Chain",
     "Equation",
     "GradingTimeout",
     "Inequality",
@@ -49,6 +52,7 @@ __all__ = [
     "Matrix",
     "Scalar",
     "Sequence",
+    "SetBuilder",
     "Text",
     "Union",
     "answers_equal",
