@@ -107,7 +107,7 @@ def load_builtin(
         families: Generator families to include (default: all, evenly); see ``FAMILIES``.
         validate: Check every answer with ``check_gold``.
     """
-    from marft_envs.math.generator import FAMILIES, LEVELS, family  # generator imports this module
+    from marft_envs.math.generator import FAMILIES, LEVELS, family
 
     if split not in _BUILTIN_SEEDS:
         raise ValueError(f"The built-in dataset has splits {sorted(_BUILTIN_SEEDS)}, not {split!r}.")

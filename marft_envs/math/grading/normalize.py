@@ -38,7 +38,8 @@ _UNIT_WORDS_TEXT = """
     mph kph
     percent
     people persons students ways points times
-    apples oranges marbles cookies candies books pages pencils eggs coins cards balls boxes
+    apples oranges marbles cookies candies books pages pens pencils stickers shells eggs coins cards
+    balls boxes
     bags tickets cars trees chairs tables handshakes games matches dogs cats
 """
 UNIT_WORDS = frozenset(_UNIT_WORDS_TEXT.split())
