@@ -55,7 +55,9 @@ FAMILIES: dict[str, Callable[[int], str]] = {
     "\\boxed followed by spaces": lambda n: "\\boxed" + " " * (n - 6),
     "dollar signs": lambda n: _fill("$", n),
     "one long line, no box": lambda n: _fill("1+", n),
-    "long operator chain in the box": lambda n: _fill("x", n - 1007, "\\boxed{" + "1+" * 499 + "1}"),
+    "long operator chain in the box": lambda n: _fill(
+        "x", n - 1007, "\\boxed{" + "1+" * 499 + "1}"
+    ),
     "final box, 1000-char + chain": lambda n: _final_box("1+" * 499 + "2", n),
     "final box, nested \\frac": lambda n: _final_box(_nested("\\frac{1}{", "}", 110), n),
     "final box, nested \\sqrt": lambda n: _final_box(_nested("\\sqrt{", "}", 140), n),

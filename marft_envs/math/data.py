@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from marft_envs.math.loaders import load_gsm8k_jsonl, load_hf_dataset, load_math_jsonl, load_table
 from marft_envs.math.grading.extract import last_boxed
+from marft_envs.math.loaders import load_gsm8k_jsonl, load_hf_dataset, load_math_jsonl, load_table
 from marft_envs.math.records import MathDataError, MathDataset, MathProblem, SkippedRow
 from marft_envs.math.rows import (
     GSM8K_FIELDS,
@@ -76,7 +76,9 @@ def _builtin_holdout(problem: MathProblem) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _builtin_problems(split: str, n: int, levels: tuple[int, ...], families: tuple[tuple[str, Any], ...]) -> tuple[MathProblem, ...]:
+def _builtin_problems(
+    split: str, n: int, levels: tuple[int, ...], families: tuple[tuple[str, Any], ...]
+) -> tuple[MathProblem, ...]:
     """Generated once per process: every env copy of a vectorised rollout shares the result."""
     from marft_envs.math.generator import generate_problems
 
@@ -84,7 +86,9 @@ def _builtin_problems(split: str, n: int, levels: tuple[int, ...], families: tup
         return _builtin_holdout(p) == (split == "test")
 
     names = [name for name, _ in families]
-    return tuple(generate_problems(n, seed=_BUILTIN_SEEDS[split], levels=levels, families=names, where=keep))
+    return tuple(
+        generate_problems(n, seed=_BUILTIN_SEEDS[split], levels=levels, families=names, where=keep)
+    )
 
 
 def load_builtin(
@@ -110,7 +114,9 @@ def load_builtin(
     from marft_envs.math.generator import FAMILIES, LEVELS, family
 
     if split not in _BUILTIN_SEEDS:
-        raise ValueError(f"The built-in dataset has splits {sorted(_BUILTIN_SEEDS)}, not {split!r}.")
+        raise ValueError(
+            f"The built-in dataset has splits {sorted(_BUILTIN_SEEDS)}, not {split!r}."
+        )
     n = BUILTIN_SIZES[split] if size is None else size
     names = tuple(FAMILIES) if families is None else tuple(families)
     # The Family objects are part of the cache key, so re-registering a family name is seen.
@@ -169,7 +175,11 @@ def load_dataset(
         dataset = _checked(source, source.name, validate=bool(validate), on_invalid=on_invalid)
     elif isinstance(source, (list, tuple)):
         dataset = _from_records(
-            source, split=split, validate=True if validate is None else validate, on_invalid=on_invalid, **kwargs
+            source,
+            split=split,
+            validate=True if validate is None else validate,
+            on_invalid=on_invalid,
+            **kwargs,
         )
     elif isinstance(source, str) and (source == "builtin" or source.startswith("builtin:")):
         part = source.partition(":")[2] or split or "train"
@@ -178,7 +188,10 @@ def load_dataset(
         )
     elif isinstance(source, str) and source.startswith("hf:"):
         dataset = load_hf_dataset(
-            source[3:], split or "train", validate=True if validate is None else validate, on_invalid=on_invalid,
+            source[3:],
+            split or "train",
+            validate=True if validate is None else validate,
+            on_invalid=on_invalid,
             **kwargs,
         )
     elif isinstance(source, (str, os.PathLike)):
@@ -190,9 +203,13 @@ def load_dataset(
             )
         validate = True if validate is None else validate
         if path.is_dir():
-            dataset = load_hf_dataset(path, split or "train", validate=validate, on_invalid=on_invalid, **kwargs)
+            dataset = load_hf_dataset(
+                path, split or "train", validate=validate, on_invalid=on_invalid, **kwargs
+            )
         else:
-            dataset = load_table(path, split=split, validate=validate, on_invalid=on_invalid, **kwargs)
+            dataset = load_table(
+                path, split=split, validate=validate, on_invalid=on_invalid, **kwargs
+            )
     else:
         raise TypeError(
             f"Unsupported math dataset source of type {type(source).__name__}: use a MathDataset, a "
@@ -203,7 +220,9 @@ def load_dataset(
     return dataset
 
 
-def _checked(dataset: MathDataset, source: str, *, validate: bool, on_invalid: OnInvalid) -> MathDataset:
+def _checked(
+    dataset: MathDataset, source: str, *, validate: bool, on_invalid: OnInvalid
+) -> MathDataset:
     """``dataset`` after the gold check (without its unreadable rows, with ``on_invalid="skip"``)."""
     if not validate or not dataset:
         return dataset
@@ -212,9 +231,13 @@ def _checked(dataset: MathDataset, source: str, *, validate: bool, on_invalid: O
     if not skipped:
         return dataset
     if not kept:
-        raise MathDataError(source, None, None, f"no valid rows: all {len(skipped)} gold answers are unreadable")
+        raise MathDataError(
+            source, None, None, f"no valid rows: all {len(skipped)} gold answers are unreadable"
+        )
     report_skipped(source, len(kept), skipped)
-    return MathDataset(kept, name=dataset.name, split=dataset.split, skipped=(*dataset.skipped, *skipped))
+    return MathDataset(
+        kept, name=dataset.name, split=dataset.split, skipped=(*dataset.skipped, *skipped)
+    )
 
 
 def _from_records(
@@ -242,4 +265,12 @@ def _from_records(
         fields = resolve_fields(rows[0][1], given, "<list>", MATH_OPTIONAL_FIELDS | {"id"})
     else:
         fields = resolve_fields(rows[0][1], given, "<list>")
-    return build_dataset(rows, fields, source="<list>", name=name, split=split, validate=validate, on_invalid=on_invalid)
+    return build_dataset(
+        rows,
+        fields,
+        source="<list>",
+        name=name,
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
+    )

@@ -47,7 +47,8 @@ class MathEnv(FlexPOMDPEnv):
         dependency: Turn order and visibility (default: chain).
         max_attempts: Rounds the team gets; after a wrong answer it sees feedback and retries.
         grading_timeout: Seconds allowed for one symbolic comparison.
-        dataset_kwargs: Extra arguments for :func:`load_dataset` (field names, split, ...).
+        dataset_kwargs: Extra arguments for :func:`load_dataset` (field names, split,
+            ``on_invalid="skip"`` to drop unreadable rows of a real file, ...).
         **kwargs: Passed to :class:`FlexPOMDPEnv` (``credit``, ``render_mode``, ...).
     """
 

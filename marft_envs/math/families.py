@@ -133,7 +133,11 @@ def _powers(rng: random.Random, level: int) -> Draft:
         if kind == 0:
             return f"Compute {a}^2.", str(a * a), [f"{a}^2 = {a} \\times {a} = {a * a}"]
         if kind == 1:
-            return f"Compute \\sqrt{{{a * a}}}.", str(a), [f"{a}^2 = {a * a}, so \\sqrt{{{a * a}}} = {a}"]
+            return (
+                f"Compute \\sqrt{{{a * a}}}.",
+                str(a),
+                [f"{a}^2 = {a * a}, so \\sqrt{{{a * a}}} = {a}"],
+            )
         if kind == 2:
             a = a % 9 + 2
             return f"Compute {a}^3.", str(a**3), [f"{a}^3 = {a} \\times {a} \\times {a} = {a**3}"]
@@ -156,19 +160,31 @@ def _powers(rng: random.Random, level: int) -> Draft:
             raise RetryDraw
         if rng.random() < 0.5:
             k = m - n
-            steps = [f"{a}^{{{m}}} \\div {a}^{{{n}}} = {a}^{{{m} - {n}}} = {a}^{{{k}}}", f"{a}^{{{k}}} = {a**k}"]
+            steps = [
+                f"{a}^{{{m}}} \\div {a}^{{{n}}} = {a}^{{{m} - {n}}} = {a}^{{{k}}}",
+                f"{a}^{{{k}}} = {a**k}",
+            ]
             return f"Compute {a}^{{{m}}} \\div {a}^{{{n}}}.", str(a**k), steps
         p, q = rng.randint(2, 6), rng.randint(2, 6)
         k = p + q
         if a**k > 10**5:
             raise RetryDraw
-        steps = [f"{a}^{{{p}}} \\times {a}^{{{q}}} = {a}^{{{p} + {q}}} = {a}^{{{k}}}", f"{a}^{{{k}}} = {a**k}"]
+        steps = [
+            f"{a}^{{{p}}} \\times {a}^{{{q}}} = {a}^{{{p} + {q}}} = {a}^{{{k}}}",
+            f"{a}^{{{k}}} = {a**k}",
+        ]
         return f"Compute {a}^{{{p}}} \\times {a}^{{{q}}}.", str(a**k), steps
     if level == 4:
-        outer, inner = rng.randint(2, 15), rng.choice([2, 3, 5, 6, 7, 10, 11, 13, 14, 15, 17, 19, 21, 22])
+        outer, inner = (
+            rng.randint(2, 15),
+            rng.choice([2, 3, 5, 6, 7, 10, 11, 13, 14, 15, 17, 19, 21, 22]),
+        )
         n = outer * outer * inner
         answer = f"{outer}\\sqrt{{{inner}}}"
-        steps = [f"{n} = {outer * outer} \\times {inner}", f"\\sqrt{{{n}}} = \\sqrt{{{outer * outer}}} \\times \\sqrt{{{inner}}} = {answer}"]
+        steps = [
+            f"{n} = {outer * outer} \\times {inner}",
+            f"\\sqrt{{{n}}} = \\sqrt{{{outer * outer}}} \\times \\sqrt{{{inner}}} = {answer}",
+        ]
         return f"Simplify \\sqrt{{{n}}}.", answer, steps
     # level 5: rational exponents, possibly negative, of a perfect q-th power (maybe a fraction)
     q = rng.choice([2, 3, 4])
@@ -187,9 +203,13 @@ def _powers(rng: random.Random, level: int) -> Draft:
     root_text = f"\\sqrt{{{fmt_number(base)}}}" if q == 2 else f"\\sqrt[{q}]{{{fmt_number(base)}}}"
     steps = [f"{root_text} = {fmt_number(root)}"]
     if p > 1:
-        steps.append(f"{fmt_number(root) if root.denominator == 1 else f'({fmt_number(root)})'}^{p} = {fmt_number(root**p)}")
+        steps.append(
+            f"{fmt_number(root) if root.denominator == 1 else f'({fmt_number(root)})'}^{p} = {fmt_number(root**p)}"
+        )
     if sign < 0:
-        steps.append(f"{base_text}^{{{exponent}}} = 1 \\div {fmt_number(root**p)} = {fmt_number(value)}")
+        steps.append(
+            f"{base_text}^{{{exponent}}} = 1 \\div {fmt_number(root**p)} = {fmt_number(value)}"
+        )
     return f"Compute {base_text}^{{{exponent}}}.", fmt_number(value), steps
 
 
@@ -202,7 +222,10 @@ def _percent(rng: random.Random, level: int) -> Draft:
         unit = 100 // math.gcd(p, 100)
         n = unit * rng.randint(1, 400 // unit if level == 1 else 2000 // unit)
         value = Fraction(p * n, 100)
-        steps = [f"{p}\\% = \\frac{{{p}}}{{100}}", f"\\frac{{{p}}}{{100}} \\times {n} = {fmt_number(value)}"]
+        steps = [
+            f"{p}\\% = \\frac{{{p}}}{{100}}",
+            f"\\frac{{{p}}}{{100}} \\times {n} = {fmt_number(value)}",
+        ]
         return f"What is {p}\\% of {n}?", fmt_number(value), steps
     if level == 3:
         whole = rng.choice([20, 25, 40, 50, 80, 120, 150, 200, 250, 400, 500])
@@ -211,13 +234,22 @@ def _percent(rng: random.Random, level: int) -> Draft:
         if part.denominator != 1:
             raise RetryDraw
         if rng.random() < 0.5:
-            steps = [f"\\frac{{{part}}}{{{whole}}} = {fmt_number(Fraction(p, 100))}", f"{fmt_number(Fraction(p, 100))} = {p}\\%"]
+            steps = [
+                f"\\frac{{{part}}}{{{whole}}} = {fmt_number(Fraction(p, 100))}",
+                f"{fmt_number(Fraction(p, 100))} = {p}\\%",
+            ]
             return f"What percent of {whole} is {part}?", str(p), steps
-        steps = [f"{p}\\% of the number is {part}", f"The number is {part} \\times \\frac{{100}}{{{p}}} = {whole}"]
+        steps = [
+            f"{p}\\% of the number is {part}",
+            f"The number is {part} \\times \\frac{{100}}{{{p}}} = {whole}",
+        ]
         return f"{part} is {p}\\% of what number?", str(whole), steps
     if level == 4:
         price = rng.randint(2, 40) * 10
-        up, down = rng.choice([5, 10, 15, 20, 25, 30, 40, 50]), rng.choice([5, 10, 15, 20, 25, 30, 40, 50])
+        up, down = (
+            rng.choice([5, 10, 15, 20, 25, 30, 40, 50]),
+            rng.choice([5, 10, 15, 20, 25, 30, 40, 50]),
+        )
         mid = Fraction(price) * (100 + up) / 100
         final = mid * (100 - down) / 100
         if final.denominator not in (1, 2, 4, 5, 10, 20, 25, 50, 100):
@@ -226,7 +258,9 @@ def _percent(rng: random.Random, level: int) -> Draft:
             f"{price} \\times {fmt_decimal(Fraction(100 + up, 100))} = {fmt_decimal(mid)}",
             f"{fmt_decimal(mid)} \\times {fmt_decimal(Fraction(100 - down, 100))} = {fmt_decimal(final)}",
         ]
-        text = f"A price of {price} rises by {up}\\%, then falls by {down}\\%. What is the new price?"
+        text = (
+            f"A price of {price} rises by {up}\\%, then falls by {down}\\%. What is the new price?"
+        )
         return text, fmt_decimal(final), steps
     # level 5: reverse percentage or percent change
     if rng.random() < 0.5:
@@ -239,13 +273,20 @@ def _percent(rng: random.Random, level: int) -> Draft:
             f"{after} is {100 - p}\\% of the original price",
             f"{after} \\times \\frac{{100}}{{{100 - p}}} = {original}",
         ]
-        return f"After a {p}\\% discount, a coat costs {after}. What was the original price?", str(original), steps
+        return (
+            f"After a {p}\\% discount, a coat costs {after}. What was the original price?",
+            str(original),
+            steps,
+        )
     # old a multiple of 20 and change a multiple of 5 keep the new value whole
     old, change = rng.randint(1, 25) * 20, rng.choice([c for c in range(-60, 155, 5) if c])
     new = old * (100 + change) // 100
     word = "increase" if change > 0 else "decrease"
     high, low = max(new, old), min(new, old)
-    steps = [f"{high} - {low} = {high - low}", f"\\frac{{{high - low}}}{{{old}}} \\times 100 = {abs(change)}"]
+    steps = [
+        f"{high} - {low} = {high - low}",
+        f"\\frac{{{high - low}}}{{{old}}} \\times 100 = {abs(change)}",
+    ]
     return f"A value goes from {old} to {new}. What is the percent {word}?", str(abs(change)), steps
 
 
@@ -260,7 +301,10 @@ def _linear(rng: random.Random, level: int) -> Draft:
     if level == 2:
         x, a, b = rng.randint(-10, 15), rng.randint(2, 9), rng.randint(-20, 20)
         c = a * x + b
-        steps = [f"{a}x = {c} - {fmt_operand(Fraction(b))} = {c - b}", f"x = {fmt_raw_fraction(c - b, a)} = {x}"]
+        steps = [
+            f"{a}x = {c} - {fmt_operand(Fraction(b))} = {c - b}",
+            f"x = {fmt_raw_fraction(c - b, a)} = {x}",
+        ]
         return f"Solve for x: {fmt_linear(a, b)} = {c}.", str(x), steps
     if level == 3:
         x, a, c = rng.randint(-12, 12), rng.randint(2, 12), rng.randint(1, 11)
@@ -268,7 +312,11 @@ def _linear(rng: random.Random, level: int) -> Draft:
             raise RetryDraw
         b = rng.randint(-30, 30)
         d = a * x + b - c * x
-        steps = [f"{a}x - {c}x = {d} - {fmt_operand(Fraction(b))}", f"{fmt_linear(a - c, 0)} = {d - b}", f"x = {x}"]
+        steps = [
+            f"{a}x - {c}x = {d} - {fmt_operand(Fraction(b))}",
+            f"{fmt_linear(a - c, 0)} = {d - b}",
+            f"x = {x}",
+        ]
         return f"Solve for x: {fmt_linear(a, b)} = {fmt_linear(c, d)}.", str(x), steps
     if level == 4:
         # k(x + m) = c x + d, any rational solution
@@ -297,7 +345,11 @@ def _linear(rng: random.Random, level: int) -> Draft:
         f"{fmt_linear(q * a - p * c, 0)} = {p * d - q * b}",
         f"x = {fmt_number(x)}",
     ]
-    return f"Solve for x: \\frac{{{fmt_linear(a, b)}}}{{{p}}} = \\frac{{{fmt_linear(c, d)}}}{{{q}}}.", fmt_number(x), steps
+    return (
+        f"Solve for x: \\frac{{{fmt_linear(a, b)}}}{{{p}}} = \\frac{{{fmt_linear(c, d)}}}{{{q}}}.",
+        fmt_number(x),
+        steps,
+    )
 
 
 def _pair(x: Fraction, y: Fraction) -> str:
@@ -309,11 +361,18 @@ def _system(rng: random.Random, level: int) -> Draft:
         x, y = rng.randint(1, 20), rng.randint(1, 20)
         s, d = x + y, x - y
         steps = [f"Adding: 2x = {s + d}, so x = {x}", f"y = {s} - {x} = {y}"]
-        return f"Solve for (x, y): x + y = {s}, x - y = {d}.", _pair(Fraction(x), Fraction(y)), steps
+        return (
+            f"Solve for (x, y): x + y = {s}, x - y = {d}.",
+            _pair(Fraction(x), Fraction(y)),
+            steps,
+        )
     if level == 2:
         x, y, a = rng.randint(-10, 15), rng.randint(-10, 15), rng.randint(2, 6)
         s, t = x + y, a * x + y
-        steps = [f"Subtracting: {fmt_linear(a - 1, 0)} = {t - s}, so x = {x}", f"y = {s} - {fmt_operand(Fraction(x))} = {y}"]
+        steps = [
+            f"Subtracting: {fmt_linear(a - 1, 0)} = {t - s}, so x = {x}",
+            f"y = {s} - {fmt_operand(Fraction(x))} = {y}",
+        ]
         text = f"Solve for (x, y): x + y = {s}, {fmt_linear2(a, 1, t)}."
         return text, _pair(Fraction(x), Fraction(y)), steps
     lo, hi = {3: (1, 6), 4: (-9, 9), 5: (-9, 9)}[level]
@@ -360,13 +419,26 @@ def _quadratic(rng: random.Random, level: int) -> Draft:
             steps.insert(0, f"x^2 = {k * k + c} - {c} = {k * k}")
         return f"Find all x with x^2{f' + {c}' if c else ''} = {k * k + c}.", f"-{k}, {k}", steps
     if level == 2 and rng.random() < 0.5:
-        r, s = sorted((rng.randint(-15, 15), rng.randint(-15, 15)), key=lambda v: v != 0)  # "x(x - 4)"
-        steps = [f"{fmt_linear(1, -r)} = 0 or {fmt_linear(1, -s)} = 0", f"x = {r}" + ("" if r == s else f" or x = {s}")]
-        return f"Find all roots of {_factor(1, r)}{_factor(1, s)} = 0.", _roots_answer([Fraction(r), Fraction(s)]), steps
+        r, s = sorted(
+            (rng.randint(-15, 15), rng.randint(-15, 15)), key=lambda v: v != 0
+        )  # "x(x - 4)"
+        steps = [
+            f"{fmt_linear(1, -r)} = 0 or {fmt_linear(1, -s)} = 0",
+            f"x = {r}" + ("" if r == s else f" or x = {s}"),
+        ]
+        return (
+            f"Find all roots of {_factor(1, r)}{_factor(1, s)} = 0.",
+            _roots_answer([Fraction(r), Fraction(s)]),
+            steps,
+        )
     if level == 2:
         r = rng.choice([k for k in range(-15, 16) if k != 0])
         steps = [f"x{_factor(1, r)} = 0", f"x = 0 or x = {r}"]
-        return f"Find all roots of {fmt_quadratic(1, -r, 0)} = 0.", _roots_answer([Fraction(0), Fraction(r)]), steps
+        return (
+            f"Find all roots of {fmt_quadratic(1, -r, 0)} = 0.",
+            _roots_answer([Fraction(0), Fraction(r)]),
+            steps,
+        )
     if level in (3, 4):
         lo, hi = (1, 20) if level == 3 else (-12, 12)
         r, s = rng.randint(lo, hi), rng.randint(lo, hi)
@@ -382,7 +454,10 @@ def _quadratic(rng: random.Random, level: int) -> Draft:
         return text, _roots_answer([Fraction(r), Fraction(s)]), steps
     # level 5: (p x - q)(m x - n) with rational roots q/p and n/m
     p, m = rng.randint(2, 5), rng.randint(1, 3)
-    q, n = rng.choice([k for k in range(-9, 10) if k != 0]), rng.choice([k for k in range(-9, 10) if k != 0])
+    q, n = (
+        rng.choice([k for k in range(-9, 10) if k != 0]),
+        rng.choice([k for k in range(-9, 10) if k != 0]),
+    )
     if math.gcd(p, q) != 1 or math.gcd(m, n) != 1:
         raise RetryDraw
     a, b, c = p * m, -(p * n + q * m), q * n
@@ -415,8 +490,14 @@ def _word(rng: random.Random, level: int) -> Draft:
         k, m = rng.randint(2, 12), rng.randint(3, 15)
         if variant:
             g = rng.randint(1, k * m - 1)
-            text = f"{name} buys {k} boxes of {m} {item} and gives away {g}. How many {item} are left?"
-            return text, str(k * m - g), [f"{k} \\times {m} = {k * m}", f"{k * m} - {g} = {k * m - g}"]
+            text = (
+                f"{name} buys {k} boxes of {m} {item} and gives away {g}. How many {item} are left?"
+            )
+            return (
+                text,
+                str(k * m - g),
+                [f"{k} \\times {m} = {k * m}", f"{k * m} - {g} = {k * m - g}"],
+            )
         total = k * m + rng.randint(0, 40)
         text = f"{name} has {total} {item} and shares {k * m} equally among {k} friends. How many {item} does each friend get?"
         return text, str(m), [f"{k * m} \\div {k} = {m}"]
@@ -424,15 +505,28 @@ def _word(rng: random.Random, level: int) -> Draft:
         p, q, a, c = rng.randint(5, 30), rng.randint(2, 20), rng.randint(2, 9), rng.randint(2, 9)
         if variant:
             text = f"Adult tickets cost {p} dollars and child tickets {q} dollars. What do {a} adults and {c} children pay?"
-            steps = [f"{a} \\times {p} = {a * p}", f"{c} \\times {q} = {c * q}", f"{a * p} + {c * q} = {a * p + c * q}"]
+            steps = [
+                f"{a} \\times {p} = {a * p}",
+                f"{c} \\times {q} = {c * q}",
+                f"{a * p} + {c * q} = {a * p + c * q}",
+            ]
             return text, str(a * p + c * q), steps
         h, spent = rng.randint(2, 12), rng.randint(1, p * a)
         text = f"{name} earns {p} dollars an hour for {h} hours, then spends {spent} dollars. How many dollars are left?"
         if spent >= p * h:
             raise RetryDraw
-        return text, str(p * h - spent), [f"{p} \\times {h} = {p * h}", f"{p * h} - {spent} = {p * h - spent}"]
+        return (
+            text,
+            str(p * h - spent),
+            [f"{p} \\times {h} = {p * h}", f"{p * h} - {spent} = {p * h - spent}"],
+        )
     if level == 4:
-        v1, t1, v2, t2 = rng.randint(3, 12) * 5, rng.randint(2, 5), rng.randint(3, 12) * 5, rng.randint(2, 5)
+        v1, t1, v2, t2 = (
+            rng.randint(3, 12) * 5,
+            rng.randint(2, 5),
+            rng.randint(3, 12) * 5,
+            rng.randint(2, 5),
+        )
         d1, d2 = v1 * t1, v2 * t2
         if (d1 + d2) % (t1 + t2) or v1 == v2:
             raise RetryDraw
@@ -466,7 +560,11 @@ def _word(rng: random.Random, level: int) -> Draft:
             f"{rest} \\div {bag} = {rest // bag}",
         ]
         return text, str(rest // bag), steps
-    save, weeks, pct = rng.randint(2, 30) * 5, rng.randint(3, 20), rng.choice([10, 20, 25, 30, 40, 50, 60, 75])
+    save, weeks, pct = (
+        rng.randint(2, 30) * 5,
+        rng.randint(3, 20),
+        rng.choice([10, 20, 25, 30, 40, 50, 60, 75]),
+    )
     total = save * weeks
     spent = Fraction(total * pct, 100)
     if spent.denominator != 1:
@@ -505,7 +603,11 @@ def _digits(rng: random.Random, level: int) -> Draft:
 FAMILIES: dict[str, Family] = {
     family.name: family
     for family in (
-        Family("arithmetic", "integer arithmetic with several operations (order of operations)", _arithmetic),
+        Family(
+            "arithmetic",
+            "integer arithmetic with several operations (order of operations)",
+            _arithmetic,
+        ),
         Family("fractions", "sums, differences, products and quotients of fractions", _fractions),
         Family("powers", "powers, roots, exponent rules, radicals, rational exponents", _powers),
         Family("percent", "percent of a number, percent change, reverse percentages", _percent),

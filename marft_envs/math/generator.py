@@ -38,7 +38,9 @@ __all__ = [
 ]
 
 
-def _check_choice(levels: Sequence[int], families: Sequence[str] | None) -> tuple[list[int], list[str]]:
+def _check_choice(
+    levels: Sequence[int], families: Sequence[str] | None
+) -> tuple[list[int], list[str]]:
     levels = list(levels)
     bad = [lv for lv in levels if lv not in LEVELS]
     if not levels or bad:
@@ -88,7 +90,9 @@ def iter_problems(
             else:  # pragma: no cover - every family succeeds in a handful of draws
                 raise RuntimeError(f"family {name!r} level {level} failed to produce a problem")
             solution = "\n".join([*steps, f"\\boxed{{{answer}}}"])
-            yield MathProblem(text, answer, solution, level=level, subject=name, id=f"gen-{seed}-{index}")
+            yield MathProblem(
+                text, answer, solution, level=level, subject=name, id=f"gen-{seed}-{index}"
+            )
             index += 1
 
 

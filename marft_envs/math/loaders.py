@@ -44,8 +44,10 @@ def _read_text(path: Path) -> str:
         offset = bom + err.start
         line = data[:offset].count(b"\n") + 1
         raise MathDataError(
-            str(path), f"byte {offset} (line {line})", None,
-            f"not valid UTF-8 ({err.reason}: {data[offset:offset + 4]!r}); re-encode the file as UTF-8, "
+            str(path),
+            f"byte {offset} (line {line})",
+            None,
+            f"not valid UTF-8 ({err.reason}: {data[offset : offset + 4]!r}); re-encode the file as UTF-8, "
             "e.g. iconv -f latin1 -t utf-8",
         ) from None
 
@@ -68,14 +70,23 @@ def _read_json(path: Path) -> Iterator[tuple[str, Any]]:
         if text.lstrip().startswith("{") and err.lineno > 1:
             yield from _read_jsonl(path)  # a JSON Lines file with a .json name
             return
-        raise MathDataError(str(path), f"line {err.lineno}", None, f"invalid JSON ({err.msg})") from None
+        raise MathDataError(
+            str(path), f"line {err.lineno}", None, f"invalid JSON ({err.msg})"
+        ) from None
     if isinstance(data, Mapping):
         lists = [v for v in data.values() if isinstance(v, list)]
         if len(lists) != 1:
-            raise MathDataError(str(path), None, None, "expected a list of rows, or an object holding exactly one list of rows")
+            raise MathDataError(
+                str(path),
+                None,
+                None,
+                "expected a list of rows, or an object holding exactly one list of rows",
+            )
         data = lists[0]
     if not isinstance(data, list):
-        raise MathDataError(str(path), None, None, f"expected a list of rows, got {type(data).__name__}")
+        raise MathDataError(
+            str(path), None, None, f"expected a list of rows, got {type(data).__name__}"
+        )
     for number, row in enumerate(data, start=1):
         yield f"row {number}", row
 
@@ -95,12 +106,22 @@ def _read_parquet(path: Path) -> Iterator[tuple[str, Any]]:
     try:
         import pyarrow.parquet as pq
     except ImportError as err:
-        raise ImportError("Reading Parquet needs pyarrow: pip install pyarrow (or marft[data]).") from err
+        raise ImportError(
+            "Reading Parquet needs pyarrow: pip install pyarrow (or marft[data])."
+        ) from err
     for number, row in enumerate(pq.read_table(path).to_pylist(), start=1):
         yield f"row {number}", row
 
 
-_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
+_FORMATS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 
 
 def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
@@ -108,7 +129,9 @@ def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
     if fmt is None:
         with path.open(encoding="utf-8-sig", errors="replace") as f:
             head = f.read(4096).lstrip()
-        fmt = "json" if head.startswith(("[", "{")) else None  # JSON, or JSON Lines (see _read_json)
+        fmt = (
+            "json" if head.startswith(("[", "{")) else None
+        )  # JSON, or JSON Lines (see _read_json)
     readers = {
         "jsonl": lambda: _read_jsonl(path),
         "json": lambda: _read_json(path),
@@ -117,7 +140,9 @@ def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
         "parquet": lambda: _read_parquet(path),
     }
     if fmt not in readers:
-        raise ValueError(f"Cannot tell the format of {path}; pass format= one of {sorted(readers)}.")
+        raise ValueError(
+            f"Cannot tell the format of {path}; pass format= one of {sorted(readers)}."
+        )
     return readers[fmt]()
 
 
@@ -194,7 +219,9 @@ def load_table(
         id_field=id_field,
         answer_format=answer_format,
     )
-    return _load_file(path, given, format=format, name=name, split=split, validate=validate, on_invalid=on_invalid)
+    return _load_file(
+        path, given, format=format, name=name, split=split, validate=validate, on_invalid=on_invalid
+    )
 
 
 def _load_file(
@@ -215,7 +242,13 @@ def _load_file(
     first, rows = _peek(_read(path, format))
     fields = resolve_fields(first, given, str(path), optional)
     return build_dataset(
-        rows, fields, source=str(path), name=name or path.stem, split=split, validate=validate, on_invalid=on_invalid
+        rows,
+        fields,
+        source=str(path),
+        name=name or path.stem,
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
     )
 
 
@@ -235,7 +268,13 @@ def load_math_jsonl(
     (also for ``on_invalid``).
     """
     return _load_file(
-        path, MATH_FIELDS, format="jsonl", name=name, split=split, validate=validate, on_invalid=on_invalid,
+        path,
+        MATH_FIELDS,
+        format="jsonl",
+        name=name,
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
         optional=MATH_OPTIONAL_FIELDS,
     )
 
@@ -255,7 +294,13 @@ def load_gsm8k_jsonl(
     worked text before it, without the ``<<48/2=24>>`` calculator annotations.
     """
     return _load_file(
-        path, GSM8K_FIELDS, format="jsonl", name=name, split=split, validate=validate, on_invalid=on_invalid,
+        path,
+        GSM8K_FIELDS,
+        format="jsonl",
+        name=name,
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
         optional={"idx"},
     )
 
@@ -331,7 +376,12 @@ def load_hf_dataset(
     rows = ((f"row {i}", row) for i, row in enumerate(data, start=1))
     first, rows = _peek(rows)
     fields = resolve_fields(first, given, source)
-    return build_dataset(rows, fields, source=source, name=Path(name).name if Path(name).is_dir() else str(name),
-                         split=split, validate=validate, on_invalid=on_invalid)
-
-
+    return build_dataset(
+        rows,
+        fields,
+        source=source,
+        name=Path(name).name if Path(name).is_dir() else str(name),
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
+    )

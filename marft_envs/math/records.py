@@ -14,6 +14,7 @@ import numpy as np
 
 __all__ = ["MathDataError", "MathDataset", "MathProblem", "SkippedRow"]
 
+
 @dataclass(frozen=True)
 class MathProblem:
     """One math problem with its gold answer.
@@ -38,11 +39,17 @@ class MathProblem:
 
     def __post_init__(self) -> None:
         if not isinstance(self.problem, str) or not self.problem.strip():
-            raise ValueError(f"MathProblem.problem must be a non-empty string, got {self.problem!r}.")
+            raise ValueError(
+                f"MathProblem.problem must be a non-empty string, got {self.problem!r}."
+            )
         if not isinstance(self.answer, str) or not self.answer.strip():
             raise ValueError(f"MathProblem.answer must be a non-empty string, got {self.answer!r}.")
-        if self.level is not None and (isinstance(self.level, bool) or not isinstance(self.level, int) or self.level < 1):
-            raise ValueError(f"MathProblem.level must be a positive int or None, got {self.level!r}.")
+        if self.level is not None and (
+            isinstance(self.level, bool) or not isinstance(self.level, int) or self.level < 1
+        ):
+            raise ValueError(
+                f"MathProblem.level must be a positive int or None, got {self.level!r}."
+            )
 
 
 class MathDataError(ValueError):
@@ -88,7 +95,9 @@ class MathDataset(Sequence[MathProblem]):
         self.skipped: tuple[SkippedRow, ...] = tuple(skipped)
         for i, item in enumerate(self._problems):
             if not isinstance(item, MathProblem):
-                raise TypeError(f"MathDataset item {i} is a {type(item).__name__}, expected MathProblem.")
+                raise TypeError(
+                    f"MathDataset item {i} is a {type(item).__name__}, expected MathProblem."
+                )
         self.name = name
         self.split = split
 
@@ -108,7 +117,9 @@ class MathDataset(Sequence[MathProblem]):
 
     def __getitem__(self, index: int | slice) -> MathProblem | MathDataset:
         if isinstance(index, slice):
-            return MathDataset(self._problems[index], name=self.name, split=self.split, skipped=self.skipped)
+            return MathDataset(
+                self._problems[index], name=self.name, split=self.split, skipped=self.skipped
+            )
         return self._problems[index]
 
     def __repr__(self) -> str:
@@ -145,7 +156,9 @@ class MathDataset(Sequence[MathProblem]):
         ]
         return MathDataset(kept, name=self.name, split=self.split, skipped=self.skipped)
 
-    def train_test_split(self, test_size: float | int, *, seed: int) -> tuple[MathDataset, MathDataset]:
+    def train_test_split(
+        self, test_size: float | int, *, seed: int
+    ) -> tuple[MathDataset, MathDataset]:
         """Split into ``(train, test)`` with no problem text on both sides.
 
         Problems sharing the same text form one group that goes wholly to one side, so ``test_size``
@@ -174,4 +187,6 @@ class MathDataset(Sequence[MathProblem]):
         test_rows = {i for k in order[:n_test] for i in groups[keys[k]]}
         train = [p for i, p in enumerate(self._problems) if i not in test_rows]
         test = [p for i, p in enumerate(self._problems) if i in test_rows]
-        return MathDataset(train, name=self.name, split="train"), MathDataset(test, name=self.name, split="test")
+        return MathDataset(train, name=self.name, split="train"), MathDataset(
+            test, name=self.name, split="test"
+        )

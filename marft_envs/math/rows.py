@@ -53,7 +53,11 @@ class UnreadableRow:
 
 
 def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or (isinstance(value, str) and not value.strip())
+    return (
+        value is None
+        or (isinstance(value, float) and math.isnan(value))
+        or (isinstance(value, str) and not value.strip())
+    )
 
 
 def _answer_text(value: Any) -> str:
@@ -78,10 +82,16 @@ def _answer_text(value: Any) -> str:
             return str(int(value))
         return format(value.normalize(), "f")
     if isinstance(value, Fraction):
-        return str(value.numerator) if value.denominator == 1 else (
-            f"{'-' if value < 0 else ''}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
+        return (
+            str(value.numerator)
+            if value.denominator == 1
+            else (
+                f"{'-' if value < 0 else ''}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
+            )
         )
-    raise ValueError(f"cannot use a {type(value).__name__} ({value!r}) as an answer; store it as a string")
+    raise ValueError(
+        f"cannot use a {type(value).__name__} ({value!r}) as an answer; store it as a string"
+    )
 
 
 _LEVEL = re.compile(r"^\s*(?:level\s*)?(\d+)\s*$", re.IGNORECASE)
@@ -139,9 +149,13 @@ MATH_OPTIONAL_FIELDS = frozenset({"answer", "solution", "level", "subject", "uni
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
 
 
-def row_to_problem(row: Any, fields: RowFields, source: str, location: str, default_id: str, seen: set[str]) -> MathProblem:
+def row_to_problem(
+    row: Any, fields: RowFields, source: str, location: str, default_id: str, seen: set[str]
+) -> MathProblem:
     if not isinstance(row, Mapping):
-        raise MathDataError(source, location, None, f"expected an object with fields, got {type(row).__name__}")
+        raise MathDataError(
+            source, location, None, f"expected an object with fields, got {type(row).__name__}"
+        )
 
     def get(field: str | None, *, required: bool) -> Any:
         if field is None:
@@ -150,24 +164,38 @@ def row_to_problem(row: Any, fields: RowFields, source: str, location: str, defa
             # Optional fields may be absent from single rows; _build rejects a name no row has.
             if required and field not in fields.optional:
                 present = ", ".join(map(repr, list(row)[:12]))
-                raise MathDataError(source, location, field, f"missing field (fields present: {present})")
+                raise MathDataError(
+                    source, location, field, f"missing field (fields present: {present})"
+                )
             return None
         seen.add(field)
         return row[field]
 
     problem = get(fields.problem, required=True)
     if not isinstance(problem, str) or not problem.strip():
-        raise MathDataError(source, location, fields.problem, f"the problem must be a non-empty string, got {problem!r}")
+        raise MathDataError(
+            source,
+            location,
+            fields.problem,
+            f"the problem must be a non-empty string, got {problem!r}",
+        )
     solution = get(fields.solution, required=False)
     if _is_missing(solution):
         solution = None
     elif not isinstance(solution, str):
-        raise MathDataError(source, location, fields.solution, f"the solution must be a string, got {solution!r}")
+        raise MathDataError(
+            source, location, fields.solution, f"the solution must be a string, got {solution!r}"
+        )
     raw = get(fields.answer, required=fields.solution is None)
     answer_field = fields.answer or fields.solution
     if fields.answer_format == "gsm8k":
         if not isinstance(raw, str) or "####" not in raw:
-            raise MathDataError(source, location, answer_field, f"expected a worked solution ending in '#### <answer>', got {raw!r}")
+            raise MathDataError(
+                source,
+                location,
+                answer_field,
+                f"expected a worked solution ending in '#### <answer>', got {raw!r}",
+            )
         worked, _, tail = raw.rpartition("####")
         answer = tail.strip().replace(",", "")
         solution = solution or _CALCULATOR.sub("", worked).strip() or None
@@ -175,7 +203,9 @@ def row_to_problem(row: Any, fields: RowFields, source: str, location: str, defa
         # MATH rows without an ``answer`` field carry it as the solution's last \boxed{}.
         boxed = last_boxed(solution) if solution else None
         if not boxed:
-            why = "missing answer" + (" and no \\boxed{} in the solution" if fields.solution else "")
+            why = "missing answer" + (
+                " and no \\boxed{} in the solution" if fields.solution else ""
+            )
             raise MathDataError(source, location, answer_field, why)
         answer = boxed
     else:
@@ -246,7 +276,9 @@ def check_answers(
             kept_locations.append(location)
             continue
         error = MathDataError(
-            source, location, field,
+            source,
+            location,
+            field,
             f"the gold answer {problem.answer!r} cannot be parsed: {why} (validate=False skips this check; "
             "on_invalid='skip' drops such rows)",
         )
@@ -264,7 +296,12 @@ def report_skipped(source: str, kept: int, skipped: Sequence[SkippedRow]) -> Non
     more = f"; ... ({len(skipped) - _SHOWN} more)" if len(skipped) > _SHOWN else ""
     logger.warning(
         "%s: skipped %d invalid row(s), kept %d of %d (%s%s)",
-        source, len(skipped), kept, kept + len(skipped), first, more,
+        source,
+        len(skipped),
+        kept,
+        kept + len(skipped),
+        first,
+        more,
     )
 
 
@@ -298,11 +335,20 @@ def build_dataset(
         try:
             if isinstance(row, UnreadableRow):
                 raise MathDataError(source, location, None, row.reason)
-            problems.append(row_to_problem(row, fields, source, location, f"{name}-{len(problems) + len(skipped)}", seen))
+            problems.append(
+                row_to_problem(
+                    row, fields, source, location, f"{name}-{len(problems) + len(skipped)}", seen
+                )
+            )
         except MathDataError as err:
             if on_invalid == "raise":
                 raise
-            skipped.append(SkippedRow(location, err.reason if err.field is None else f"field {err.field!r}: {err.reason}"))
+            skipped.append(
+                SkippedRow(
+                    location,
+                    err.reason if err.field is None else f"field {err.field!r}: {err.reason}",
+                )
+            )
             continue
         locations.append(location)
     if not problems and not skipped:
@@ -312,13 +358,19 @@ def build_dataset(
             raise MathDataError(source, None, field, "no row has this field; check the field name")
     if validate:
         problems, locations, bad = check_answers(
-            problems, locations, source, fields.answer or fields.solution or "answer", on_invalid=on_invalid
+            problems,
+            locations,
+            source,
+            fields.answer or fields.solution or "answer",
+            on_invalid=on_invalid,
         )
         skipped.extend(bad)
     if not problems:
         first = skipped[0]
         raise MathDataError(
-            source, None, None,
+            source,
+            None,
+            None,
             f"no valid rows: all {len(skipped)} rows are invalid (first, {first.location}: {_short(first.reason)})",
         )
     skipped.sort(key=lambda s: _location_order(s.location))
@@ -331,7 +383,9 @@ def _location_order(location: str) -> tuple[int, str]:
     return (int(number.group()) if number else 0, location)
 
 
-def resolve_fields(first_row: Any, given: Mapping[str, Any], source: str, optional: Iterable[str] = ()) -> RowFields:
+def resolve_fields(
+    first_row: Any, given: Mapping[str, Any], source: str, optional: Iterable[str] = ()
+) -> RowFields:
     """Field names from the caller, or recognised from the first row (MATH or GSM8K format).
 
     ``given`` holds only the names the caller set; ``answer_field=None`` there means "no answer
@@ -350,7 +404,9 @@ def resolve_fields(first_row: Any, given: Mapping[str, Any], source: str, option
             optional |= MATH_OPTIONAL_FIELDS
         else:
             raise MathDataError(
-                source, None, None,
+                source,
+                None,
+                None,
                 f"cannot tell which fields hold the problem and the answer (fields: {sorted(keys)}); "
                 "pass problem_field= and answer_field=",
             )

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_ANSWER_CHARS",
     "Answer",
     "AnswerParseError",
+    "Chain",
     "Equation",
     "Inequality",
     "Matrix",
@@ -29,7 +30,6 @@ __all__ = [
     "SetBuilder",
     "Text",
     "Union",
-    "Chain",
     "parse_structure",
 ]
 
@@ -277,7 +277,9 @@ def _equalities(text: str, sides: list[sympy.Expr]) -> Answer:
         return Scalar(text, sides[-1])
     if len(sides) == 2:
         return Equation(text, sides[0] - sides[1])
-    raise AnswerParseError(f"a chain of equalities is read only when every side is the same number: {text!r}")
+    raise AnswerParseError(
+        f"a chain of equalities is read only when every side is the same number: {text!r}"
+    )
 
 
 def _same_number(a: sympy.Expr, b: sympy.Expr) -> bool:

@@ -214,12 +214,19 @@ def answers_equal(gold: Answer, pred: Answer) -> bool:
         if gold.kind != pred.kind or len(gold.items) != len(pred.items):
             return False
         return all(answers_equal(g, p) for g, p in zip(gold.items, pred.items, strict=True))
-    if isinstance(gold, Chain) and isinstance(pred, Chain) and gold.strict == pred.strict:
-        if all(exprs_equal(g, p) for g, p in zip(gold.sides, pred.sides, strict=True)):
-            return True
-    if isinstance(gold, Union) and isinstance(pred, Union):
-        if _match_unordered(gold.parts, pred.parts):
-            return True
+    if (
+        isinstance(gold, Chain)
+        and isinstance(pred, Chain)
+        and gold.strict == pred.strict
+        and all(exprs_equal(g, p) for g, p in zip(gold.sides, pred.sides, strict=True))
+    ):
+        return True
+    if (
+        isinstance(gold, Union)
+        and isinstance(pred, Union)
+        and _match_unordered(gold.parts, pred.parts)
+    ):
+        return True
     if isinstance(gold, Matrix) and isinstance(pred, Matrix):
         if [len(r) for r in gold.rows] != [len(r) for r in pred.rows]:
             return False

@@ -57,16 +57,15 @@ FILLER_PHRASES: tuple[str, ...] = (
 )
 """Phrases that end an answer without touching its value (``12 \\text{ apples in total}``)."""
 
-VALUE_WORDS = frozenset(
-    """
+_VALUE_WORDS_TEXT = """
     hundred hundreds thousand thousands million millions billion billions trillion dozen dozens
     score gross half halves quarter quarters third thirds double twice triple thrice
     squared cubed power powers factorial th st nd rd first fifth tenth
     zero one two three four five six seven eight nine ten eleven twelve twenty fifty
     not no non never none nor neither minus negative except wrong incorrect
     less more plus or approximately about roughly nearly almost over under least most
-    """.split()
-)
+    """
+VALUE_WORDS = frozenset(_VALUE_WORDS_TEXT.split())
 """Words that change or void the value of the number before them (``5 \\text{ thousand}``,
 ``3 \\text{ squared}``, ``7 \\text{ is not the answer}``). None of them is ever dropped; the
 set exists so the tests and docs can name them, and it must not meet :data:`UNIT_WORDS`."""

@@ -10,14 +10,27 @@ from __future__ import annotations
 
 import sympy
 
-from marft_envs.math.grading.answers import Answer, Chain, Inequality, Scalar, Sequence, SetBuilder, Union
+from marft_envs.math.grading.answers import (
+    Answer,
+    Chain,
+    Inequality,
+    Scalar,
+    Sequence,
+    SetBuilder,
+    Union,
+)
 
 __all__ = ["RealSet", "real_set", "sets_equal"]
 
 # The set, and the variable it was stated in (None for brackets, which name no variable).
 RealSet = tuple[sympy.Set, sympy.Symbol | None]
 
-_INTERVAL_KINDS = {"()": (True, True), "[]": (False, False), "(]": (True, False), "[)": (False, True)}
+_INTERVAL_KINDS = {
+    "()": (True, True),
+    "[]": (False, False),
+    "(]": (True, False),
+    "[)": (False, True),
+}
 
 
 def _real_number(value: sympy.Expr) -> bool:
@@ -30,10 +43,15 @@ def _interval(seq: Sequence) -> sympy.Set | None:
     lo, hi = seq.items
     if not (isinstance(lo, Scalar) and isinstance(hi, Scalar)):
         return None
-    if not (_real_number(lo.value) and _real_number(hi.value)) or (hi.value - lo.value).is_extended_positive is not True:
+    if (
+        not (_real_number(lo.value) and _real_number(hi.value))
+        or (hi.value - lo.value).is_extended_positive is not True
+    ):
         return None
     left_open, right_open = _INTERVAL_KINDS[seq.kind]
-    return sympy.Interval(lo.value, hi.value, left_open or lo.value == -sympy.oo, right_open or hi.value == sympy.oo)
+    return sympy.Interval(
+        lo.value, hi.value, left_open or lo.value == -sympy.oo, right_open or hi.value == sympy.oo
+    )
 
 
 def _inequality(value: sympy.Expr, strict: bool) -> RealSet | None:
@@ -43,7 +61,13 @@ def _inequality(value: sympy.Expr, strict: bool) -> RealSet | None:
     (x,) = value.free_symbols
     slope = sympy.diff(value, x)
     rest = sympy.expand(value - slope * x)
-    if slope.free_symbols or rest.free_symbols or not _real_number(slope) or slope == 0 or not _real_number(rest):
+    if (
+        slope.free_symbols
+        or rest.free_symbols
+        or not _real_number(slope)
+        or slope == 0
+        or not _real_number(rest)
+    ):
         return None
     bound = -rest / slope
     if slope.is_extended_positive:

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 import marft_envs
-from marft_envs.math.data import MathDataError, MathDataset, MathProblem, load_dataset, load_gsm8k_jsonl, load_table
+from marft_envs.math.data import (
+    MathDataError,
+    MathDataset,
+    MathProblem,
+    load_dataset,
+    load_gsm8k_jsonl,
+    load_table,
+)
 from marft_envs.math.grading import grade_answer
 
 SHARED_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
@@ -25,7 +32,9 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 
 def _row(answer: str, i: int) -> str:
-    return json.dumps({"problem": f"Problem {i}?", "answer": answer, "level": "Level 2", "subject": "Algebra"})
+    return json.dumps(
+        {"problem": f"Problem {i}?", "answer": answer, "level": "Level 2", "subject": "Algebra"}
+    )
 
 
 @pytest.fixture
@@ -41,7 +50,9 @@ def test_default_still_raises_at_the_first_invalid_row(mixed_file: Path, tmp_pat
     # Rows are read first and golds checked after, so the empty answer of line 6 is met first.
     with pytest.raises(MathDataError, match="line 6"):
         load_dataset(mixed_file)
-    path = _write(tmp_path / "gold.jsonl", [_row("1", 1), _row("2", 2), _row("np.arcsin(10/13)", 3)])
+    path = _write(
+        tmp_path / "gold.jsonl", [_row("1", 1), _row("2", 2), _row("np.arcsin(10/13)", 3)]
+    )
     with pytest.raises(MathDataError, match=r"line 3, field 'answer'.*np\.arcsin"):
         load_dataset(path)
 
@@ -53,7 +64,11 @@ def test_skip_keeps_the_readable_rows_and_says_what_it_dropped(mixed_file: Path,
     assert len(ds) == 7 and ds.rows_read == 10
     assert [s.location for s in ds.skipped] == ["line 3", "line 6", "line 8"]
     reasons = [s.reason for s in ds.skipped]
-    assert "np.arcsin(10/13)" in reasons[0] and "missing answer" in reasons[1] and "invalid JSON" in reasons[2]
+    assert (
+        "np.arcsin(10/13)" in reasons[0]
+        and "missing answer" in reasons[1]
+        and "invalid JSON" in reasons[2]
+    )
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1, messages
     line = messages[0]
@@ -75,7 +90,9 @@ def test_skip_reports_only_the_first_few_rows(tmp_path: Path, caplog) -> None:
 
 
 def test_a_file_with_no_valid_row_still_fails(tmp_path: Path) -> None:
-    path = _write(tmp_path / "bad.jsonl", [_row(g, i) for i, g in enumerate(UNREADABLE_GOLDS, start=1)])
+    path = _write(
+        tmp_path / "bad.jsonl", [_row(g, i) for i, g in enumerate(UNREADABLE_GOLDS, start=1)]
+    )
     with pytest.raises(MathDataError, match="no valid rows: all 3 rows are invalid"):
         load_dataset(path, on_invalid="skip")
 
@@ -86,13 +103,21 @@ def test_on_invalid_is_checked(mixed_file: Path) -> None:
 
 
 def test_skip_works_for_csv_gsm8k_lists_and_datasets(tmp_path: Path) -> None:
-    (tmp_path / "t.csv").write_text("problem,answer\nA?,1\nB?,np.y\nC?,3,extra\nD?,4\n", encoding="utf-8")
+    (tmp_path / "t.csv").write_text(
+        "problem,answer\nA?,1\nB?,np.y\nC?,3,extra\nD?,4\n", encoding="utf-8"
+    )
     ds = load_table(tmp_path / "t.csv", problem_field="problem", on_invalid="skip")
-    assert [p.answer for p in ds] == ["1", "4"] and [s.location for s in ds.skipped] == ["line 3", "line 4"]
+    assert [p.answer for p in ds] == ["1", "4"] and [s.location for s in ds.skipped] == [
+        "line 3",
+        "line 4",
+    ]
 
     gsm = _write(
         tmp_path / "g.jsonl",
-        [json.dumps({"question": "q1?", "answer": "so #### 5"}), json.dumps({"question": "q2?", "answer": "no marker"})],
+        [
+            json.dumps({"question": "q1?", "answer": "so #### 5"}),
+            json.dumps({"question": "q2?", "answer": "no marker"}),
+        ],
     )
     assert [p.answer for p in load_gsm8k_jsonl(gsm, on_invalid="skip")] == ["5"]
 
@@ -112,7 +137,9 @@ def test_non_utf8_file_names_the_file_and_byte_offset(tmp_path: Path) -> None:
         with pytest.raises(MathDataError) as info:
             load_dataset(path, on_invalid=on_invalid)
         text = str(info.value)
-        assert str(path) in text and f"byte {offset}" in text and "line 2" in text and "UTF-8" in text
+        assert (
+            str(path) in text and f"byte {offset}" in text and "line 2" in text and "UTF-8" in text
+        )
     csv_path = tmp_path / "latin.csv"
     csv_path.write_bytes(b"problem,answer\ncaf\xe9?,2\n")
     with pytest.raises(MathDataError, match=r"latin\.csv, byte 18 \(line 2\)"):
@@ -122,14 +149,19 @@ def test_non_utf8_file_names_the_file_and_byte_offset(tmp_path: Path) -> None:
 def test_env_takes_on_invalid_through_dataset_kwargs(mixed_file: Path) -> None:
     with pytest.raises(MathDataError):
         marft_envs.make("math-single-v0", dataset=str(mixed_file))
-    env = marft_envs.make("math-single-v0", dataset=str(mixed_file), dataset_kwargs={"on_invalid": "skip"})
+    env = marft_envs.make(
+        "math-single-v0", dataset=str(mixed_file), dataset_kwargs={"on_invalid": "skip"}
+    )
     dataset = env.unwrapped.dataset if hasattr(env, "unwrapped") else env.dataset
     assert len(dataset) == 7 and dataset.rows_read == 10
 
 
 @needs_shared
 def test_real_math_file_with_unreadable_rows_keeps_the_rest(tmp_path: Path) -> None:
-    rows = [json.loads(line) for line in (SHARED_DATA / "math500.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (SHARED_DATA / "math500.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     broken = {7: "np.arcsin(10/13)", 42: "", 99: "\\frac{1}{"}
     lines = []
     for i, row in enumerate(rows[:120], start=1):

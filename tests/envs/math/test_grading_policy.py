@@ -64,7 +64,9 @@ WORD_POLICY = [
 ]
 
 
-@pytest.mark.parametrize(("answer", "gold", "expected"), WORD_POLICY, ids=[a for a, _, _ in WORD_POLICY])
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"), WORD_POLICY, ids=[a for a, _, _ in WORD_POLICY]
+)
 def test_words_after_a_number(answer: str, gold: str, expected: bool) -> None:
     assert grade_answer(boxed(answer), gold) is expected
 
@@ -157,7 +159,9 @@ def test_million_character_response_is_bounded_in_a_worker_thread() -> None:
 
     def work() -> None:
         start = time.perf_counter()
-        grade_answer(ADVERSARIAL["expensive-simplify"], "(a+b+c+d+1)^{40}a-(a+b+c+d+1)^{40}", timeout=LIMIT_S)
+        grade_answer(
+            ADVERSARIAL["expensive-simplify"], "(a+b+c+d+1)^{40}a-(a+b+c+d+1)^{40}", timeout=LIMIT_S
+        )
         elapsed.append(time.perf_counter() - start)
 
     worker = threading.Thread(target=work)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from marft_envs.math.grading import Chain, Scalar, SetBuilder, check_gold, grade_answer, parse_answer
+from marft_envs.math.grading import (
+    Chain,
+    Scalar,
+    SetBuilder,
+    check_gold,
+    grade_answer,
+    parse_answer,
+)
 
 CASES = [
     # chains of inequalities: same sides in the same order, either direction
@@ -48,12 +55,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("answer", "gold", "expected"), CASES, ids=[f"{a} vs {g}" for a, g, _ in CASES])
+@pytest.mark.parametrize(
+    ("answer", "gold", "expected"), CASES, ids=[f"{a} vs {g}" for a, g, _ in CASES]
+)
 def test_chains_and_sets(answer: str, gold: str, expected: bool) -> None:
     assert grade_answer(f"\\boxed{{{answer}}}", gold) is expected
 
 
-@pytest.mark.parametrize("gold", ["\\{x|-2\\leq x<1\\}", "f(2) < f(1) < f(4)", "a = b = 5", "\\{x \\mid x > 0\\}"])
+@pytest.mark.parametrize(
+    "gold", ["\\{x|-2\\leq x<1\\}", "f(2) < f(1) < f(4)", "a = b = 5", "\\{x \\mid x > 0\\}"]
+)
 def test_golds_of_real_files_are_readable(gold: str) -> None:
     check_gold(gold)
 
