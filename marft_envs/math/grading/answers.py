@@ -283,16 +283,20 @@ def _equalities(text: str, sides: list[sympy.Expr]) -> Answer:
 
 
 def _same_number(a: sympy.Expr, b: sympy.Expr) -> bool:
-    """Whether two numbers without free symbols are equal: exact for rationals, else to 40 digits."""
+    """Whether two numbers without free symbols are equal: exact for rationals, else to 40 digits.
+
+    Strict on purpose: ``3.14159265358979 = \\pi`` is a false statement, not a route to ``\\pi``.
+    """
     if a == b:
         return True
     if a.is_Rational and b.is_Rational:
         return False
     try:
-        va, vb = complex(a.evalf(50)), complex(b.evalf(50))
+        diff = abs(a - b).evalf(60)
+        scale = max(abs(a).evalf(60), abs(b).evalf(60))
+        return bool(diff.is_number and scale.is_number and diff <= sympy.Float("1e-40", 60) * scale)
     except (TypeError, ValueError):
         return False
-    return abs(va - vb) <= 1e-12 * max(abs(va), abs(vb), 1e-300)
 
 
 _SET_BUILDER_RE = re.compile(

@@ -28,6 +28,8 @@ CASES = [
     ("x = 2\\cdot 3 = 6", "6", True),
     ("2 + 3 = 5", "5", True),
     ("x = 5 = 6", "6", False),
+    ("3.14159265358979 = \\pi", "\\pi", False),
+    ("\\frac{\\pi}{2} = \\frac{2\\pi}{4}", "\\frac{\\pi}{2}", True),
     ("5 = 6", "6", False),
     ("a = 3 < 5", "5", False),
     # set-builder, interval and inequality forms of one set
