@@ -43,6 +43,7 @@ _UNIT_WORDS_TEXT = """
     bags tickets cars trees chairs tables handshakes games matches dogs cats
 """
 UNIT_WORDS = frozenset(_UNIT_WORDS_TEXT.split())
+_UNIT_MODIFIERS = frozenset({"sq", "square", "cubic", "per"})
 """Words dropped after a number: units and counted things (``5 \\text{ cm}``, ``12 apples``)."""
 
 FILLER_PHRASES: tuple[str, ...] = (
@@ -109,7 +110,7 @@ _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d
 _MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}")
 # 0.1\overline{6}: a repeating decimal, an exact fraction.
 _REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
-_TRAILING_UNIT_RE = re.compile(r"(?<=[\d}.\s])\s*\b([a-zA-Z]+)\s*(?:\^\s*\{?[23]\}?)?\s*$")
+_EXPONENT_TAIL_RE = re.compile(r"\s*(?:\^\s*\{?[23]\}?)?\s*$")
 
 
 def _find_group_end(text: str, open_at: int) -> int:
@@ -185,7 +186,36 @@ def droppable_words(words: str) -> bool:
         if text == phrase or text.endswith(" " + phrase):
             text = text[: -len(phrase)].strip()
             break
-    return all(word in UNIT_WORDS for word in text.split())
+    words_left = text.split()
+    if words_left and words_left[-1] in _UNIT_MODIFIERS:
+        return False  # "3 square" may mean 3 squared; "square" is a unit only before one
+    return all(word in UNIT_WORDS for word in words_left)
+
+
+def _strip_trailing_words(text: str) -> str | None:
+    """``text`` without its longest droppable run of bare trailing words, or ``None``.
+
+    The run may end in ``^2``/``^3`` and must follow a digit, ``}``, ``.`` or a space, so
+    ``"2x cm"`` loses ``cm`` but never the ``x`` of ``2x``.
+    """
+    end = _EXPONENT_TAIL_RE.search(text).start()  # type: ignore[union-attr]
+    starts = []
+    i = end
+    while True:
+        j = i
+        while j > 0 and text[j - 1] in " \t.":
+            j -= 1
+        k = j
+        while k > 0 and text[k - 1].isascii() and text[k - 1].isalpha():
+            k -= 1
+        if k == j or (k > 0 and text[k - 1] == "\\"):
+            break  # no word, or the name of a command
+        starts.append(k)
+        i = k
+    for start in reversed(starts):  # longest run first: "12 apples in total"
+        if start > 0 and text[start - 1] in "0123456789}. \t" and droppable_words(text[start:end]):
+            return text[:start].rstrip()
+    return None
 
 
 def strip_text_units(text: str) -> str:
@@ -208,10 +238,10 @@ def strip_text_units(text: str) -> str:
         if m is not None and m.start() > 0 and droppable_words(m.group(1)):
             stripped = stripped[: m.start()].rstrip()
             continue
-        m = _TRAILING_UNIT_RE.search(stripped)
-        if m is None or m.group(1).lower() not in UNIT_WORDS or m.start() == 0:
+        shorter = _strip_trailing_words(stripped)
+        if shorter is None:
             break
-        stripped = stripped[: m.start()].rstrip()
+        stripped = shorter
     if not stripped or not re.search(r"[\d\\]", stripped):
         return text.strip()
     return stripped

@@ -33,6 +33,9 @@ WORD_POLICY = [
     ("30 \\text{ miles per hour}", "30", True),
     ("12 \\text{ apples}", "12", True),
     ("5 cm", "5", True),
+    ("2x cm", "2x", True),
+    ("12 apples in total", "12", True),
+    ("3 square", "3", False),
     # filler phrases are dropped
     ("3 \\text{ is the answer}", "3", True),
     ("12 \\text{ apples in total}", "12", True),
@@ -47,6 +50,8 @@ WORD_POLICY = [
     ("5 thousand", "5", False),
     # powers and factorials
     ("3\\text{ squared}", "3", False),
+    ("3 \\text{ square}", "3", False),
+    ("3 \\text{ square feet}", "3", True),
     ("10\\text{ factorial}", "10", False),
     # ordinals
     ("5\\text{th}", "5", False),
@@ -85,8 +90,9 @@ def test_value_words_meet_neither_units_nor_fillers() -> None:
 
 
 def test_unit_words_are_dropped_everywhere_a_unit_may_stand() -> None:
-    for word in sorted(UNIT_WORDS):
+    for word in sorted(UNIT_WORDS - {"sq", "square", "cubic", "per"}):
         assert normalize_answer(f"7\\text{{ {word}}}") == "7", word
+        assert normalize_answer(f"7\\text{{ square {word}}}") == "7", word
 
 
 # -- one extractor ------------------------------------------------------------------------------
