@@ -82,6 +82,8 @@ def test_no_value_word_is_ever_dropped(word: str) -> None:
     assert not droppable_words(f"dollars {word}")
     assert grade_answer(boxed(f"5\\text{{ {word}}}"), "5") is False
     assert grade_answer(boxed(f"5 \\text{{ {word} cm}}"), "5") is False
+    assert grade_answer(boxed(f"5 {word}"), "5") is False
+    assert grade_answer(boxed(f"5 cm {word}"), "5") is False
 
 
 def test_value_words_meet_neither_units_nor_fillers() -> None:
