@@ -3,8 +3,9 @@
 Usage::
 
     pip install math-verify          # benchmark-only dependency, never needed by the library
-    python benchmarks/grader/compare_math_verify.py [--cases tests/data/grading_cases.jsonl]
+    PYTHONPATH=. python benchmarks/grader/compare_math_verify.py [--cases tests/data/grading_cases.jsonl]
                                                     [--math500 PATH] [--show-errors]
+                                                    [--adversarial-length 100000]
 
 Reports, for each grader: agreement with the labels, false-accept rate (wrong answers accepted),
 false-reject rate (right answers rejected) and per-call time (mean, p99), on all cases and on the
@@ -12,13 +13,19 @@ cases whose label does not depend on a documented policy choice (``"policy": fal
 MATH-500 file it also grades every solution against its own answer (recall) and against the
 next problem's answer (false accepts), and every gold answer against presentation-only rewrites
 of itself, against a copy with one digit changed, and (for fractional golds) against the exact
-decimal and a 4-digit rounding of a repeating decimal.
+decimal and a 4-digit rounding of a repeating decimal. Last, both graders get the hostile long
+responses of ``adversarial_time.py`` (repeated ``\\boxed``, unclosed braces, deep nesting, long
+operator chains, ...) at ``--adversarial-length`` characters: the slowest call and how many of
+them were accepted (none should be).
+
+``PYTHONPATH=.`` makes the checkout's ``marft_envs`` the one imported, not an installed copy.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import statistics
 import time
@@ -27,6 +34,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from marft_envs.math import grading
+
+try:  # run as a script: this folder is on sys.path
+    from adversarial_time import FAMILIES as ADVERSARIAL
+except ImportError:  # imported as benchmarks.grader.compare_math_verify
+    from benchmarks.grader.adversarial_time import FAMILIES as ADVERSARIAL
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CASES = REPO / "tests" / "data" / "grading_cases.jsonl"
@@ -44,6 +56,8 @@ def load_math_verify() -> Grader | None:
         from math_verify import parse, verify
     except ImportError:
         return None
+    # Its timeout warnings repeat the whole response (100,000 characters on hostile inputs).
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
 
     def grade(response: str, gold: str) -> bool:
         try:
@@ -187,11 +201,38 @@ def math500_perturbations(graders: dict[str, Grader], path: Path) -> str:
     return "\n".join(lines)
 
 
+def adversarial_check(graders: dict[str, Grader], length: int) -> str:
+    responses = {name: build(length) for name, build in ADVERSARIAL.items()}
+    lines = [
+        "| grader | responses | accepted | mean s/call | slowest s/call (family) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, grader in graders.items():
+        clear_caches()
+        times, accepted = {}, 0
+        for family, response in responses.items():
+            start = time.perf_counter()
+            accepted += bool(grader(response, "3"))
+            times[family] = time.perf_counter() - start
+        worst = max(times, key=times.__getitem__)
+        lines.append(
+            f"| {name} | {len(responses)} | {accepted} | {statistics.fmean(times.values()):.3f} "
+            f"| {times[worst]:.3f} ({worst}) |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, default=DEFAULT_CASES)
     parser.add_argument("--math500", type=Path, default=DEFAULT_MATH500)
     parser.add_argument("--show-errors", action="store_true", help="list every disagreement")
+    parser.add_argument(
+        "--adversarial-length",
+        type=int,
+        default=100_000,
+        help="characters per hostile response (0: skip)",
+    )
     args = parser.parse_args()
 
     cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
@@ -227,6 +268,9 @@ def main() -> None:
         print(math500_check(graders, args.math500))
         print("\nMATH-500 gold answers against perturbed copies of themselves:\n")
         print(math500_perturbations(graders, args.math500))
+    if args.adversarial_length:
+        print(f"\nHostile responses of {args.adversarial_length:,} characters (gold '3'):\n")
+        print(adversarial_check(graders, args.adversarial_length))
     for name, wrong in errors.items():
         print(f"\n{name}: {len(wrong)} disagreements")
         if args.show_errors:

@@ -12,7 +12,9 @@ point, :func:`load_dataset`, which the math environments call:
 
 Rows are validated at load time: a malformed row raises :class:`MathDataError` (a ``ValueError``)
 naming the source, the line or row (1-based) and the field, and gold answers are checked with
-:func:`marft_envs.math.grading.check_gold` unless ``validate=False``.
+:func:`marft_envs.math.grading.check_gold` unless ``validate=False``. With
+``on_invalid="skip"`` such rows are dropped instead, reported in one warning line and listed in
+:attr:`MathDataset.skipped`.
 """
 
 from __future__ import annotations
@@ -24,19 +26,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from marft_envs.math.grading.extract import last_boxed
 from marft_envs.math.loaders import load_gsm8k_jsonl, load_hf_dataset, load_math_jsonl, load_table
-from marft_envs.math.records import (
-    _MATH_OPTIONAL,
+from marft_envs.math.records import MathDataError, MathDataset, MathProblem, SkippedRow
+from marft_envs.math.rows import (
     GSM8K_FIELDS,
     MATH_FIELDS,
-    MathDataError,
-    MathDataset,
-    MathProblem,
-    _build,
-    _check_answers,
-    _given,
-    _resolve_fields,
-    last_boxed,
+    MATH_OPTIONAL_FIELDS,
+    OnInvalid,
+    build_dataset,
+    check_answers,
+    check_on_invalid,
+    given_fields,
+    report_skipped,
+    resolve_fields,
 )
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "MathDataError",
     "MathDataset",
     "MathProblem",
+    "SkippedRow",
     "last_boxed",
     "load_builtin",
     "load_dataset",
@@ -72,7 +76,9 @@ def _builtin_holdout(problem: MathProblem) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _builtin_problems(split: str, n: int, levels: tuple[int, ...], families: tuple[tuple[str, Any], ...]) -> tuple[MathProblem, ...]:
+def _builtin_problems(
+    split: str, n: int, levels: tuple[int, ...], families: tuple[tuple[str, Any], ...]
+) -> tuple[MathProblem, ...]:
     """Generated once per process: every env copy of a vectorised rollout shares the result."""
     from marft_envs.math.generator import generate_problems
 
@@ -80,7 +86,9 @@ def _builtin_problems(split: str, n: int, levels: tuple[int, ...], families: tup
         return _builtin_holdout(p) == (split == "test")
 
     names = [name for name, _ in families]
-    return tuple(generate_problems(n, seed=_BUILTIN_SEEDS[split], levels=levels, families=names, where=keep))
+    return tuple(
+        generate_problems(n, seed=_BUILTIN_SEEDS[split], levels=levels, families=names, where=keep)
+    )
 
 
 def load_builtin(
@@ -103,10 +111,12 @@ def load_builtin(
         families: Generator families to include (default: all, evenly); see ``FAMILIES``.
         validate: Check every answer with ``check_gold``.
     """
-    from marft_envs.math.generator import FAMILIES, LEVELS, family  # generator imports this module
+    from marft_envs.math.generator import FAMILIES, LEVELS, family
 
     if split not in _BUILTIN_SEEDS:
-        raise ValueError(f"The built-in dataset has splits {sorted(_BUILTIN_SEEDS)}, not {split!r}.")
+        raise ValueError(
+            f"The built-in dataset has splits {sorted(_BUILTIN_SEEDS)}, not {split!r}."
+        )
     n = BUILTIN_SIZES[split] if size is None else size
     names = tuple(FAMILIES) if families is None else tuple(families)
     # The Family objects are part of the cache key, so re-registering a family name is seen.
@@ -114,7 +124,7 @@ def load_builtin(
     problems = _builtin_problems(split, n, tuple(LEVELS if levels is None else levels), key)
     dataset = MathDataset(problems, name="builtin", split=split)
     if validate:
-        _check_answers(dataset, [f"problem {p.id}" for p in dataset], "builtin", "answer")
+        check_answers(dataset, [f"problem {p.id}" for p in dataset], "builtin", "answer")
     return dataset
 
 
@@ -125,6 +135,7 @@ def load_dataset(
     levels: Sequence[int] | None = None,
     subjects: Sequence[str] | None = None,
     validate: bool | None = None,
+    on_invalid: OnInvalid = "raise",
     **kwargs: Any,
 ) -> MathDataset:
     """Load math problems from any supported source; the one entry point the envs use.
@@ -146,6 +157,10 @@ def load_dataset(
         subjects: Keep only these subjects (built-in: generator families).
         validate: Check gold answers with ``check_gold`` (default: ``True`` except for the
             built-in set, whose answers are exact by construction).
+        on_invalid: ``"raise"`` (default) stops at the first malformed row or unreadable gold;
+            ``"skip"`` drops such rows, logs one summary line and lists them in
+            ``dataset.skipped`` (a source with no valid row still raises). Envs take it through
+            ``dataset_kwargs={"on_invalid": "skip"}``.
         **kwargs: Passed to the loader (field names, ``size``, ``config``, ``format``, ...).
 
     Raises:
@@ -153,14 +168,19 @@ def load_dataset(
         TypeError: A source of an unsupported type, or options a source does not take.
         MathDataError: A malformed row.
     """
+    check_on_invalid(on_invalid)
     if isinstance(source, MathDataset):
         if kwargs:
             raise TypeError(f"A MathDataset is used as is; unexpected options {sorted(kwargs)}.")
-        if validate:
-            _check_answers(source, [f"item {i}" for i in range(1, len(source) + 1)], source.name, "answer")
-        dataset = source
+        dataset = _checked(source, source.name, validate=bool(validate), on_invalid=on_invalid)
     elif isinstance(source, (list, tuple)):
-        dataset = _from_records(source, split=split, validate=True if validate is None else validate, **kwargs)
+        dataset = _from_records(
+            source,
+            split=split,
+            validate=True if validate is None else validate,
+            on_invalid=on_invalid,
+            **kwargs,
+        )
     elif isinstance(source, str) and (source == "builtin" or source.startswith("builtin:")):
         part = source.partition(":")[2] or split or "train"
         return load_builtin(
@@ -168,7 +188,11 @@ def load_dataset(
         )
     elif isinstance(source, str) and source.startswith("hf:"):
         dataset = load_hf_dataset(
-            source[3:], split or "train", validate=True if validate is None else validate, **kwargs
+            source[3:],
+            split or "train",
+            validate=True if validate is None else validate,
+            on_invalid=on_invalid,
+            **kwargs,
         )
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
@@ -179,9 +203,13 @@ def load_dataset(
             )
         validate = True if validate is None else validate
         if path.is_dir():
-            dataset = load_hf_dataset(path, split or "train", validate=validate, **kwargs)
+            dataset = load_hf_dataset(
+                path, split or "train", validate=validate, on_invalid=on_invalid, **kwargs
+            )
         else:
-            dataset = load_table(path, split=split, validate=validate, **kwargs)
+            dataset = load_table(
+                path, split=split, validate=validate, on_invalid=on_invalid, **kwargs
+            )
     else:
         raise TypeError(
             f"Unsupported math dataset source of type {type(source).__name__}: use a MathDataset, a "
@@ -192,26 +220,57 @@ def load_dataset(
     return dataset
 
 
+def _checked(
+    dataset: MathDataset, source: str, *, validate: bool, on_invalid: OnInvalid
+) -> MathDataset:
+    """``dataset`` after the gold check (without its unreadable rows, with ``on_invalid="skip"``)."""
+    if not validate or not dataset:
+        return dataset
+    locations = [f"item {i}" for i in range(1, len(dataset) + 1)]
+    kept, _, skipped = check_answers(dataset, locations, source, "answer", on_invalid=on_invalid)
+    if not skipped:
+        return dataset
+    if not kept:
+        raise MathDataError(
+            source, None, None, f"no valid rows: all {len(skipped)} gold answers are unreadable"
+        )
+    report_skipped(source, len(kept), skipped)
+    return MathDataset(
+        kept, name=dataset.name, split=dataset.split, skipped=(*dataset.skipped, *skipped)
+    )
+
+
 def _from_records(
-    records: Sequence[Any], *, split: str | None, validate: bool, name: str = "custom", **field_names: Any
+    records: Sequence[Any],
+    *,
+    split: str | None,
+    validate: bool,
+    on_invalid: OnInvalid = "raise",
+    name: str = "custom",
+    **field_names: Any,
 ) -> MathDataset:
     if all(isinstance(r, MathProblem) for r in records):
         dataset = MathDataset(records, name=name, split=split)
-        if validate and dataset:
-            _check_answers(dataset, [f"item {i}" for i in range(1, len(dataset) + 1)], "<list>", "answer")
-        return dataset
+        return _checked(dataset, "<list>", validate=validate, on_invalid=on_invalid)
     unknown = set(field_names) - {*MATH_FIELDS, "answer_format"}
     if unknown:
         raise TypeError(f"Unexpected options for a list of rows: {sorted(unknown)}.")
-    given = _given(**{"answer_field": "answer", **field_names})
+    given = given_fields(**{"answer_field": "answer", **field_names})
     rows = [(f"item {i}", r) for i, r in enumerate(records, start=1)]
     if not rows:
         raise MathDataError("<list>", None, None, "no rows found")
     if not given.get("problem_field"):
         # Plain dicts like {"problem": ..., "answer": ...} with any of the optional MATH fields.
         given = {**MATH_FIELDS, "id_field": "id", **given}
-        fields = _resolve_fields(rows[0][1], given, "<list>", _MATH_OPTIONAL | {"id"})
+        fields = resolve_fields(rows[0][1], given, "<list>", MATH_OPTIONAL_FIELDS | {"id"})
     else:
-        fields = _resolve_fields(rows[0][1], given, "<list>")
-    return _build(rows, fields, source="<list>", name=name, split=split, validate=validate)
-
+        fields = resolve_fields(rows[0][1], given, "<list>")
+    return build_dataset(
+        rows,
+        fields,
+        source="<list>",
+        name=name,
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
+    )

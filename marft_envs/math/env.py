@@ -47,7 +47,8 @@ class MathEnv(FlexPOMDPEnv):
         dependency: Turn order and visibility (default: chain).
         max_attempts: Rounds the team gets; after a wrong answer it sees feedback and retries.
         grading_timeout: Seconds allowed for one symbolic comparison.
-        dataset_kwargs: Extra arguments for :func:`load_dataset` (field names, split, ...).
+        dataset_kwargs: Extra arguments for :func:`load_dataset` (field names, split,
+            ``on_invalid="skip"`` to drop unreadable rows of a real file, ...).
         **kwargs: Passed to :class:`FlexPOMDPEnv` (``credit``, ``render_mode``, ...).
     """
 
@@ -68,7 +69,9 @@ class MathEnv(FlexPOMDPEnv):
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}.")
         if isinstance(profiles, str):
             if profiles not in TEAMS:
-                raise ValueError(f"Unknown math team {profiles!r}; use one of {sorted(TEAMS)} or a list of profiles.")
+                raise ValueError(
+                    f"Unknown math team {profiles!r}; use one of {sorted(TEAMS)} or a list of profiles."
+                )
             profiles = TEAMS[profiles]
         kwargs.setdefault("horizon", max_attempts)
         super().__init__(profiles, dependency, **kwargs)
@@ -89,7 +92,9 @@ class MathEnv(FlexPOMDPEnv):
         if "index" in options:
             index = int(options["index"])
             if not 0 <= index < len(self.dataset):
-                raise IndexError(f"options['index']={index} is outside the dataset (size {len(self.dataset)}).")
+                raise IndexError(
+                    f"options['index']={index} is outside the dataset (size {len(self.dataset)})."
+                )
             self.problem = self.dataset[index]
         else:
             self.problem = self.dataset.sample(self.np_random)

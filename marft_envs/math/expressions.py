@@ -13,14 +13,24 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["RetryDraw"]
+__all__ = [
+    "RetryDraw",
+    "fmt_decimal",
+    "fmt_linear",
+    "fmt_linear2",
+    "fmt_number",
+    "fmt_operand",
+    "fmt_quadratic",
+    "fmt_raw_fraction",
+    "random_expression",
+]
 
 
 class RetryDraw(Exception):
     """Raised by a family's ``make`` when a draw is degenerate; the generator draws again."""
 
 
-def _fmt(value: Fraction | int) -> str:
+def fmt_number(value: Fraction | int) -> str:
     """An exact number as MATH writes answers: ``7``, ``-7``, ``\\frac{3}{4}``, ``-\\frac{3}{4}``."""
     value = Fraction(value)
     if value.denominator == 1:
@@ -29,7 +39,7 @@ def _fmt(value: Fraction | int) -> str:
     return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
 
 
-def _decimal(value: Fraction) -> str:
+def fmt_decimal(value: Fraction) -> str:
     """A terminating decimal without trailing zeros (``82.5``); exact by construction."""
     scaled, places = Fraction(value), 0
     while scaled.denominator != 1:
@@ -41,18 +51,18 @@ def _decimal(value: Fraction) -> str:
     return f"-{text}" if value < 0 else text
 
 
-def _operand(value: Fraction | int) -> str:
+def fmt_operand(value: Fraction | int) -> str:
     """A number as an operand: negative numbers get parentheses."""
-    return f"({_fmt(value)})" if value < 0 else _fmt(value)
+    return f"({fmt_number(value)})" if value < 0 else fmt_number(value)
 
 
-def _raw_frac(num: int, den: int) -> str:
+def fmt_raw_fraction(num: int, den: int) -> str:
     """An unreduced fraction (intermediate steps show ``\\frac{9}{12}`` before reducing)."""
     sign = "-" if num * den < 0 else ""
     return f"{sign}\\frac{{{abs(num)}}}{{{abs(den)}}}"
 
 
-def _lin(a: int, b: int, var: str = "x") -> str:
+def fmt_linear(a: int, b: int, var: str = "x") -> str:
     """``a x + b`` as text: ``3x + 5``, ``x - 4``, ``-x``, ``7``."""
     head = "" if a == 0 else var if a == 1 else f"-{var}" if a == -1 else f"{a}{var}"
     if not head:
@@ -60,13 +70,13 @@ def _lin(a: int, b: int, var: str = "x") -> str:
     return head if b == 0 else f"{head} {'+' if b > 0 else '-'} {abs(b)}"
 
 
-def _lin2(a: int, b: int, c: Fraction | int) -> str:
+def fmt_linear2(a: int, b: int, c: Fraction | int) -> str:
     """The equation ``a x + b y = c`` as text (``2x - y = 7``)."""
     y_term = "y" if abs(b) == 1 else f"{abs(b)}y"
-    return f"{_lin(a, 0)} {'+' if b > 0 else '-'} {y_term} = {_fmt(c)}"
+    return f"{fmt_linear(a, 0)} {'+' if b > 0 else '-'} {y_term} = {fmt_number(c)}"
 
 
-def _poly2(a: int, b: int, c: int) -> str:
+def fmt_quadratic(a: int, b: int, c: int) -> str:
     """``a x^2 + b x + c`` as text (``2x^2 + 5x - 3``)."""
     text = "x^2" if a == 1 else f"{a}x^2"
     if b:
@@ -93,7 +103,7 @@ class _Expr:
 
     def render(self) -> str:
         if self.op is None:
-            return _fmt(self.value)
+            return fmt_number(self.value)
         assert self.left is not None and self.right is not None
         left, right = self.left.render(), self.right.render()
         if self.left.op and _PREC[self.left.op] < _PREC[self.op]:
@@ -118,27 +128,27 @@ class _Expr:
 def _step(node: _Expr) -> str:
     assert node.op is not None and node.left is not None and node.right is not None
     a, b, op = node.left.value, node.right.value, node.op
-    head = f"{_operand(a)} {_SYM[op]} {_operand(b)}"
+    head = f"{fmt_operand(a)} {_SYM[op]} {fmt_operand(b)}"
     if a.denominator == 1 and b.denominator == 1:
-        return f"{head} = {_fmt(node.value)}"
+        return f"{head} = {fmt_number(node.value)}"
     parts = [head]
     if op in "+-":
         den = math.lcm(a.denominator, b.denominator)
         na, nb = a.numerator * den // a.denominator, b.numerator * den // b.denominator
-        parts.append(f"{_raw_frac(na, den)} {op} {_raw_frac(nb, den)}")
-        parts.append(_raw_frac(na + nb if op == "+" else na - nb, den))
+        parts.append(f"{fmt_raw_fraction(na, den)} {op} {fmt_raw_fraction(nb, den)}")
+        parts.append(fmt_raw_fraction(na + nb if op == "+" else na - nb, den))
     elif op == "*":
-        parts.append(_raw_frac(a.numerator * b.numerator, a.denominator * b.denominator))
+        parts.append(fmt_raw_fraction(a.numerator * b.numerator, a.denominator * b.denominator))
     else:
-        parts.append(f"{_operand(a)} \\times {_operand(1 / b)}")
-        parts.append(_raw_frac(a.numerator * b.denominator, a.denominator * b.numerator))
-    parts.append(_fmt(node.value))
+        parts.append(f"{fmt_operand(a)} \\times {fmt_operand(1 / b)}")
+        parts.append(fmt_raw_fraction(a.numerator * b.denominator, a.denominator * b.numerator))
+    parts.append(fmt_number(node.value))
     # Drop repeated forms (e.g. a fraction already in lowest terms).
     kept = [p for i, p in enumerate(parts) if i == 0 or p != parts[i - 1]]
     return " = ".join(kept)
 
 
-def _random_expression(
+def random_expression(
     rng: random.Random, n_ops: int, ops: str, leaf: Callable[[], Fraction], *, integer: bool
 ) -> _Expr:
     """A random tree with ``n_ops`` operators; with ``integer`` every division is exact."""
@@ -146,8 +156,8 @@ def _random_expression(
         return _Expr(leaf())
     op = rng.choice(ops)
     k = rng.randint(0, n_ops - 1)
-    left = _random_expression(rng, k, ops, leaf, integer=integer)
-    right = _random_expression(rng, n_ops - 1 - k, ops, leaf, integer=integer)
+    left = random_expression(rng, k, ops, leaf, integer=integer)
+    right = random_expression(rng, n_ops - 1 - k, ops, leaf, integer=integer)
     if op == "/":
         if integer and right.op is None:
             right = _Expr(Fraction(rng.randint(2, 12)))
@@ -164,6 +174,3 @@ def _random_expression(
         "/": lambda: left.value / right.value,
     }[op]()
     return _Expr(value, op, left, right)
-
-
-# --- arithmetic and fractions: random expression trees ---------------------------------------

@@ -8,6 +8,7 @@ yields ``(location, row)`` so a malformed row is reported with its file, line (o
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import os
@@ -15,15 +16,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from marft_envs.math.records import (
-    _MATH_OPTIONAL,
+from marft_envs.math.records import MathDataError, MathDataset
+from marft_envs.math.rows import (
     GSM8K_FIELDS,
     MATH_FIELDS,
-    MathDataError,
-    MathDataset,
-    _build,
-    _given,
-    _resolve_fields,
+    MATH_OPTIONAL_FIELDS,
+    OnInvalid,
+    UnreadableRow,
+    build_dataset,
+    check_on_invalid,
+    given_fields,
+    resolve_fields,
 )
 
 __all__ = ["load_gsm8k_jsonl", "load_hf_dataset", "load_math_jsonl", "load_table"]
@@ -31,58 +34,94 @@ __all__ = ["load_gsm8k_jsonl", "load_hf_dataset", "load_math_jsonl", "load_table
 # --- file readers: each yields (location, row) ---------------------------------------------------
 
 
+def _read_text(path: Path) -> str:
+    """The whole file as text; a byte that is not UTF-8 is an error naming the file and offset."""
+    data = path.read_bytes()
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        return data[bom:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        offset = bom + err.start
+        line = data[:offset].count(b"\n") + 1
+        raise MathDataError(
+            str(path),
+            f"byte {offset} (line {line})",
+            None,
+            f"not valid UTF-8 ({err.reason}: {data[offset : offset + 4]!r}); re-encode the file as UTF-8, "
+            "e.g. iconv -f latin1 -t utf-8",
+        ) from None
+
+
 def _read_jsonl(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield f"line {number}", json.loads(line)
-            except json.JSONDecodeError as err:
-                raise MathDataError(str(path), f"line {number}", None, f"invalid JSON ({err.msg} at column {err.colno})") from None
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield f"line {number}", json.loads(line)
+        except json.JSONDecodeError as err:
+            yield f"line {number}", UnreadableRow(f"invalid JSON ({err.msg} at column {err.colno})")
 
 
 def _read_json(path: Path) -> Iterator[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8-sig")
+    text = _read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         if text.lstrip().startswith("{") and err.lineno > 1:
             yield from _read_jsonl(path)  # a JSON Lines file with a .json name
             return
-        raise MathDataError(str(path), f"line {err.lineno}", None, f"invalid JSON ({err.msg})") from None
+        raise MathDataError(
+            str(path), f"line {err.lineno}", None, f"invalid JSON ({err.msg})"
+        ) from None
     if isinstance(data, Mapping):
         lists = [v for v in data.values() if isinstance(v, list)]
         if len(lists) != 1:
-            raise MathDataError(str(path), None, None, "expected a list of rows, or an object holding exactly one list of rows")
+            raise MathDataError(
+                str(path),
+                None,
+                None,
+                "expected a list of rows, or an object holding exactly one list of rows",
+            )
         data = lists[0]
     if not isinstance(data, list):
-        raise MathDataError(str(path), None, None, f"expected a list of rows, got {type(data).__name__}")
+        raise MathDataError(
+            str(path), None, None, f"expected a list of rows, got {type(data).__name__}"
+        )
     for number, row in enumerate(data, start=1):
         yield f"row {number}", row
 
 
 def _read_csv(path: Path, delimiter: str) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f, delimiter=delimiter)
-        start = 2  # line 1 is the header
-        for row in reader:
-            if None in row:
-                raise MathDataError(str(path), f"line {start}", None, "more values than header columns")
+    reader = csv.DictReader(io.StringIO(_read_text(path), newline=""), delimiter=delimiter)
+    start = 2  # line 1 is the header
+    for row in reader:
+        if None in row:
+            yield f"line {start}", UnreadableRow("more values than header columns")
+        else:
             yield f"line {start}", row
-            start = reader.line_num + 1
+        start = reader.line_num + 1
 
 
 def _read_parquet(path: Path) -> Iterator[tuple[str, Any]]:
     try:
         import pyarrow.parquet as pq
     except ImportError as err:
-        raise ImportError("Reading Parquet needs pyarrow: pip install pyarrow (or marft[data]).") from err
+        raise ImportError(
+            "Reading Parquet needs pyarrow: pip install pyarrow (or marft[data])."
+        ) from err
     for number, row in enumerate(pq.read_table(path).to_pylist(), start=1):
         yield f"row {number}", row
 
 
-_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet"}
+_FORMATS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 
 
 def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
@@ -90,7 +129,9 @@ def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
     if fmt is None:
         with path.open(encoding="utf-8-sig", errors="replace") as f:
             head = f.read(4096).lstrip()
-        fmt = "json" if head.startswith(("[", "{")) else None  # JSON, or JSON Lines (see _read_json)
+        fmt = (
+            "json" if head.startswith(("[", "{")) else None
+        )  # JSON, or JSON Lines (see _read_json)
     readers = {
         "jsonl": lambda: _read_jsonl(path),
         "json": lambda: _read_json(path),
@@ -99,14 +140,20 @@ def _read(path: Path, format: str | None) -> Iterator[tuple[str, Any]]:
         "parquet": lambda: _read_parquet(path),
     }
     if fmt not in readers:
-        raise ValueError(f"Cannot tell the format of {path}; pass format= one of {sorted(readers)}.")
+        raise ValueError(
+            f"Cannot tell the format of {path}; pass format= one of {sorted(readers)}."
+        )
     return readers[fmt]()
 
 
 def _peek(rows: Iterator[tuple[str, Any]]) -> tuple[Any, Iterator[tuple[str, Any]]]:
-    """The first row (to recognise the format) and all the rows, first included."""
-    first = next(rows, None)
-    return (None, iter(())) if first is None else (first[1], itertools.chain([first], rows))
+    """The first readable row (to recognise the format) and all the rows, in order."""
+    head: list[tuple[str, Any]] = []
+    for item in rows:
+        head.append(item)
+        if not isinstance(item[1], UnreadableRow):
+            return item[1], itertools.chain(head, rows)
+    return None, iter(head)
 
 
 # --- public loaders ------------------------------------------------------------------------------
@@ -126,6 +173,7 @@ def load_table(
     name: str | None = None,
     split: str | None = None,
     validate: bool = True,
+    on_invalid: OnInvalid = "raise",
 ) -> MathDataset:
     """Load problems from a JSONL, JSON, CSV, TSV or Parquet file with configurable field names.
 
@@ -153,12 +201,16 @@ def load_table(
         name: Dataset name (default: the file stem).
         split: Split label stored on the dataset.
         validate: Check every gold answer with :func:`marft_envs.math.grading.check_gold`.
+        on_invalid: ``"raise"`` (default): a malformed row, invalid JSON line or unreadable gold
+            answer stops the load. ``"skip"``: such rows are dropped, one warning line names how
+            many and the first few with their reasons, and the dataset lists them in
+            ``skipped``. A file with no valid row, or one that is not UTF-8, still raises.
 
     Raises:
         FileNotFoundError: No such file.
         MathDataError: A malformed row; the message names the file, line (or row) and field.
     """
-    given = _given(
+    given = given_fields(
         problem_field=problem_field,
         answer_field=answer_field,
         solution_field=solution_field,
@@ -167,7 +219,9 @@ def load_table(
         id_field=id_field,
         answer_format=answer_format,
     )
-    return _load_file(path, given, format=format, name=name, split=split, validate=validate)
+    return _load_file(
+        path, given, format=format, name=name, split=split, validate=validate, on_invalid=on_invalid
+    )
 
 
 def _load_file(
@@ -178,32 +232,60 @@ def _load_file(
     name: str | None,
     split: str | None,
     validate: bool,
+    on_invalid: OnInvalid = "raise",
     optional: Iterable[str] = (),
 ) -> MathDataset:
+    check_on_invalid(on_invalid)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No dataset file at {path}.")
     first, rows = _peek(_read(path, format))
-    fields = _resolve_fields(first, given, str(path), optional)
-    return _build(rows, fields, source=str(path), name=name or path.stem, split=split, validate=validate)
+    fields = resolve_fields(first, given, str(path), optional)
+    return build_dataset(
+        rows,
+        fields,
+        source=str(path),
+        name=name or path.stem,
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
+    )
 
 
 def load_math_jsonl(
-    path: str | os.PathLike[str], *, split: str | None = None, name: str | None = None, validate: bool = True
+    path: str | os.PathLike[str],
+    *,
+    split: str | None = None,
+    name: str | None = None,
+    validate: bool = True,
+    on_invalid: OnInvalid = "raise",
 ) -> MathDataset:
     """Load a MATH-format JSONL file.
 
     Fields: ``problem``, ``solution``, ``answer``, ``level`` (``"Level k"``), ``subject``,
     ``unique_id``; only ``problem`` and one of ``answer`` / ``solution`` are required (without
-    ``answer``, the last ``\\boxed{}`` of ``solution`` is the answer). See :func:`load_table`.
+    ``answer``, the last ``\\boxed{}`` of ``solution`` is the answer). See :func:`load_table`
+    (also for ``on_invalid``).
     """
     return _load_file(
-        path, MATH_FIELDS, format="jsonl", name=name, split=split, validate=validate, optional=_MATH_OPTIONAL
+        path,
+        MATH_FIELDS,
+        format="jsonl",
+        name=name,
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
+        optional=MATH_OPTIONAL_FIELDS,
     )
 
 
 def load_gsm8k_jsonl(
-    path: str | os.PathLike[str], *, split: str | None = None, name: str | None = None, validate: bool = True
+    path: str | os.PathLike[str],
+    *,
+    split: str | None = None,
+    name: str | None = None,
+    validate: bool = True,
+    on_invalid: OnInvalid = "raise",
 ) -> MathDataset:
     """Load a GSM8K-format JSONL file.
 
@@ -212,7 +294,14 @@ def load_gsm8k_jsonl(
     worked text before it, without the ``<<48/2=24>>`` calculator annotations.
     """
     return _load_file(
-        path, GSM8K_FIELDS, format="jsonl", name=name, split=split, validate=validate, optional={"idx"}
+        path,
+        GSM8K_FIELDS,
+        format="jsonl",
+        name=name,
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
+        optional={"idx"},
     )
 
 
@@ -229,6 +318,7 @@ def load_hf_dataset(
     id_field: str | None = None,
     answer_format: Literal["plain", "gsm8k"] = "plain",
     validate: bool = True,
+    on_invalid: OnInvalid = "raise",
     **load_kwargs: Any,
 ) -> MathDataset:
     """Load a Hugging Face dataset by Hub name, or from a directory written by ``save_to_disk``.
@@ -242,6 +332,7 @@ def load_hf_dataset(
         split: Split to load.
         config: Hub configuration name (``"main"`` for GSM8K).
         validate: Check every gold answer with ``check_gold``.
+        on_invalid: ``"raise"`` or ``"skip"`` malformed rows (see :func:`load_table`).
         **load_kwargs: Passed to ``datasets.load_dataset`` (``revision``, ``data_files``, ...).
 
     Raises:
@@ -256,6 +347,7 @@ def load_hf_dataset(
             "Loading Hugging Face datasets needs the `datasets` package: pip install datasets "
             "(or marft[data]); or download the data and pass a local file to load_dataset."
         ) from err
+    check_on_invalid(on_invalid)
     source = f"hf:{name}[{split}]"
     if Path(name).is_dir():
         data = datasets.load_from_disk(str(name))
@@ -272,7 +364,7 @@ def load_hf_dataset(
                 f"{split!r}): {type(err).__name__}: {err}. Check the name and split and your network "
                 "(HF_HUB_OFFLINE), or download the data and pass a local file."
             ) from err
-    given = _given(
+    given = given_fields(
         problem_field=problem_field,
         answer_field=answer_field,
         solution_field=solution_field,
@@ -283,8 +375,13 @@ def load_hf_dataset(
     )
     rows = ((f"row {i}", row) for i, row in enumerate(data, start=1))
     first, rows = _peek(rows)
-    fields = _resolve_fields(first, given, source)
-    return _build(rows, fields, source=source, name=Path(name).name if Path(name).is_dir() else str(name),
-                  split=split, validate=validate)
-
-
+    fields = resolve_fields(first, given, source)
+    return build_dataset(
+        rows,
+        fields,
+        source=source,
+        name=Path(name).name if Path(name).is_dir() else str(name),
+        split=split,
+        validate=validate,
+        on_invalid=on_invalid,
+    )

@@ -7,10 +7,10 @@ The pipeline, cheapest first:
    degrees, percent, units, ...). Equal normalised strings are equal answers: no sympy needed.
 3. :func:`parse_answer` reads the structure (scalar, equation, tuple, interval, set, list of
    solutions, matrix, text) and parses each expression with a strict LaTeX parser into sympy.
-4. :func:`~marft_envs.math.grading.answers.answers_equal` compares structure first, then values:
+4. :func:`~marft_envs.math.grading.compare.answers_equal` compares structure first, then values:
    exact rationals directly, other numbers to 40 significant digits, expressions symbolically.
 
-Steps 3–4 run under a wall-clock limit (:func:`~marft_envs.math.grading.timeout.time_limit`)
+The whole call runs under a wall-clock limit (:func:`~marft_envs.math.grading.timeout.time_limit`)
 that works in the main thread and in worker threads. Parsed gold answers and comparison results
 are cached. See ``docs/grading.md`` for every rule and the measured accuracy.
 """
@@ -24,16 +24,18 @@ from marft_envs.math.grading.answers import (
     MAX_ANSWER_CHARS,
     Answer,
     AnswerParseError,
+    Chain,
     Equation,
     Inequality,
     Matrix,
     Scalar,
     Sequence,
+    SetBuilder,
     Text,
     Union,
-    answers_equal,
     parse_structure,
 )
+from marft_envs.math.grading.compare import answers_equal
 from marft_envs.math.grading.extract import extract_answer, last_boxed
 from marft_envs.math.grading.latex import LatexParseError, parse_latex_expr
 from marft_envs.math.grading.normalize import normalize_answer
@@ -42,6 +44,7 @@ from marft_envs.math.grading.timeout import GradingTimeout, time_limit
 __all__ = [
     "Answer",
     "AnswerParseError",
+    "Chain",
     "Equation",
     "GradingTimeout",
     "Inequality",
@@ -49,6 +52,7 @@ __all__ = [
     "Matrix",
     "Scalar",
     "Sequence",
+    "SetBuilder",
     "Text",
     "Union",
     "answers_equal",
@@ -121,26 +125,27 @@ def grade_answer(response: str, gold: str, *, timeout: float = 2.0) -> bool:
     Args:
         response: The model response; its answer is found by :func:`extract_answer`.
         gold: The reference answer (LaTeX, without ``\\boxed``).
-        timeout: Wall-clock seconds allowed for parsing and comparing; ``None`` or ``0`` for no
-            limit.
+        timeout: Wall-clock seconds allowed for the whole call (extraction, normalisation,
+            parsing, comparison); ``None`` or ``0`` for no limit.
 
     Returns:
         ``True`` iff the answer is equivalent to the gold answer.
     """
+    if not isinstance(response, str) or not isinstance(gold, str):
+        return False
+    if len(response) > MAX_RESPONSE_CHARS:
+        return False
     try:
-        if not isinstance(response, str) or not isinstance(gold, str):
-            return False
-        if len(response) > MAX_RESPONSE_CHARS:
-            return False
-        pred = extract_answer(response)
-        if pred is None or len(pred) > MAX_ANSWER_CHARS:
-            # Checked before any regex runs: normalisation is linear, but nothing longer is an
-            # answer and the limit keeps every later step's cost bounded.
-            return False
-        normalised = normalize_answer(pred)
-        if not normalised:
-            return False
+        # Everything, extraction included, runs under the limit; every step before sympy is
+        # also linear in the response length, so a hostile response cannot stall a rollout.
         with time_limit(timeout):
+            pred = extract_answer(response)
+            if pred is None or len(pred) > MAX_ANSWER_CHARS:
+                # Nothing longer is an answer, and the cap bounds every later step's cost.
+                return False
+            normalised = normalize_answer(pred)
+            if not normalised:
+                return False
             return _grade_normalised(normalised, gold)
     except GradingTimeout:
         logger.debug("grading timed out after %ss: %.80r vs %.80r", timeout, response, gold)

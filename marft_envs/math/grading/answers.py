@@ -1,8 +1,10 @@
-"""Structured answers: what a normalised answer string *is*, and when two of them are equal.
+"""Structured answers: what a normalised answer string *is*.
 
-An answer is one of: a scalar expression, an equation, an inequality, an ordered bracketed
-sequence (tuple, point or interval — the brackets are part of the value), an unordered collection
-(a set ``\\{...\\}`` or a bare list of solutions ``1, 2``), a union of intervals, a matrix, or text.
+An answer is one of: a scalar expression, an equation, an inequality, a chain of inequalities
+(``a < b \\le c``), an ordered bracketed sequence (tuple, point or interval — the brackets are
+part of the value), an unordered collection (a set ``\\{...\\}`` or a bare list of solutions
+``1, 2``), a set-builder set (``\\{x \\mid x < 3\\}``), a union of intervals, a matrix, or text.
+When two answers are equal is :mod:`marft_envs.math.grading.compare`.
 """
 
 from __future__ import annotations
@@ -13,26 +15,27 @@ from dataclasses import dataclass, field
 import sympy
 
 from marft_envs.math.grading.latex import parse_latex_expr
-from marft_envs.math.grading.normalize import strip_text_units, text_key, unwrap_text
+from marft_envs.math.grading.normalize import text_key
 
 __all__ = [
     "MAX_ANSWER_CHARS",
     "Answer",
     "AnswerParseError",
+    "Chain",
     "Equation",
     "Inequality",
     "Matrix",
     "Scalar",
     "Sequence",
+    "SetBuilder",
     "Text",
     "Union",
-    "answers_equal",
-    "exprs_equal",
     "parse_structure",
 ]
 
 MAX_ANSWER_CHARS = 1_000  # longer "answers" are not answers; refusing them bounds all later work
 MAX_ITEMS = 64
+_MAX_PM = 6  # 2**6 = MAX_ITEMS answers; more signs would expand exponentially
 
 _OPEN = "([{"
 _CLOSE = ")]}"
@@ -86,6 +89,26 @@ class Inequality(Answer):
 
     value: sympy.Expr
     strict: bool
+
+
+@dataclass(frozen=True)
+class Chain(Answer):
+    """``a < b \\le c``: two or more inequalities in one direction, written as ``<`` / ``<=``.
+
+    ``sides`` run from the smallest side up (``c > b > a`` is stored as ``a < b < c``) and
+    ``strict`` says, for each link, whether it is ``<``.
+    """
+
+    sides: tuple[sympy.Expr, ...]
+    strict: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class SetBuilder(Answer):
+    """``\\{x \\mid \\text{condition}\\}``: the set of real ``x`` meeting ``condition``."""
+
+    variable: sympy.Symbol
+    condition: Answer
 
 
 @dataclass(frozen=True)
@@ -202,6 +225,8 @@ def _expand_pm(text: str) -> list[str]:
     m = re.search(r"\\(pm|mp)(?![a-zA-Z])", text)
     if m is None:
         return [text]
+    if len(re.findall(r"\\(?:pm|mp)(?![a-zA-Z])", text)) > _MAX_PM:
+        raise AnswerParseError(f"too many '±' signs (more than {_MAX_PM}) in {text[:80]!r}")
     first, second = ("+", "-") if m.group(1) == "pm" else ("-", "+")
     head, tail = text[: m.start()], text[m.end() :]
     return _expand_pm(head + first + tail) + _expand_pm(head + second + tail)
@@ -215,23 +240,81 @@ def _scalar(text: str) -> Scalar:
 
 
 def _relation(text: str) -> Answer:
-    """A scalar, or an (in)equality when the text contains a relation symbol."""
+    """A scalar, or an (in)equality or chain of them when the text contains relation symbols."""
     pieces = _REL_RE.split(text)
     ops = _REL_RE.findall(text)
     if not ops:
         return _scalar(text)
-    if len(ops) != 1:
-        raise AnswerParseError(f"chained relations are not supported: {text!r}")
-    lhs, rhs = (parse_latex_expr(p) for p in pieces)
-    op = ops[0]
-    if op == "=":
-        return Equation(text, lhs - rhs)
-    if op.startswith("\\ne"):
+    if len(ops) > MAX_ITEMS:
+        raise AnswerParseError("too many relations")
+    if any(op.startswith("\\ne") for op in ops):
         raise AnswerParseError(f"'≠' answers are not supported: {text!r}")
-    strict = op in ("<", ">")
-    if op in (">", ">=") or op.startswith("\\ge"):
-        lhs, rhs = rhs, lhs
-    return Inequality(text, lhs - rhs, strict)
+    sides = [parse_latex_expr(p) for p in pieces]
+    if all(op == "=" for op in ops):
+        return _equalities(text, sides)
+    if "=" in ops:
+        raise AnswerParseError(f"a chain mixing '=' with inequalities is not supported: {text!r}")
+    falling = [op in (">", ">=") or op.startswith("\\ge") for op in ops]
+    if any(falling) and not all(falling):
+        raise AnswerParseError(f"a chain of inequalities must run in one direction: {text!r}")
+    strict = [op in ("<", ">") for op in ops]
+    if all(falling):
+        sides, strict = sides[::-1], strict[::-1]
+    if len(ops) == 1:
+        return Inequality(text, sides[0] - sides[1], strict[0])
+    return Chain(text, tuple(sides), tuple(strict))
+
+
+def _equalities(text: str, sides: list[sympy.Expr]) -> Answer:
+    """``a = b`` is an equation; ``2 \\cdot 3 = 6`` (every side a number) is its last side.
+
+    A computation written out to its result ends with the answer (``x = 2 \\cdot 3 = 6``; the
+    name before it is handled by the assignment rule). Numbers that differ (``5 = 6``) are a
+    false statement and stay an equation, which never equals a number.
+    """
+    numeric = all(not side.free_symbols for side in sides)
+    if numeric and all(_same_number(side, sides[-1]) for side in sides[:-1]):
+        return Scalar(text, sides[-1])
+    if len(sides) == 2:
+        return Equation(text, sides[0] - sides[1])
+    raise AnswerParseError(
+        f"a chain of equalities is read only when every side is the same number: {text!r}"
+    )
+
+
+def _same_number(a: sympy.Expr, b: sympy.Expr) -> bool:
+    """Whether two numbers without free symbols are equal: exact for rationals, else to 40 digits.
+
+    Strict on purpose: ``3.14159265358979 = \\pi`` is a false statement, not a route to ``\\pi``.
+    """
+    if a == b:
+        return True
+    if a.is_Rational and b.is_Rational:
+        return False
+    try:
+        diff = abs(a - b).evalf(60)
+        scale = max(abs(a).evalf(60), abs(b).evalf(60))
+        return bool(diff.is_number and scale.is_number and diff <= sympy.Float("1e-40", 60) * scale)
+    except (TypeError, ValueError):
+        return False
+
+
+_SET_BUILDER_RE = re.compile(
+    r"^\s*([a-zA-Z](?:_\{?\w+\}?)?)\s*(?:\\in\s*\(-\\infty,\s*\\infty\))?\s*(?:\\mid|\||:|\\colon)(.+)$",
+    re.DOTALL,
+)
+
+
+def _set_builder(inner: str, raw: str) -> SetBuilder | None:
+    """``x \\mid -2 \\le x < 1`` inside ``\\{...\\}`` as a set-builder set (``None`` if it is not one)."""
+    m = _SET_BUILDER_RE.match(inner)
+    if m is None:
+        return None
+    variable = parse_latex_expr(m.group(1))
+    if not isinstance(variable, sympy.Symbol):
+        raise AnswerParseError(f"the variable of {raw!r} is not a name")
+    condition = _item(m.group(2))
+    return SetBuilder(raw, variable, condition)
 
 
 def _item(text: str) -> Answer:
@@ -300,6 +383,10 @@ def parse_structure(text: str, *, prefer_list: bool = False, allow_list: bool = 
     brackets = _outer_brackets(text)
     if brackets is not None:
         open_, inner, close = brackets
+        if open_ == "{":
+            builder = _set_builder(inner, text)
+            if builder is not None:
+                return builder
         pieces = _split_top(inner, ",")
         if open_ == "{":
             items = [e for p in pieces if p.strip() for e in _expand_pm(p)]
@@ -320,176 +407,3 @@ def parse_structure(text: str, *, prefer_list: bool = False, allow_list: bool = 
     if len(expanded) == 1:
         return _item(expanded[0])
     return Sequence(text, "list", tuple(_item(p) for p in expanded))
-
-
-# -- comparison ---------------------------------------------------------------------------------
-
-_REL_TOL = sympy.Float("1e-40", 60)
-_REL_TOL_FINE = sympy.Float("1e-150", 200)
-_PROBE_POINTS = (
-    (sympy.Rational(7, 3), sympy.Rational(-5, 11), sympy.Rational(13, 17)),
-    (sympy.Rational(-3, 2), sympy.Rational(11, 7), sympy.Rational(2, 9)),
-    (sympy.Rational(5, 13), sympy.Rational(17, 6), sympy.Rational(-19, 10)),
-)
-
-
-def _numbers_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
-    if a.is_Rational and b.is_Rational:
-        return bool(a == b)
-    if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
-        return bool(a == b)
-    va, vb = a.evalf(60), b.evalf(60)
-    try:
-        complex(va), complex(vb)
-    except (TypeError, ValueError):
-        # Something evalf cannot reduce to a number; only an exact proof counts.
-        return bool(sympy.simplify(a - b) == 0)
-    # Rounded decimals never pass: 60 digits are computed and 40 must agree; a pair that passes
-    # is checked again at 200 digits, so only numbers equal to ~150 digits count as equal.
-    return _close(va, vb, _REL_TOL, 60) and _close(a.evalf(200), b.evalf(200), _REL_TOL_FINE, 200)
-
-
-def _close(va: sympy.Expr, vb: sympy.Expr, tol: sympy.Float, digits: int) -> bool:
-    diff = abs(va - vb).evalf(digits)
-    scale = max(abs(va).evalf(digits), abs(vb).evalf(digits))
-    if not diff.is_number or not scale.is_number:
-        return False
-    if scale == 0:
-        return bool(diff == 0)
-    return bool(diff <= tol * scale)
-
-
-def _probe_differs(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol]) -> bool:
-    """True when a numeric substitution shows the expressions differ (a cheap early reject)."""
-    for point in _PROBE_POINTS:
-        subs = {s: point[i % len(point)] + i // len(point) for i, s in enumerate(symbols)}
-        try:
-            va = a.subs(subs).evalf(30)
-            vb = b.subs(subs).evalf(30)
-            diff = abs(complex(va - vb))
-            scale = max(abs(complex(va)), abs(complex(vb)), 1e-30)
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-            continue
-        if diff != diff or scale == float("inf"):
-            continue
-        if diff > 1e-12 * scale:
-            return True
-    return False
-
-
-def _ratio_varies(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol]) -> bool:
-    """True when a/b takes two clearly different values at the probe points (not proportional)."""
-    values = []
-    for point in _PROBE_POINTS:
-        subs = {s: point[i % len(point)] + i // len(point) for i, s in enumerate(symbols)}
-        try:
-            value = complex((a.subs(subs) / b.subs(subs)).evalf(30))
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-            continue
-        if value != value or abs(value) == float("inf"):
-            continue
-        values.append(value)
-    return any(abs(v - values[0]) > 1e-9 * max(abs(v), abs(values[0]), 1.0) for v in values)
-
-
-def exprs_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
-    """Whether two sympy expressions are mathematically equal (exactly, or to 40 digits)."""
-    if a == b:
-        return True
-    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
-    if not symbols:
-        return _numbers_equal(a, b)
-    if _probe_differs(a, b, symbols):
-        return False
-    diff = a - b
-    if sympy.expand(diff) == 0:
-        return True
-    return bool(sympy.simplify(diff) == 0)
-
-
-def _proportional(a: sympy.Expr, b: sympy.Expr, *, positive: bool) -> bool:
-    if a == 0 or b == 0:
-        return False
-    if a == b:
-        return True
-    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
-    if symbols and _ratio_varies(a, b, symbols):
-        return False
-    ratio = sympy.cancel(a / b)
-    if ratio.free_symbols:
-        ratio = sympy.simplify(ratio)
-    if ratio.free_symbols or not ratio.is_number or ratio.has(sympy.oo, sympy.zoo, sympy.nan):
-        return False
-    if ratio == 0:
-        return False
-    return bool(ratio > 0) if positive else True
-
-
-def _match_unordered(gold: tuple[Answer, ...], pred: tuple[Answer, ...]) -> bool:
-    if len(gold) != len(pred):
-        return False
-    used = [False] * len(pred)
-
-    def assign(i: int) -> bool:
-        if i == len(gold):
-            return True
-        for j, p in enumerate(pred):
-            if not used[j] and answers_equal(gold[i], p):
-                used[j] = True
-                if assign(i + 1):
-                    return True
-                used[j] = False
-        return False
-
-    return assign(0)
-
-
-def answers_equal(gold: Answer, pred: Answer) -> bool:
-    """Whether ``pred`` is mathematically the same answer as ``gold``.
-
-    Args:
-        gold: The reference answer.
-        pred: The answer to grade.
-
-    Returns:
-        ``True`` when they are equivalent under the rules in the module docstring.
-    """
-    if isinstance(gold, Text):
-        return bool(gold.key) and gold.key == text_key(pred.raw)
-    if isinstance(pred, Text):
-        # "\\text{5}" against a math gold: read what the text wraps as math, once.
-        unwrapped = strip_text_units(unwrap_text(pred.raw)).strip()
-        if unwrapped == pred.raw or _TEXT_RE.search(unwrapped):
-            return False
-        try:
-            reparsed = parse_structure(unwrapped)
-        except (ValueError, TypeError, ZeroDivisionError, OverflowError):
-            return False
-        return answers_equal(gold, reparsed)
-    if isinstance(gold, Scalar) and isinstance(pred, Scalar):
-        return exprs_equal(gold.value, pred.value)
-    if isinstance(gold, Equation) and isinstance(pred, Scalar) and pred.assigned is not None:
-        pred = Equation(pred.raw, pred.assigned - pred.value)
-    if isinstance(pred, Equation) and isinstance(gold, Scalar) and gold.assigned is not None:
-        gold = Equation(gold.raw, gold.assigned - gold.value)
-    if isinstance(gold, Equation) and isinstance(pred, Equation):
-        return _proportional(gold.value, pred.value, positive=False)
-    if isinstance(gold, Inequality) and isinstance(pred, Inequality):
-        return gold.strict == pred.strict and _proportional(gold.value, pred.value, positive=True)
-    if isinstance(gold, Sequence) and isinstance(pred, Sequence):
-        if gold.unordered and pred.unordered:
-            return _match_unordered(gold.items, pred.items)
-        if gold.kind != pred.kind or len(gold.items) != len(pred.items):
-            return False
-        return all(answers_equal(g, p) for g, p in zip(gold.items, pred.items, strict=True))
-    if isinstance(gold, Union) and isinstance(pred, Union):
-        return _match_unordered(gold.parts, pred.parts)
-    if isinstance(gold, Matrix) and isinstance(pred, Matrix):
-        if [len(r) for r in gold.rows] != [len(r) for r in pred.rows]:
-            return False
-        return all(
-            answers_equal(g, p)
-            for grow, prow in zip(gold.rows, pred.rows, strict=True)
-            for g, p in zip(grow, prow, strict=True)
-        )
-    return False

@@ -15,6 +15,13 @@ _PROSE_WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
 _TEXT_BLOCK_RE = re.compile(r"\\(?:text|textbf|mbox|mathrm)\s*\{[^{}]*\}")
 
 
+_BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
+_BLANK_RE = re.compile(r"[ \t]*")
+# "\boxed 5": TeX takes one token; answers written this way run to whitespace or $, without the
+# sentence's closing punctuation ("\boxed 5." is 5).
+_BARE_BOX_RE = re.compile(r"[^\s$]+")
+
+
 def _closing_braces(text: str) -> dict[int, int]:
     """Map the index of every balanced ``{`` to the index of its ``}`` in one linear pass.
 
@@ -23,30 +30,31 @@ def _closing_braces(text: str) -> dict[int, int]:
     """
     closing: dict[int, int] = {}
     stack: list[int] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
+    for m in _BRACE_RE.finditer(text):
+        c = m.group()
         if c == "{":
-            stack.append(i)
+            stack.append(m.start())
         elif c == "}" and stack:
-            closing[stack.pop()] = i
-        i += 1
+            closing[stack.pop()] = m.start()
     return closing
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last top-level ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x``.
+    """Content of the last top-level ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x``, stripped.
 
-    Boxes nested inside a box are part of that box; unbalanced and empty boxes are skipped.
+    The one box reader of the package: model responses (:func:`extract_answer`) and the worked
+    solutions of dataset rows without an answer field both go through it. Boxes nested inside a
+    box are part of that box; unbalanced and empty boxes are skipped. ``\\boxed 5`` (TeX's
+    one-token argument) runs to the next whitespace or ``$``, without trailing ``.``, ``,``, ``;``
+    or ``:``. The scan is linear in ``len(text)``: every character is visited a bounded number of
+    times, whatever the boxes and braces.
 
     Args:
         text: Any text.
 
     Returns:
-        The box content, or ``None`` when there is no complete box.
+        The box content without surrounding whitespace, or ``None`` when there is no complete,
+        non-empty box.
     """
     found: str | None = None
     pos = 0
@@ -55,9 +63,7 @@ def last_boxed(text: str) -> str | None:
         m = _BOX_RE.search(text, pos)
         if m is None:
             return found
-        i = m.end()
-        while i < len(text) and text[i] in " \t":
-            i += 1
+        i = _BLANK_RE.match(text, m.end()).end()  # type: ignore[union-attr]
         if i < len(text) and text[i] == "{":
             if closing is None:
                 closing = _closing_braces(text)
@@ -65,16 +71,22 @@ def last_boxed(text: str) -> str | None:
             if close is None:
                 pos = m.end()
                 continue
-            if text[i + 1 : close].strip():  # an empty box is no answer; keep the last real one
-                found = text[i + 1 : close]
+            content = text[i + 1 : close].strip()
+            if content:  # an empty box is no answer; keep the last real one
+                found = content
             pos = close + 1
-        else:
-            # "\boxed 5": TeX takes one token; answers written this way run to whitespace or $.
-            token = re.match(r"[^\s$]+", text[i:])
-            if token is None or i == m.end():
-                pos = m.end()
-                continue
-            found, pos = token.group(), i + token.end()
+            continue
+        token = _BARE_BOX_RE.match(text, i)
+        if token is None:
+            pos = m.end()
+            continue
+        if _BOX_RE.match(text, i):
+            pos = i  # "\\boxed \\boxed{3}": the inner box is the answer
+            continue
+        content = token.group().rstrip(".,;:")
+        if content:
+            found = content
+        pos = token.end()
 
 
 def extract_answer(response: str) -> str | None:
@@ -100,7 +112,7 @@ def extract_answer(response: str) -> str | None:
         return None
     boxed = last_boxed(response)
     if boxed is not None:
-        return boxed.strip()
+        return boxed
     if _BOX_RE.search(response):
         return None  # a box was attempted (empty or unbalanced): no bare-answer fallback
     bare = response.strip().strip("$").strip()

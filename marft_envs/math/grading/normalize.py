@@ -10,14 +10,25 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-__all__ = ["UNIT_WORDS", "normalize_answer", "strip_text_units", "text_key", "unwrap_text"]
+__all__ = [
+    "FILLER_PHRASES",
+    "UNIT_WORDS",
+    "VALUE_WORDS",
+    "droppable_words",
+    "normalize_answer",
+    "strip_text_units",
+    "text_key",
+    "unwrap_text",
+]
 
-# Unit and filler words dropped after a number ("5 cm", "12 \\text{ square units}"). Single
-# letters are excluded on purpose: "5 m" could be 5m, a product with a variable.
+# What may follow a number and be dropped: units, counted things, and a few filler phrases. The
+# list is an allow-list on purpose: a word it does not name ("thousand", "squared", "th", "not")
+# may change or void the value, so an answer ending in it is never reduced to its number.
+# Single letters are excluded too: "5 m" could be 5m, a product with a variable.
 _UNIT_WORDS_TEXT = """
     cm mm km meter meters metre metres centimeter centimeters kilometer kilometers millimeter
     millimeters in inch inches ft foot feet yd yard yards mi mile miles
-    sq square cubic unit units
+    sq square cubic unit units per
     deg degree degrees radian radians
     dollar dollars cent cents
     sec second seconds min minute minutes hr hrs hour hours day days week weeks month months
@@ -27,8 +38,38 @@ _UNIT_WORDS_TEXT = """
     mph kph
     percent
     people persons students ways points times
+    apples oranges marbles cookies candies books pages pens pencils stickers shells eggs coins cards
+    balls boxes
+    bags tickets cars trees chairs tables handshakes games matches dogs cats
 """
 UNIT_WORDS = frozenset(_UNIT_WORDS_TEXT.split())
+_UNIT_MODIFIERS = frozenset({"sq", "square", "cubic", "per"})
+"""Words dropped after a number: units and counted things (``5 \\text{ cm}``, ``12 apples``)."""
+
+FILLER_PHRASES: tuple[str, ...] = (
+    "is the final answer",
+    "is the answer",
+    "in total",
+    "in all",
+    "total",
+    "altogether",
+    "each",
+    "exactly",
+)
+"""Phrases that end an answer without touching its value (``12 \\text{ apples in total}``)."""
+
+_VALUE_WORDS_TEXT = """
+    hundred hundreds thousand thousands million millions billion billions trillion dozen dozens
+    score gross half halves quarter quarters third thirds double twice triple thrice
+    squared cubed power powers factorial th st nd rd first fifth tenth
+    zero one two three four five six seven eight nine ten eleven twelve twenty fifty
+    not no non never none nor neither minus negative except wrong incorrect
+    less more plus or approximately about roughly nearly almost over under least most
+    """
+VALUE_WORDS = frozenset(_VALUE_WORDS_TEXT.split())
+"""Words that change or void the value of the number before them (``5 \\text{ thousand}``,
+``3 \\text{ squared}``, ``7 \\text{ is not the answer}``). None of them is ever dropped; the
+set exists so the tests and docs can name them, and it must not meet :data:`UNIT_WORDS`."""
 
 _UNICODE = {
     "−": "-",
@@ -57,7 +98,7 @@ _TEXT_CMD_RE = re.compile(
 )
 _WORDS_RE = re.compile(r"[\sa-zA-Z.]*")
 _TRAILING_TEXT_RE = re.compile(
-    r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm)\s*\{[\sa-zA-Z.]*\}"
+    r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm)\s*\{([\sa-zA-Z.]*)\}"
     r"\s*(?:\^\s*\{?[23]\}?)?\s*$"
 )
 _BASE_SUBSCRIPT_RE = re.compile(r"(\d)_\{?(\d+)\}?")
@@ -69,7 +110,7 @@ _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d
 _MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}")
 # 0.1\overline{6}: a repeating decimal, an exact fraction.
 _REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
-_TRAILING_UNIT_RE = re.compile(r"(?<=[\d}.\s])\s*\b([a-zA-Z]+)\s*(?:\^\s*\{?[23]\}?)?\s*$")
+_EXPONENT_TAIL_RE = re.compile(r"\s*(?:\^\s*\{?[23]\}?)?\s*$")
 
 
 def _find_group_end(text: str, open_at: int) -> int:
@@ -127,11 +168,62 @@ def _repeating_to_fraction(m: re.Match[str]) -> str:
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
+def droppable_words(words: str) -> bool:
+    """Whether trailing ``words`` after a number are presentation only (units, counts, filler).
+
+    True when, after one trailing :data:`FILLER_PHRASES` entry is removed, every word left is in
+    :data:`UNIT_WORDS`. Anything else (a multiplier, a power, an ordinal, a negation, an unknown
+    word) may change the value and is kept, so the answer never reduces to its bare number.
+
+    Args:
+        words: The words, e.g. ``" square units"`` or ``"thousand"``.
+
+    Returns:
+        Whether they can be dropped without changing the value.
+    """
+    text = " ".join(words.replace(".", " ").lower().split())
+    for phrase in FILLER_PHRASES:
+        if text == phrase or text.endswith(" " + phrase):
+            text = text[: -len(phrase)].strip()
+            break
+    words_left = text.split()
+    if words_left and words_left[-1] in _UNIT_MODIFIERS:
+        return False  # "3 square" may mean 3 squared; "square" is a unit only before one
+    return all(word in UNIT_WORDS for word in words_left)
+
+
+def _strip_trailing_words(text: str) -> str | None:
+    """``text`` without its longest droppable run of bare trailing words, or ``None``.
+
+    The run may end in ``^2``/``^3`` and must follow a digit, ``}``, ``.`` or a space, so
+    ``"2x cm"`` loses ``cm`` but never the ``x`` of ``2x``.
+    """
+    end = _EXPONENT_TAIL_RE.search(text).start()  # type: ignore[union-attr]
+    starts = []
+    i = end
+    while True:
+        j = i
+        while j > 0 and text[j - 1] in " \t.":
+            j -= 1
+        k = j
+        while k > 0 and text[k - 1].isascii() and text[k - 1].isalpha():
+            k -= 1
+        if k == j or (k > 0 and text[k - 1] == "\\"):
+            break  # no word, or the name of a command
+        starts.append(k)
+        i = k
+    for start in reversed(starts):  # longest run first: "12 apples in total"
+        if start > 0 and text[start - 1] in "0123456789}. \t" and droppable_words(text[start:end]):
+            return text[:start].rstrip()
+    return None
+
+
 def strip_text_units(text: str) -> str:
-    """Remove word-only ``\\text{}`` blocks and trailing unit words when math remains.
+    """Remove trailing unit words and unit ``\\text{}`` blocks when math remains.
 
     ``"5 \\text{ cm}^2"`` becomes ``"5"``, but ``"\\text{Evelyn}"`` is kept as it is (nothing
-    would remain), so text answers stay comparable as text.
+    would remain), so text answers stay comparable as text, and ``"5 \\text{ thousand}"`` is kept
+    as it is (see :func:`droppable_words`).
 
     Args:
         text: A normalised answer.
@@ -143,13 +235,13 @@ def strip_text_units(text: str) -> str:
     while True:
         # Only trailing words are units: "\\text{not } 3" must not become "3".
         m = _TRAILING_TEXT_RE.search(stripped)
-        if m is not None and m.start() > 0:
+        if m is not None and m.start() > 0 and droppable_words(m.group(1)):
             stripped = stripped[: m.start()].rstrip()
             continue
-        m = _TRAILING_UNIT_RE.search(stripped)
-        if m is None or m.group(1).lower() not in UNIT_WORDS or m.start() == 0:
+        shorter = _strip_trailing_words(stripped)
+        if shorter is None:
             break
-        stripped = stripped[: m.start()].rstrip()
+        stripped = shorter
     if not stripped or not re.search(r"[\d\\]", stripped):
         return text.strip()
     return stripped

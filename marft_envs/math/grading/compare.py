@@ -1,0 +1,238 @@
+"""When two structured answers are equal: structure first, then values.
+
+Exact rationals are compared directly, other numbers to 40 significant digits (confirmed at 150),
+expressions symbolically; equations up to a nonzero factor, inequalities up to a positive one;
+intervals, inequalities in one variable and set-builder sets as the sets of reals they denote.
+"""
+
+from __future__ import annotations
+
+import re
+
+import sympy
+
+from marft_envs.math.grading.answers import (
+    Answer,
+    Chain,
+    Equation,
+    Inequality,
+    Matrix,
+    Scalar,
+    Sequence,
+    SetBuilder,
+    Text,
+    Union,
+    parse_structure,
+)
+from marft_envs.math.grading.normalize import strip_text_units, text_key, unwrap_text
+from marft_envs.math.grading.sets import real_set, sets_equal
+
+__all__ = ["answers_equal", "exprs_equal"]
+
+_TEXT_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mbox)\s*\{")
+_WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
+
+# -- comparison ---------------------------------------------------------------------------------
+
+_REL_TOL = sympy.Float("1e-40", 60)
+_REL_TOL_FINE = sympy.Float("1e-150", 200)
+_PROBE_POINTS = (
+    (sympy.Rational(7, 3), sympy.Rational(-5, 11), sympy.Rational(13, 17)),
+    (sympy.Rational(-3, 2), sympy.Rational(11, 7), sympy.Rational(2, 9)),
+    (sympy.Rational(5, 13), sympy.Rational(17, 6), sympy.Rational(-19, 10)),
+)
+
+
+def _numbers_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
+    if a.is_Rational and b.is_Rational:
+        return bool(a == b)
+    if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
+        return bool(a == b)
+    va, vb = a.evalf(60), b.evalf(60)
+    try:
+        complex(va), complex(vb)
+    except (TypeError, ValueError):
+        # Something evalf cannot reduce to a number; only an exact proof counts.
+        return bool(sympy.simplify(a - b) == 0)
+    # Rounded decimals never pass: 60 digits are computed and 40 must agree; a pair that passes
+    # is checked again at 200 digits, so only numbers equal to ~150 digits count as equal.
+    return _close(va, vb, _REL_TOL, 60) and _close(a.evalf(200), b.evalf(200), _REL_TOL_FINE, 200)
+
+
+def _close(va: sympy.Expr, vb: sympy.Expr, tol: sympy.Float, digits: int) -> bool:
+    diff = abs(va - vb).evalf(digits)
+    scale = max(abs(va).evalf(digits), abs(vb).evalf(digits))
+    if not diff.is_number or not scale.is_number:
+        return False
+    if scale == 0:
+        return bool(diff == 0)
+    return bool(diff <= tol * scale)
+
+
+def _probe_differs(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol]) -> bool:
+    """True when a numeric substitution shows the expressions differ (a cheap early reject)."""
+    for point in _PROBE_POINTS:
+        subs = {s: point[i % len(point)] + i // len(point) for i, s in enumerate(symbols)}
+        try:
+            va = a.subs(subs).evalf(30)
+            vb = b.subs(subs).evalf(30)
+            diff = abs(complex(va - vb))
+            scale = max(abs(complex(va)), abs(complex(vb)), 1e-30)
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            continue
+        if diff != diff or scale == float("inf"):
+            continue
+        if diff > 1e-12 * scale:
+            return True
+    return False
+
+
+def _ratio_varies(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol]) -> bool:
+    """True when a/b takes two clearly different values at the probe points (not proportional)."""
+    values = []
+    for point in _PROBE_POINTS:
+        subs = {s: point[i % len(point)] + i // len(point) for i, s in enumerate(symbols)}
+        try:
+            value = complex((a.subs(subs) / b.subs(subs)).evalf(30))
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            continue
+        if value != value or abs(value) == float("inf"):
+            continue
+        values.append(value)
+    return any(abs(v - values[0]) > 1e-9 * max(abs(v), abs(values[0]), 1.0) for v in values)
+
+
+def exprs_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
+    """Whether two sympy expressions are mathematically equal (exactly, or to 40 digits)."""
+    if a == b:
+        return True
+    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
+    if not symbols:
+        return _numbers_equal(a, b)
+    if _probe_differs(a, b, symbols):
+        return False
+    diff = a - b
+    if sympy.expand(diff) == 0:
+        return True
+    return bool(sympy.simplify(diff) == 0)
+
+
+def _proportional(a: sympy.Expr, b: sympy.Expr, *, positive: bool) -> bool:
+    if a == 0 or b == 0:
+        return False
+    if a == b:
+        return True
+    symbols = sorted(a.free_symbols | b.free_symbols, key=str)
+    if symbols and _ratio_varies(a, b, symbols):
+        return False
+    ratio = sympy.cancel(a / b)
+    if ratio.free_symbols:
+        ratio = sympy.simplify(ratio)
+    if ratio.free_symbols or not ratio.is_number or ratio.has(sympy.oo, sympy.zoo, sympy.nan):
+        return False
+    if ratio == 0:
+        return False
+    return bool(ratio > 0) if positive else True
+
+
+def _match_unordered(gold: tuple[Answer, ...], pred: tuple[Answer, ...]) -> bool:
+    if len(gold) != len(pred):
+        return False
+    used = [False] * len(pred)
+
+    def assign(i: int) -> bool:
+        if i == len(gold):
+            return True
+        for j, p in enumerate(pred):
+            if not used[j] and answers_equal(gold[i], p):
+                used[j] = True
+                if assign(i + 1):
+                    return True
+                used[j] = False
+        return False
+
+    return assign(0)
+
+
+def _as_sets(gold: Answer, pred: Answer) -> bool:
+    """Different forms of one set of reals: an interval, an inequality, a set-builder set.
+
+    Only tried when the two answers are not of one kind (same kinds compare by their own rule)
+    and at least one side states a condition, so two tuples are never read as intervals.
+    """
+    if type(gold) is type(pred) and not isinstance(gold, (Union, SetBuilder)):
+        return False
+    if not (_states_condition(gold) or _states_condition(pred)):
+        return False
+    gold_set, pred_set = real_set(gold), real_set(pred)
+    return gold_set is not None and pred_set is not None and sets_equal(gold_set, pred_set)
+
+
+def _states_condition(answer: Answer) -> bool:
+    if isinstance(answer, Union):
+        return any(_states_condition(p) for p in answer.parts)
+    return isinstance(answer, (Inequality, Chain, SetBuilder))
+
+
+def answers_equal(gold: Answer, pred: Answer) -> bool:
+    """Whether ``pred`` is mathematically the same answer as ``gold``.
+
+    Args:
+        gold: The reference answer.
+        pred: The answer to grade.
+
+    Returns:
+        ``True`` when they are equivalent under the rules in the module docstring.
+    """
+    if isinstance(gold, Text):
+        return bool(gold.key) and gold.key == text_key(pred.raw)
+    if isinstance(pred, Text):
+        # "\\text{5}" against a math gold: read what the text wraps as math, once.
+        unwrapped = strip_text_units(unwrap_text(pred.raw)).strip()
+        if unwrapped == pred.raw or _TEXT_RE.search(unwrapped) or _WORD_RE.search(unwrapped):
+            return False  # words left after the units went may change the value: "5 thousand"
+        try:
+            reparsed = parse_structure(unwrapped)
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+            return False
+        return answers_equal(gold, reparsed)
+    if isinstance(gold, Scalar) and isinstance(pred, Scalar):
+        return exprs_equal(gold.value, pred.value)
+    if isinstance(gold, Equation) and isinstance(pred, Scalar) and pred.assigned is not None:
+        pred = Equation(pred.raw, pred.assigned - pred.value)
+    if isinstance(pred, Equation) and isinstance(gold, Scalar) and gold.assigned is not None:
+        gold = Equation(gold.raw, gold.assigned - gold.value)
+    if isinstance(gold, Equation) and isinstance(pred, Equation):
+        return _proportional(gold.value, pred.value, positive=False)
+    if isinstance(gold, Inequality) and isinstance(pred, Inequality):
+        return gold.strict == pred.strict and _proportional(gold.value, pred.value, positive=True)
+    if _as_sets(gold, pred):
+        return True
+    if isinstance(gold, Sequence) and isinstance(pred, Sequence):
+        if gold.unordered and pred.unordered:
+            return _match_unordered(gold.items, pred.items)
+        if gold.kind != pred.kind or len(gold.items) != len(pred.items):
+            return False
+        return all(answers_equal(g, p) for g, p in zip(gold.items, pred.items, strict=True))
+    if (
+        isinstance(gold, Chain)
+        and isinstance(pred, Chain)
+        and gold.strict == pred.strict
+        and all(exprs_equal(g, p) for g, p in zip(gold.sides, pred.sides, strict=True))
+    ):
+        return True
+    if (
+        isinstance(gold, Union)
+        and isinstance(pred, Union)
+        and _match_unordered(gold.parts, pred.parts)
+    ):
+        return True
+    if isinstance(gold, Matrix) and isinstance(pred, Matrix):
+        if [len(r) for r in gold.rows] != [len(r) for r in pred.rows]:
+            return False
+        return all(
+            answers_equal(g, p)
+            for grow, prow in zip(gold.rows, pred.rows, strict=True)
+            for g, p in zip(grow, prow, strict=True)
+        )
+    return False
