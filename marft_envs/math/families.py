@@ -195,18 +195,18 @@ def _powers(rng: random.Random, level: int) -> Draft:
         if root.denominator == 1 or (root.numerator == 1 and q == 2):
             raise RetryDraw
     p = rng.choice([k for k in range(1, 5) if math.gcd(k, q) == 1])
-    sign = rng.choice([1, -1])
+    power_sign = rng.choice([1, -1])
     base = root**q
     base_text = fmt_number(base) if base.denominator == 1 else f"({fmt_number(base)})"
-    exponent = f"{'-' if sign < 0 else ''}{p}/{q}"
-    value = root ** (p * sign)
+    exponent = f"{'-' if power_sign < 0 else ''}{p}/{q}"
+    value = root ** (p * power_sign)
     root_text = f"\\sqrt{{{fmt_number(base)}}}" if q == 2 else f"\\sqrt[{q}]{{{fmt_number(base)}}}"
     steps = [f"{root_text} = {fmt_number(root)}"]
     if p > 1:
         steps.append(
             f"{fmt_number(root) if root.denominator == 1 else f'({fmt_number(root)})'}^{p} = {fmt_number(root**p)}"
         )
-    if sign < 0:
+    if power_sign < 0:
         steps.append(
             f"{base_text}^{{{exponent}}} = 1 \\div {fmt_number(root**p)} = {fmt_number(value)}"
         )
@@ -294,6 +294,7 @@ def _percent(rng: random.Random, level: int) -> Draft:
 
 
 def _linear(rng: random.Random, level: int) -> Draft:
+    x: int | Fraction  # whole at the lower levels, rational at the top
     if level == 1:
         x, a = rng.randint(-5, 30), rng.randint(1, 30)
         b = x + a
@@ -357,6 +358,10 @@ def _pair(x: Fraction, y: Fraction) -> str:
 
 
 def _system(rng: random.Random, level: int) -> Draft:
+    x: int | Fraction
+    y: int | Fraction
+    c1: int | Fraction
+    c2: int | Fraction
     if level == 1:
         x, y = rng.randint(1, 20), rng.randint(1, 20)
         s, d = x + y, x - y
@@ -412,6 +417,7 @@ def _factor(p: int, root_num: int) -> str:
 
 
 def _quadratic(rng: random.Random, level: int) -> Draft:
+    roots: list[int] | list[Fraction]
     if level == 1:
         k, c = rng.randint(1, 30), rng.randint(0, 30)
         steps = [f"x = \\pm\\sqrt{{{k * k}}} = \\pm {k}"]
@@ -476,6 +482,7 @@ _ITEMS = ("apples", "pens", "books", "stickers", "marbles", "cards", "shells", "
 
 
 def _word(rng: random.Random, level: int) -> Draft:
+    spent: int | Fraction
     name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
     variant = rng.random() < 0.5
     if level == 1:

@@ -373,7 +373,7 @@ def load_hf_dataset(
         id_field=id_field,
         answer_format=answer_format,
     )
-    rows = ((f"row {i}", row) for i, row in enumerate(data, start=1))
+    rows: Iterator[tuple[str, Any]] = ((f"row {i}", row) for i, row in enumerate(data, start=1))
     first, rows = _peek(rows)
     fields = resolve_fields(first, given, source)
     return build_dataset(
