@@ -378,7 +378,17 @@ class Trainer(ABC):
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
-        episodes, sampling_stats = self.collect_with_stats()
+        if type(self).collect is not Trainer.collect:
+            # A subclass customised collect() (the extension point before collect_with_stats).
+            warnings.warn(
+                f"{type(self).__name__} overrides Trainer.collect(); its rollout statistics (e.g. "
+                f"GRPO's rollout/groups_dropped) are not logged. Override collect_with_stats() instead.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            episodes, sampling_stats = self.collect(), {}
+        else:
+            episodes, sampling_stats = self.collect_with_stats()
         rollout_time = time.perf_counter() - start
         metrics = self.summarize(episodes, "rollout")
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])

@@ -147,10 +147,10 @@ def run_marft(
     class RecordingGRPOTrainer(GRPOTrainer):
         """Keeps each update's episodes so TRL can be given the same prompts."""
 
-        def collect(self) -> list[Episode]:
-            episodes = super().collect()
+        def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
+            episodes, stats = super().collect_with_stats()
             batches.append(episodes)
-            return episodes
+            return episodes, stats
 
     policy = MultiAgentPolicy.from_pretrained(args.model, agents, lora=LoraSettings(), seed=args.seed)
     trainer = RecordingGRPOTrainer(policy, env_fn, config)

@@ -312,3 +312,20 @@ def test_more_processes_than_work_is_refused_before_anything_runs(tiny_path):
     config = GRPOConfig(**{**{k: v for k, v in SMALL.items() if k != "critic_learning_rate"}, "num_generations": 2})
     with pytest.raises(ValueError, match="4 processes share 2 groups per iteration"):
         GRPOTrainer(policy, lambda: DigitsEnv(), config, distributed=DistributedContext(rank=0, world_size=4))
+
+
+def test_a_subclass_overriding_collect_still_trains_on_its_episodes(tiny_path):
+    seen = []
+
+    class Recording(ActionMARFTTrainer):
+        def collect(self):
+            episodes = super().collect()
+            seen.append(len(episodes))
+            return episodes
+
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], seed=0)
+    trainer = Recording(policy, lambda: DigitsEnv(team=2), ActionMARFTConfig(**{**SMALL, "iterations": 1}),
+                        critic=Critic(policy, seed=0))
+    with pytest.warns(DeprecationWarning, match="Override collect_with_stats"):
+        trainer.train()
+    assert seen == [SMALL["episodes_per_iteration"]]
