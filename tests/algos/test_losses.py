@@ -207,3 +207,39 @@ def test_masked_mean() -> None:
     assert masked_mean(x, m).item() == pytest.approx(2.0)
     torch.testing.assert_close(masked_mean(x, m, dim=1), t(1.5, 3.0))
     assert masked_mean(x, torch.zeros_like(m)).item() == 0.0  # no NaN on an empty mask
+
+
+def test_sequence_weights_hand():
+    from marft_algos.common.losses import sequence_weights
+
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]], dtype=torch.bool)  # lengths 3 and 1
+    # One chunk of a batch of 3 sequences and 10 tokens in all.
+    token = sequence_weights(mask, "token", total_tokens=10, total_sequences=3)
+    torch.testing.assert_close(token, mask.float() / 10)
+    seq = sequence_weights(mask, "sequence", total_tokens=10, total_sequences=3)
+    torch.testing.assert_close(seq, torch.tensor([[1 / 9, 1 / 9, 1 / 9, 0], [1 / 3, 0, 0, 0]]))
+    const = sequence_weights(mask, "constant", total_tokens=10, total_sequences=3, caps=torch.tensor([6, 2]))
+    torch.testing.assert_close(const, torch.tensor([[1 / 18, 1 / 18, 1 / 18, 0], [1 / 6, 0, 0, 0]]))
+    with pytest.raises(ValueError, match="needs caps"):
+        sequence_weights(mask, "constant", total_tokens=10, total_sequences=3)
+
+
+@pytest.mark.parametrize(("normalizer", "loss_type"), [("token", "dapo"), ("sequence", "grpo"), ("constant", "dr_grpo")])
+def test_weighted_surrogate_equals_the_aggregated_loss_for_any_split(normalizer, loss_type):
+    from marft_algos.common.losses import clipped_surrogate, sequence_weights
+
+    gen = torch.Generator().manual_seed(0)
+    lp = torch.randn(5, 7, generator=gen) * 0.3 - 1.0
+    old = lp + torch.randn(5, 7, generator=gen) * 0.2
+    adv = torch.randn(5, generator=gen)
+    mask = torch.arange(7).expand(5, 7) < torch.tensor([[7], [3], [5], [1], [6]])
+    whole, _ = ppo_clip_loss(lp, old, adv, mask, loss_type=loss_type, max_completion_length=7,
+                             num_items_in_batch=float(mask.sum()))
+    tokens, rows = float(mask.sum()), 5.0
+    caps = torch.full((5,), 7)
+    total = torch.zeros(())
+    for part in (slice(0, 2), slice(2, 3), slice(3, 5)):  # any split gives the same sum
+        per, _ = clipped_surrogate(lp[part], old[part], adv[part], mask[part])
+        w = sequence_weights(mask[part], normalizer, total_tokens=tokens, total_sequences=rows, caps=caps[part])
+        total = total + (per * w).sum()
+    torch.testing.assert_close(total, whole)
