@@ -1,0 +1,463 @@
+"""The process that runs inside the sandbox (see :mod:`marft_envs.code.sandbox`).
+
+Run as ``python -I -S _harness.py``; standard library only, nothing from marft. Two processes:
+
+- the **tester** (this script's main process) reads the job from stdin, forks the runner, runs the
+  tests and writes the one report line on stdout;
+- the **runner** (forked child) drops to an unprivileged uid and its resource limits, executes the
+  untrusted program, then serves calls: the tester's test code calls stand-ins for the program's
+  functions, the runner calls the real ones and sends back the return value.
+
+Why two processes: the untrusted program never holds the tests, the report channel or the nonce
+(it is forked before they are read), and every comparison happens in the tester on plain values
+(``None``, bool, int, float, complex, str, bytes, and lists, tuples, dicts, sets of them, exact
+types only) decoded from the runner's replies, so no object the program builds can take part in
+an assertion (an ``__eq__`` that always returns True never runs).
+
+Stdin: one JSON header line (``program_bytes``, limits, ...), the program (exactly
+``program_bytes`` bytes), then one JSON line with the tests and the nonce.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import time
+
+_MAX_DEPTH = 100
+_HEADER = struct.Struct("!Q")
+
+
+class _NotPlain(TypeError):
+    pass
+
+
+# --- plain values <-> JSON (both processes) ------------------------------------------------------
+
+
+def _encode(value, depth=0):
+    if depth > _MAX_DEPTH:
+        raise _NotPlain("value nested deeper than %d levels" % _MAX_DEPTH)
+    kind = type(value)
+    if value is None or kind is bool or kind is str:
+        return value
+    if kind is int:
+        return {"i": hex(value)}
+    if kind is float:
+        return {"f": value.hex()}
+    if kind is complex:
+        return {"c": [value.real.hex(), value.imag.hex()]}
+    if kind is bytes:
+        return {"b": value.hex()}
+    if kind is list:
+        return [_encode(v, depth + 1) for v in value]
+    if kind is tuple:
+        return {"t": [_encode(v, depth + 1) for v in value]}
+    if kind is dict:
+        return {"d": [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in value.items()]}
+    if kind is set or kind is frozenset:
+        tag = "s" if kind is set else "z"
+        return {tag: [_encode(v, depth + 1) for v in value]}
+    raise _NotPlain("a %s object is not a plain value" % kind.__name__)
+
+
+def _decode(data):
+    if data is None or type(data) in (bool, str):
+        return data
+    if type(data) is list:
+        return [_decode(v) for v in data]
+    (tag, raw), = data.items()
+    if tag == "i":
+        return int(raw, 16)
+    if tag == "f":
+        return float.fromhex(raw)
+    if tag == "c":
+        return complex(float.fromhex(raw[0]), float.fromhex(raw[1]))
+    if tag == "b":
+        return bytes.fromhex(raw)
+    if tag == "t":
+        return tuple(_decode(v) for v in raw)
+    if tag == "d":
+        return {_decode(k): _decode(v) for k, v in raw}
+    if tag == "s":
+        return {_decode(v) for v in raw}
+    if tag == "z":
+        return frozenset(_decode(v) for v in raw)
+    raise ValueError("unknown tag %r" % tag)
+
+
+def _send(fd, obj):
+    data = json.dumps(obj).encode()
+    data = _HEADER.pack(len(data)) + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _read_exact(fd, n, deadline=None):
+    chunks, got = [], 0
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(fd, limit, deadline=None):
+    (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))
+    if size > limit:
+        raise OverflowError("message of %d bytes is over the %d-byte limit" % (size, limit))
+    return json.loads(_read_exact(fd, size, deadline))
+
+
+# --- the runner (untrusted program) --------------------------------------------------------------
+
+
+def _limit_runner(job):
+    import resource
+
+    def cap(which, value):
+        if value is None or not hasattr(resource, which):
+            return
+        try:
+            resource.setrlimit(getattr(resource, which), value)
+        except (ValueError, OSError):
+            pass  # an OS that does not enforce this limit; the others still hold
+
+    cap("RLIMIT_CORE", (0, 0))
+    cap("RLIMIT_CPU", (job["cpu_seconds"], job["cpu_seconds"] + 1))
+    cap("RLIMIT_AS", (job["memory_bytes"], job["memory_bytes"]))
+    cap("RLIMIT_FSIZE", (job["file_size_bytes"], job["file_size_bytes"]))
+    cap("RLIMIT_NOFILE", (job["open_files"], job["open_files"]))
+    uid = job.get("uid")
+    if uid is not None:
+        # A uid of its own: the runner can signal no other process and own no other file.
+        cap("RLIMIT_NPROC", (job["processes"], job["processes"]))
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    try:  # no setuid binary may give privileges back
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    except (OSError, AttributeError):
+        pass
+
+
+def _runner(job, program, call_fd, reply_fd):
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    keep = sorted({0, 1, 2, call_fd, reply_fd})
+    for low, high in zip(keep, [*keep[1:], 65536]):
+        os.closerange(low + 1, high)
+    os.chdir(job["workdir"])
+    if job.get("sys_path") is not None:
+        sys.path[:] = job["sys_path"]
+    _limit_runner(job)
+    limit = job["message_bytes"]
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        code = compile(program, "<program>", "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as err:
+        _send(reply_fd, {"error": "syntax_error", "detail": "%s: %s" % (type(err).__name__, err)})
+        os._exit(0)
+    try:
+        exec(code, namespace)
+    except BaseException as err:  # noqa: BLE001 - anything the program raises is its failure
+        _send(reply_fd, {"error": _kind(type(err).__name__), "detail": _describe(err)})
+        os._exit(0)
+    names = {}
+    for name, value in list(namespace.items()):
+        if name.startswith("__"):
+            continue
+        if callable(value):
+            names[name] = None
+        else:
+            try:
+                names[name] = {"v": _encode(value)}
+            except _NotPlain:
+                pass
+    _send(reply_fd, {"names": names})
+    while True:
+        call = _receive(call_fd, limit)
+        try:
+            args = _decode(call["a"])
+            kwargs = _decode(call["k"])
+            result = namespace[call["n"]](*args, **kwargs)
+            try:
+                reply = {"v": _encode(result)}
+            except _NotPlain as err:
+                reply = {"e": "TypeError", "m": "%s returned %s" % (call["n"], err), "plain": False}
+        except BaseException as err:  # noqa: BLE001
+            reply = {"e": type(err).__name__, "m": _describe(err)}
+        data = json.dumps(reply).encode()
+        if len(data) > limit:
+            reply = {"e": "MemoryError", "m": "the return value is over %d bytes" % limit}
+        _send(reply_fd, reply)
+
+
+def _describe(err):
+    try:
+        text = str(err)
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        text = ""
+    return ("%s: %s" % (type(err).__name__, text))[:300]
+
+
+def _kind(exc_name):
+    if exc_name == "MemoryError":
+        return "memory"
+    if exc_name in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
+        return "exited"
+    if exc_name == "RecursionError":
+        return "runtime_error"
+    return "runtime_error"
+
+
+# --- the tester (trusted) ------------------------------------------------------------------------
+
+
+class _ProgramFailure(BaseException):
+    """The program failed in a way that is not a wrong value (kind: timeout, memory, exited...)."""
+
+    def __init__(self, kind, detail):
+        super().__init__(detail)
+        self.kind = kind
+
+
+class _Runner:
+    """The tester's handle on the runner process."""
+
+    def __init__(self, pid, call_fd, reply_fd, deadline, limit):
+        self.pid, self.call_fd, self.reply_fd = pid, call_fd, reply_fd
+        self.deadline, self.limit = deadline, limit
+        self.dead = None  # (kind, detail) once the runner is gone
+
+    def receive(self):
+        if self.dead:
+            raise _ProgramFailure(*self.dead)
+        try:
+            return _receive(self.reply_fd, self.limit, self.deadline)
+        except TimeoutError:
+            self.kill(("timeout", "the program ran past the time limit"))
+        except Exception:  # noqa: BLE001 - EOF, a closed pipe, a malformed message
+            self.kill(None)
+        raise _ProgramFailure(*self.dead)
+
+    def kill(self, why):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _, status = os.waitpid(self.pid, 0)
+        if why is None:
+            why = _death(status)
+        self.dead = why
+
+    def call(self, name, args, kwargs):
+        try:
+            request = {"n": name, "a": _encode(list(args)), "k": _encode(dict(kwargs))}
+        except _NotPlain as err:
+            raise TypeError("the test passes %s to %s; only plain values cross the sandbox" % (err, name)) from None
+        if self.dead:
+            raise _ProgramFailure(*self.dead)
+        try:
+            _send(self.call_fd, request)
+        except OSError:
+            self.kill(None)
+            raise _ProgramFailure(*self.dead) from None
+        reply = self.receive()
+        if "v" in reply:
+            try:
+                return _decode(reply["v"])
+            except Exception:  # noqa: BLE001 - the program wrote on the channel itself
+                raise _ProgramFailure("runtime_error", "unreadable reply from the program") from None
+        name = str(reply.get("e"))
+        message = str(reply.get("m"))
+        if reply.get("plain") is False:
+            raise _ProgramFailure("wrong_answer", message)
+        if _kind(name) != "runtime_error":
+            raise _ProgramFailure(_kind(name), message)
+        cls = getattr(builtins, name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception) and cls is not AssertionError:
+            error = cls(message)  # so tests that expect e.g. a ValueError see one
+        else:
+            error = _ProgramFailure("runtime_error", message)
+        error._from_program = True
+        raise error
+
+
+def _death(status):
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig in (signal.SIGXCPU, signal.SIGKILL):
+            return ("timeout", "the program used up its CPU time")
+        return ("runtime_error", "the program was killed by signal %d" % sig)
+    return ("exited", "the program ended its process (exit status %d)" % os.WEXITSTATUS(status))
+
+
+def _stub(runner, name):
+    def call(*args, **kwargs):
+        return runner.call(name, args, kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _run_tests(runner, suite):
+    results = [{"passed": False, "kind": "not_run", "detail": ""} for _ in suite["tests"]]
+    ready = None
+    try:
+        ready = runner.receive()
+    except _ProgramFailure as err:
+        kind = err.kind
+        return [dict(r, kind=kind, detail=str(err)) for r in results]
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        if "error" in ready:
+            return [dict(r, kind=str(ready["error"]), detail=str(ready.get("detail", ""))) for r in results]
+        for name, value in dict(ready["names"]).items():
+            namespace[str(name)] = _stub(runner, str(name)) if value is None else _decode(value["v"])
+    except Exception:  # noqa: BLE001 - the program wrote on the channel itself
+        return [dict(r, kind="runtime_error", detail="unreadable message from the program") for r in results]
+    try:
+        exec(compile(suite["setup"], "<test setup>", "exec"), namespace)
+    except Exception as err:  # noqa: BLE001 - a broken test setup fails every test, visibly
+        return [dict(r, kind="test_error", detail=_describe(err)) for r in results]
+    for i, test in enumerate(suite["tests"]):
+        try:
+            exec(compile(test, "<test %d>" % (i + 1), "exec"), namespace)
+        except _ProgramFailure as err:
+            results[i] = {"passed": False, "kind": err.kind, "detail": str(err)[:300]}
+        except AssertionError as err:
+            results[i] = {"passed": False, "kind": "wrong_answer", "detail": _describe(err)}
+        except Exception as err:  # noqa: BLE001
+            kind = "runtime_error" if getattr(err, "_from_program", False) else "wrong_answer"
+            results[i] = {"passed": False, "kind": kind, "detail": _describe(err)}
+        else:
+            results[i] = {"passed": True, "kind": None, "detail": ""}
+        if runner.dead is not None and results[i]["passed"]:
+            # A test that swallowed the failure (a bare except) still fails: the program is gone.
+            results[i] = {"passed": False, "kind": runner.dead[0], "detail": runner.dead[1]}
+    return results
+
+
+# --- isolation set-up (tester, before the fork) --------------------------------------------------
+
+
+def _read_header():
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = os.read(0, 1)
+        if not byte:
+            raise EOFError("no job header on stdin")
+        line += byte
+    return json.loads(line)
+
+
+def _private_filesystem(job):
+    """Every mount read-only and nosuid; a fresh size-capped tmpfs as the only writable place.
+
+    The standard library is bind-mounted (read-only) under ``libdir``, so a runner with its own
+    uid can import it even where the interpreter lives in a private directory (e.g. ``/root``).
+    Returns the runner's ``sys.path``.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_rdonly, ms_nosuid, ms_nodev, ms_noexec, ms_remount, ms_bind = 1, 2, 4, 8, 32, 4096
+    extra = {"nodev": ms_nodev, "noexec": ms_noexec}
+
+    def mount(source, target, fstype, flags, data=None):
+        if libc.mount(source, target.encode(), fstype, flags, data) != 0:
+            raise OSError(ctypes.get_errno(), "mount of %s failed" % target)
+
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    for fields in mounts:
+        point = fields[4].encode().decode("unicode_escape")
+        flags = ms_remount | ms_bind | ms_rdonly | ms_nosuid
+        for option in fields[5].split(","):
+            flags |= extra.get(option, 0)
+        try:
+            mount(None, point, None, flags)
+        except OSError:
+            pass  # a mount that cannot be remounted keeps its flags
+    uid = job.get("uid")
+    work, libdir = job["workdir"], job["libdir"]
+    mount(b"tmpfs", work, b"tmpfs", ms_nosuid | ms_nodev, ("size=%d,mode=0700" % job["tmpfs_bytes"]).encode())
+    if uid is not None:
+        os.chown(work, uid, uid)
+    mount(b"tmpfs", libdir, b"tmpfs", ms_nosuid | ms_nodev, b"size=1m,mode=0755")
+    paths = []
+    for source in sys.path:
+        if os.path.isdir(source):
+            target = os.path.join(libdir, str(len(paths)))
+            os.mkdir(target)
+            mount(source.encode(), target, None, ms_bind)
+            mount(None, target, None, ms_remount | ms_bind | ms_rdonly | ms_nosuid | ms_nodev)
+            paths.append(target)
+    mount(None, libdir, None, ms_remount | ms_rdonly | ms_nosuid | ms_nodev)
+    return paths
+
+
+def main():
+    out = os.dup(1)
+    job = _read_header()
+    program = _read_exact(0, job["program_bytes"]).decode("utf-8", "surrogatepass")
+    if job["isolation"] == "namespaces":
+        job["sys_path"] = _private_filesystem(job)
+    call_r, call_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(call_w)
+            os.close(reply_r)
+            os.close(out)
+            _runner(job, program, call_r, reply_w)
+        finally:
+            os._exit(0)
+    os.close(call_r)
+    os.close(reply_w)
+    del program
+    deadline = time.monotonic() + job["wall_seconds"]
+    # Read only now: the runner was forked without the tests or the nonce in its memory.
+    rest = json.loads(sys.stdin.buffer.read())
+    null = open(os.devnull, "w")
+    sys.stdout = sys.stderr = null
+    runner = _Runner(pid, call_w, reply_r, deadline, job["message_bytes"])
+    results = _run_tests(runner, rest)
+    if runner.dead is None:
+        runner.kill(("exited", ""))
+    if job.get("uid") is not None and job["isolation"] != "namespaces":
+        _kill_uid(job["uid"])
+    report = json.dumps({"nonce": rest["nonce"], "results": results}) + "\n"
+    os.write(out, report.encode())
+
+
+def _kill_uid(uid):
+    """Kill every process of the runner's uid (children that left the process group included)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+if __name__ == "__main__":
+    main()
