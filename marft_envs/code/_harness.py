@@ -40,9 +40,18 @@ class _NotPlain(TypeError):
 # --- plain values <-> JSON (both processes) ------------------------------------------------------
 
 
+_BASES = (str, int, float, bytes, list, tuple, dict, set, frozenset)
+
+
 def _encode(value, depth=0):
+    """Plain data as JSON; subclasses of plain types become their base type, other objects opaque.
+
+    Conversions build fresh objects of the exact base type (e.g. a ``Counter`` becomes a ``dict``),
+    so no method of the program's classes survives into the tests. Other objects (a ``re.Match``,
+    a generator) cross as an opaque token that equals only itself and keeps only its truth value.
+    """
     if depth > _MAX_DEPTH:
-        raise _NotPlain("value nested deeper than %d levels" % _MAX_DEPTH)
+        raise _NotPlain("a value nested deeper than %d levels" % _MAX_DEPTH)
     kind = type(value)
     if value is None or kind is bool or kind is str:
         return value
@@ -63,7 +72,22 @@ def _encode(value, depth=0):
     if kind is set or kind is frozenset:
         tag = "s" if kind is set else "z"
         return {tag: [_encode(v, depth + 1) for v in value]}
-    raise _NotPlain("a %s object is not a plain value" % kind.__name__)
+    for base in _BASES:
+        if isinstance(value, base):
+            if base is int:
+                plain = int.__index__(value)
+            elif base is float:
+                plain = float.__float__(value)
+            elif base is str:
+                plain = str.__str__(value)
+            elif base is bytes:
+                plain = bytes(memoryview(value))
+            else:
+                plain = base(value)
+            if type(plain) is not base:
+                raise _NotPlain("a %s object is not a plain value" % kind.__name__)
+            return _encode(plain, depth + 1)
+    return {"o": [kind.__name__, bool(value)]}
 
 
 def _decode(data):
@@ -88,7 +112,24 @@ def _decode(data):
         return {_decode(v) for v in raw}
     if tag == "z":
         return frozenset(_decode(v) for v in raw)
+    if tag == "o":
+        return _Opaque(str(raw[0]), raw[1] is True)
     raise ValueError("unknown tag %r" % tag)
+
+
+class _Opaque:
+    """An object the program returned that is not plain data: equal only to itself."""
+
+    __slots__ = ("name", "truth")
+
+    def __init__(self, name, truth):
+        self.name, self.truth = name, truth
+
+    def __bool__(self):
+        return self.truth
+
+    def __repr__(self):
+        return "<%s object from the program>" % self.name
 
 
 def _send(fd, obj):
@@ -121,6 +162,22 @@ def _receive(fd, limit, deadline=None):
 
 
 # --- the runner (untrusted program) --------------------------------------------------------------
+
+
+def _use_mounted_stdlib(mounted):
+    """Point ``sys.path`` and the loaded packages' ``__path__`` at the bind-mounted copies."""
+    moved = dict(mounted)
+    sys.path[:] = [new for _, new in mounted]
+    sys.path_importer_cache.clear()
+    for module in list(sys.modules.values()):
+        paths = getattr(module, "__path__", None)
+        if not isinstance(paths, list):
+            continue
+        for i, path in enumerate(paths):
+            for old, new in moved.items():
+                if path == old or path.startswith(old + os.sep):
+                    paths[i] = new + path[len(old):]
+                    break
 
 
 def _limit_runner(job):
@@ -163,7 +220,7 @@ def _runner(job, program, call_fd, reply_fd):
         os.closerange(low + 1, high)
     os.chdir(job["workdir"])
     if job.get("sys_path") is not None:
-        sys.path[:] = job["sys_path"]
+        _use_mounted_stdlib(job["sys_path"])
     _limit_runner(job)
     limit = job["message_bytes"]
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -181,7 +238,9 @@ def _runner(job, program, call_fd, reply_fd):
     for name, value in list(namespace.items()):
         if name.startswith("__"):
             continue
-        if callable(value):
+        if type(value) is type(os):
+            names[name] = {"m": str(getattr(value, "__name__", ""))}
+        elif callable(value):
             names[name] = None
         else:
             try:
@@ -307,6 +366,14 @@ def _death(status):
     return ("exited", "the program ended its process (exit status %d)" % os.WEXITSTATUS(status))
 
 
+# Modules a program may have imported that the tests may use by the program's name for them.
+_TEST_MODULES = frozenset(
+    "abc array bisect calendar cmath collections collections.abc copy datetime decimal enum "
+    "fractions functools hashlib heapq itertools json math operator random re statistics string "
+    "sys time typing unicodedata".split()
+)
+
+
 def _stub(runner, name):
     def call(*args, **kwargs):
         return runner.call(name, args, kwargs)
@@ -328,7 +395,13 @@ def _run_tests(runner, suite):
         if "error" in ready:
             return [dict(r, kind=str(ready["error"]), detail=str(ready.get("detail", ""))) for r in results]
         for name, value in dict(ready["names"]).items():
-            namespace[str(name)] = _stub(runner, str(name)) if value is None else _decode(value["v"])
+            if value is None:
+                namespace[str(name)] = _stub(runner, str(name))
+            elif "m" in value:
+                if value["m"] in _TEST_MODULES:
+                    namespace[str(name)] = __import__(value["m"], fromlist=["_"])
+            else:
+                namespace[str(name)] = _decode(value["v"])
     except Exception:  # noqa: BLE001 - the program wrote on the channel itself
         return [dict(r, kind="runtime_error", detail="unreadable message from the program") for r in results]
     try:
@@ -371,7 +444,7 @@ def _private_filesystem(job):
 
     The standard library is bind-mounted (read-only) under ``libdir``, so a runner with its own
     uid can import it even where the interpreter lives in a private directory (e.g. ``/root``).
-    Returns the runner's ``sys.path``.
+    Returns ``(original, mounted)`` pairs for the runner's ``sys.path``.
     """
     import ctypes
 
@@ -407,7 +480,7 @@ def _private_filesystem(job):
             os.mkdir(target)
             mount(source.encode(), target, None, ms_bind)
             mount(None, target, None, ms_remount | ms_bind | ms_rdonly | ms_nosuid | ms_nodev)
-            paths.append(target)
+            paths.append((source, target))
     mount(None, libdir, None, ms_remount | ms_rdonly | ms_nosuid | ms_nodev)
     return paths
 
