@@ -226,6 +226,9 @@ class RolloutCollector:
                     generator=self.generator,
                 )
                 for env_index, generation in zip(env_indices, generations, strict=True):
+                    # Lets slow transitions (e.g. sandboxed programs) of all copies run in parallel.
+                    _unwrapped(self.envs[env_index]).prepare_step(generation.text)
+                for env_index, generation in zip(env_indices, generations, strict=True):
                     finished = self._step(env_index, running[env_index], agent, generation, results, round_buffer)
                     if finished:
                         del running[env_index]

@@ -309,19 +309,30 @@ class _Runner:
         try:
             return _receive(self.reply_fd, self.limit, self.deadline)
         except TimeoutError:
-            self.kill(("timeout", "the program ran past the time limit"))
-        except Exception:  # noqa: BLE001 - EOF, a closed pipe, a malformed message
-            self.kill(None)
+            self.finish(("timeout", "the program ran past the time limit"))
+        except EOFError:
+            self.finish(None)
+        except Exception:  # noqa: BLE001 - a malformed message: the program wrote on the channel
+            self.finish(("runtime_error", "the program wrote on the sandbox's channel"))
         raise _ProgramFailure(*self.dead)
 
-    def kill(self, why):
+    def finish(self, why):
+        """End the runner: ``why=None`` waits (until the deadline) for it to end on its own."""
+        if why is None:
+            while True:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.dead = _death(status)
+                    return
+                if time.monotonic() > self.deadline:
+                    why = ("timeout", "the program ran past the time limit")
+                    break
+                time.sleep(0.005)
         try:
             os.kill(self.pid, signal.SIGKILL)
         except OSError:
             pass
-        _, status = os.waitpid(self.pid, 0)
-        if why is None:
-            why = _death(status)
+        os.waitpid(self.pid, 0)
         self.dead = why
 
     def call(self, name, args, kwargs):
@@ -334,7 +345,7 @@ class _Runner:
         try:
             _send(self.call_fd, request)
         except OSError:
-            self.kill(None)
+            self.finish(None)
             raise _ProgramFailure(*self.dead) from None
         reply = self.receive()
         if "v" in reply:
@@ -513,7 +524,7 @@ def main():
     runner = _Runner(pid, call_w, reply_r, deadline, job["message_bytes"])
     results = _run_tests(runner, rest)
     if runner.dead is None:
-        runner.kill(("exited", ""))
+        runner.finish(("exited", ""))
     if job.get("uid") is not None and job["isolation"] != "namespaces":
         _kill_uid(job["uid"])
     report = json.dumps({"nonce": rest["nonce"], "results": results}) + "\n"

@@ -215,13 +215,7 @@ def namespaces_available() -> bool:
 def _stdlib_world_readable() -> bool:
     """Whether another uid can read the standard library (not so under a private ``/root``)."""
     path = Path(os.__file__).resolve().parent
-    ok = all(p.stat().st_mode & 0o001 for p in (path, *path.parents)) and bool(path.stat().st_mode & 0o004)
-    if not ok:
-        logger.warning(
-            "The standard library under %s is not readable by other users, so the fallback sandbox "
-            "runs programs under the current uid (they could signal this user's processes).", path
-        )
-    return ok
+    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents)) and bool(path.stat().st_mode & 0o004)
 
 
 def _minimal_env(home: str) -> dict[str, str]:
@@ -264,6 +258,13 @@ class Sandbox:
             isolation = "process"
         elif isolation == "auto":
             isolation = "namespaces"
+        if isolation == "process" and os.geteuid() == 0 and not _stdlib_world_readable():
+            raise OSError(
+                f"The fallback sandbox (isolation='process') cannot run programs as root safely, and "
+                f"another uid cannot read the standard library under {Path(os.__file__).parent} here. "
+                "Use isolation='namespaces' (needs unshare), run as a normal user, or use a Python "
+                "installed where every user can read it."
+            )
         if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
             raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}.")
         self.limits = limits or SandboxLimits()
@@ -329,8 +330,6 @@ class Sandbox:
         program owns nothing and may signal nothing outside it; ``None`` when not root."""
         if os.geteuid() != 0:
             return None
-        if self.isolation == "process" and not _stdlib_world_readable():
-            return None  # the uid could not import the standard library; see the warning
         return 100_000 + secrets.randbelow(1 << 30)
 
     def _execute(self, program: str, tests: UnitTests) -> tuple[list[str | None], list[str]]:
