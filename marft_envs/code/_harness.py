@@ -21,6 +21,7 @@ Stdin: one JSON header line (``program_bytes``, limits, ...), the program (exact
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import select
@@ -51,7 +52,7 @@ def _encode(value, depth=0):
     a generator) cross as an opaque token that equals only itself and keeps only its truth value.
     """
     if depth > _MAX_DEPTH:
-        raise _NotPlain("a value nested deeper than %d levels" % _MAX_DEPTH)
+        raise _NotPlain(f"a value nested deeper than {_MAX_DEPTH} levels")
     kind = type(value)
     if value is None or kind is bool or kind is str:
         return value
@@ -85,7 +86,7 @@ def _encode(value, depth=0):
             else:
                 plain = base(value)
             if type(plain) is not base:
-                raise _NotPlain("a %s object is not a plain value" % kind.__name__)
+                raise _NotPlain(f"a {kind.__name__} object is not a plain value")
             return _encode(plain, depth + 1)
     return {"o": [kind.__name__, bool(value)]}
 
@@ -95,7 +96,7 @@ def _decode(data):
         return data
     if type(data) is list:
         return [_decode(v) for v in data]
-    (tag, raw), = data.items()
+    ((tag, raw),) = data.items()
     if tag == "i":
         return int(raw, 16)
     if tag == "f":
@@ -114,7 +115,7 @@ def _decode(data):
         return frozenset(_decode(v) for v in raw)
     if tag == "o":
         return _Opaque(str(raw[0]), raw[1] is True)
-    raise ValueError("unknown tag %r" % tag)
+    raise ValueError(f"unknown tag {tag!r}")
 
 
 class _Opaque:
@@ -129,14 +130,14 @@ class _Opaque:
         return self.truth
 
     def __repr__(self):
-        return "<%s object from the program>" % self.name
+        return f"<{self.name} object from the program>"
 
 
 def _send(fd, obj):
     data = json.dumps(obj).encode()
     data = _HEADER.pack(len(data)) + data
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _read_exact(fd, n, deadline=None):
@@ -157,7 +158,7 @@ def _read_exact(fd, n, deadline=None):
 def _receive(fd, limit, deadline=None):
     (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))
     if size > limit:
-        raise OverflowError("message of %d bytes is over the %d-byte limit" % (size, limit))
+        raise OverflowError(f"message of {size} bytes is over the {limit}-byte limit")
     return json.loads(_read_exact(fd, size, deadline))
 
 
@@ -176,7 +177,7 @@ def _use_mounted_stdlib(mounted):
         for i, path in enumerate(paths):
             for old, new in moved.items():
                 if path == old or path.startswith(old + os.sep):
-                    paths[i] = new + path[len(old):]
+                    paths[i] = new + path[len(old) :]
                     break
 
 
@@ -186,10 +187,9 @@ def _limit_runner(job):
     def cap(which, value):
         if value is None or not hasattr(resource, which):
             return
-        try:
+        # An OS that does not enforce this limit raises; the others still hold.
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(getattr(resource, which), value)
-        except (ValueError, OSError):
-            pass  # an OS that does not enforce this limit; the others still hold
 
     cap("RLIMIT_CORE", (0, 0))
     cap("RLIMIT_CPU", (job["cpu_seconds"], job["cpu_seconds"] + 1))
@@ -216,7 +216,7 @@ def _runner(job, program, call_fd, reply_fd):
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     keep = sorted({0, 1, 2, call_fd, reply_fd})
-    for low, high in zip(keep, [*keep[1:], 65536]):
+    for low, high in zip(keep, [*keep[1:], 65536], strict=False):
         os.closerange(low + 1, high)
     os.chdir(job["workdir"])
     if job.get("sys_path") is not None:
@@ -227,11 +227,11 @@ def _runner(job, program, call_fd, reply_fd):
     try:
         code = compile(program, "<program>", "exec")
     except (SyntaxError, ValueError, MemoryError, RecursionError) as err:
-        _send(reply_fd, {"error": "syntax_error", "detail": "%s: %s" % (type(err).__name__, err)})
+        _send(reply_fd, {"error": "syntax_error", "detail": f"{type(err).__name__}: {err}"})
         os._exit(0)
     try:
         exec(code, namespace)
-    except BaseException as err:  # noqa: BLE001 - anything the program raises is its failure
+    except BaseException as err:
         _send(reply_fd, {"error": _kind(type(err).__name__), "detail": _describe(err)})
         os._exit(0)
     names = {}
@@ -243,10 +243,8 @@ def _runner(job, program, call_fd, reply_fd):
         elif callable(value):
             names[name] = None
         else:
-            try:
+            with contextlib.suppress(_NotPlain):
                 names[name] = {"v": _encode(value)}
-            except _NotPlain:
-                pass
     _send(reply_fd, {"names": names})
     while True:
         call = _receive(call_fd, limit)
@@ -257,21 +255,25 @@ def _runner(job, program, call_fd, reply_fd):
             try:
                 reply = {"v": _encode(result)}
             except _NotPlain as err:
-                reply = {"e": "TypeError", "m": "%s returned %s" % (call["n"], err), "plain": False}
-        except BaseException as err:  # noqa: BLE001
+                reply = {
+                    "e": "TypeError",
+                    "m": f"{call['n']} returned {err}",
+                    "plain": False,
+                }
+        except BaseException as err:
             reply = {"e": type(err).__name__, "m": _describe(err)}
         data = json.dumps(reply).encode()
         if len(data) > limit:
-            reply = {"e": "MemoryError", "m": "the return value is over %d bytes" % limit}
+            reply = {"e": "MemoryError", "m": f"the return value is over {limit} bytes"}
         _send(reply_fd, reply)
 
 
 def _describe(err):
     try:
         text = str(err)
-    except BaseException:  # noqa: BLE001 - a hostile __str__
+    except BaseException:
         text = ""
-    return ("%s: %s" % (type(err).__name__, text))[:300]
+    return (f"{type(err).__name__}: {text}")[:300]
 
 
 def _kind(exc_name):
@@ -312,7 +314,7 @@ class _Runner:
             self.finish(("timeout", "the program ran past the time limit"))
         except EOFError:
             self.finish(None)
-        except Exception:  # noqa: BLE001 - a malformed message: the program wrote on the channel
+        except Exception:
             self.finish(("runtime_error", "the program wrote on the sandbox's channel"))
         raise _ProgramFailure(*self.dead)
 
@@ -328,10 +330,8 @@ class _Runner:
                     why = ("timeout", "the program ran past the time limit")
                     break
                 time.sleep(0.005)
-        try:
+        with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
         os.waitpid(self.pid, 0)
         self.dead = why
 
@@ -339,7 +339,9 @@ class _Runner:
         try:
             request = {"n": name, "a": _encode(list(args)), "k": _encode(dict(kwargs))}
         except _NotPlain as err:
-            raise TypeError("the test passes %s to %s; only plain values cross the sandbox" % (err, name)) from None
+            raise TypeError(
+                f"the test passes {err} to {name}; only plain values cross the sandbox"
+            ) from None
         if self.dead:
             raise _ProgramFailure(*self.dead)
         try:
@@ -351,8 +353,10 @@ class _Runner:
         if "v" in reply:
             try:
                 return _decode(reply["v"])
-            except Exception:  # noqa: BLE001 - the program wrote on the channel itself
-                raise _ProgramFailure("runtime_error", "unreadable reply from the program") from None
+            except Exception:
+                raise _ProgramFailure(
+                    "runtime_error", "unreadable reply from the program"
+                ) from None
         name = str(reply.get("e"))
         message = str(reply.get("m"))
         if reply.get("plain") is False:
@@ -373,15 +377,41 @@ def _death(status):
         sig = os.WTERMSIG(status)
         if sig in (signal.SIGXCPU, signal.SIGKILL):
             return ("timeout", "the program used up its CPU time")
-        return ("runtime_error", "the program was killed by signal %d" % sig)
-    return ("exited", "the program ended its process (exit status %d)" % os.WEXITSTATUS(status))
+        return ("runtime_error", f"the program was killed by signal {sig}")
+    return ("exited", f"the program ended its process (exit status {os.WEXITSTATUS(status)})")
 
 
 # Modules a program may have imported that the tests may use by the program's name for them.
 _TEST_MODULES = frozenset(
-    "abc array bisect calendar cmath collections collections.abc copy datetime decimal enum "
-    "fractions functools hashlib heapq itertools json math operator random re statistics string "
-    "sys time typing unicodedata".split()
+    [
+        "abc",
+        "array",
+        "bisect",
+        "calendar",
+        "cmath",
+        "collections",
+        "collections.abc",
+        "copy",
+        "datetime",
+        "decimal",
+        "enum",
+        "fractions",
+        "functools",
+        "hashlib",
+        "heapq",
+        "itertools",
+        "json",
+        "math",
+        "operator",
+        "random",
+        "re",
+        "statistics",
+        "string",
+        "sys",
+        "time",
+        "typing",
+        "unicodedata",
+    ]
 )
 
 
@@ -404,7 +434,10 @@ def _run_tests(runner, suite):
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
         if "error" in ready:
-            return [dict(r, kind=str(ready["error"]), detail=str(ready.get("detail", ""))) for r in results]
+            return [
+                dict(r, kind=str(ready["error"]), detail=str(ready.get("detail", "")))
+                for r in results
+            ]
         for name, value in dict(ready["names"]).items():
             if value is None:
                 namespace[str(name)] = _stub(runner, str(name))
@@ -413,20 +446,23 @@ def _run_tests(runner, suite):
                     namespace[str(name)] = __import__(value["m"], fromlist=["_"])
             else:
                 namespace[str(name)] = _decode(value["v"])
-    except Exception:  # noqa: BLE001 - the program wrote on the channel itself
-        return [dict(r, kind="runtime_error", detail="unreadable message from the program") for r in results]
+    except Exception:
+        return [
+            dict(r, kind="runtime_error", detail="unreadable message from the program")
+            for r in results
+        ]
     try:
         exec(compile(suite["setup"], "<test setup>", "exec"), namespace)
-    except Exception as err:  # noqa: BLE001 - a broken test setup fails every test, visibly
+    except Exception as err:
         return [dict(r, kind="test_error", detail=_describe(err)) for r in results]
     for i, test in enumerate(suite["tests"]):
         try:
-            exec(compile(test, "<test %d>" % (i + 1), "exec"), namespace)
+            exec(compile(test, f"<test {i + 1}>", "exec"), namespace)
         except _ProgramFailure as err:
             results[i] = {"passed": False, "kind": err.kind, "detail": str(err)[:300]}
         except AssertionError as err:
             results[i] = {"passed": False, "kind": "wrong_answer", "detail": _describe(err)}
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             kind = "runtime_error" if getattr(err, "_from_program", False) else "wrong_answer"
             results[i] = {"passed": False, "kind": kind, "detail": _describe(err)}
         else:
@@ -465,7 +501,7 @@ def _private_filesystem(job):
 
     def mount(source, target, fstype, flags, data=None):
         if libc.mount(source, target.encode(), fstype, flags, data) != 0:
-            raise OSError(ctypes.get_errno(), "mount of %s failed" % target)
+            raise OSError(ctypes.get_errno(), f"mount of {target} failed")
 
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split() for line in f]
@@ -474,13 +510,17 @@ def _private_filesystem(job):
         flags = ms_remount | ms_bind | ms_rdonly | ms_nosuid
         for option in fields[5].split(","):
             flags |= extra.get(option, 0)
-        try:
+        with contextlib.suppress(OSError):  # a mount that cannot be remounted keeps its flags
             mount(None, point, None, flags)
-        except OSError:
-            pass  # a mount that cannot be remounted keeps its flags
     uid = job.get("uid")
     work, libdir = job["workdir"], job["libdir"]
-    mount(b"tmpfs", work, b"tmpfs", ms_nosuid | ms_nodev, ("size=%d,mode=0700" % job["tmpfs_bytes"]).encode())
+    mount(
+        b"tmpfs",
+        work,
+        b"tmpfs",
+        ms_nosuid | ms_nodev,
+        f"size={job['tmpfs_bytes']},mode=0700".encode(),
+    )
     if uid is not None:
         os.chown(work, uid, uid)
     mount(b"tmpfs", libdir, b"tmpfs", ms_nosuid | ms_nodev, b"size=1m,mode=0755")
@@ -519,7 +559,7 @@ def main():
     deadline = time.monotonic() + job["wall_seconds"]
     # Read only now: the runner was forked without the tests or the nonce in its memory.
     rest = json.loads(sys.stdin.buffer.read())
-    null = open(os.devnull, "w")
+    null = open(os.devnull, "w")  # noqa: SIM115 - stays open for the rest of the process
     sys.stdout = sys.stderr = null
     runner = _Runner(pid, call_w, reply_r, deadline, job["message_bytes"])
     results = _run_tests(runner, rest)

@@ -74,9 +74,17 @@ class CodeProblem:
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
-            raise ValueError(f"CodeProblem.prompt must be a non-empty string, got {self.prompt!r:.80}.")
-        if isinstance(self.tests, str) or not self.tests or not all(isinstance(t, str) and t.strip() for t in self.tests):
-            raise ValueError(f"CodeProblem.tests must be a non-empty sequence of code strings, got {self.tests!r:.80}.")
+            raise ValueError(
+                f"CodeProblem.prompt must be a non-empty string, got {self.prompt!r:.80}."
+            )
+        if (
+            isinstance(self.tests, str)
+            or not self.tests
+            or not all(isinstance(t, str) and t.strip() for t in self.tests)
+        ):
+            raise ValueError(
+                f"CodeProblem.tests must be a non-empty sequence of code strings, got {self.tests!r:.80}."
+            )
         object.__setattr__(self, "tests", tuple(self.tests))
 
     @property
@@ -107,11 +115,15 @@ class CodeDataset(Sequence[CodeProblem]):
         split: ``"train"``, ``"test"``, ... or ``None``.
     """
 
-    def __init__(self, problems: Iterable[CodeProblem], *, name: str = "custom", split: str | None = None) -> None:
+    def __init__(
+        self, problems: Iterable[CodeProblem], *, name: str = "custom", split: str | None = None
+    ) -> None:
         self._problems = tuple(problems)
         for i, item in enumerate(self._problems):
             if not isinstance(item, CodeProblem):
-                raise TypeError(f"CodeDataset item {i} is a {type(item).__name__}, expected CodeProblem.")
+                raise TypeError(
+                    f"CodeDataset item {i} is a {type(item).__name__}, expected CodeProblem."
+                )
         self.name = name
         self.split = split
 
@@ -146,11 +158,15 @@ def _string_list(value: Any, source: str, location: str, field: str) -> tuple[st
     if isinstance(value, str):
         value = [value] if value.strip() else []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise CodeDataError(source, location, field, f"expected a list of strings, got {value!r:.80}")
+        raise CodeDataError(
+            source, location, field, f"expected a list of strings, got {value!r:.80}"
+        )
     return tuple(v for v in value if v.strip())
 
 
-def problem_from_mbpp(row: Mapping[str, Any], *, source: str = "<mbpp>", location: str = "row ?") -> CodeProblem:
+def problem_from_mbpp(
+    row: Mapping[str, Any], *, source: str = "<mbpp>", location: str = "row ?"
+) -> CodeProblem:
     """An MBPP row (original or sanitized fields) as a :class:`CodeProblem`.
 
     The task text is shown with the first test as an example (MBPP names the function only in its
@@ -159,16 +175,25 @@ def problem_from_mbpp(row: Mapping[str, Any], *, source: str = "<mbpp>", locatio
     """
     text = row.get("prompt", row.get("text"))
     if not isinstance(text, str) or not text.strip():
-        raise CodeDataError(source, location, "prompt", f"the task text (prompt or text) must be a non-empty string, got {text!r:.80}")
+        raise CodeDataError(
+            source,
+            location,
+            "prompt",
+            f"the task text (prompt or text) must be a non-empty string, got {text!r:.80}",
+        )
     if "test_list" not in row:
-        raise CodeDataError(source, location, "test_list", f"missing field (fields present: {sorted(row)})")
+        raise CodeDataError(
+            source, location, "test_list", f"missing field (fields present: {sorted(row)})"
+        )
     tests = _string_list(row["test_list"], source, location, "test_list")
     if not tests:
         raise CodeDataError(source, location, "test_list", "no tests")
     setup_lines = list(_string_list(row.get("test_imports", []), source, location, "test_imports"))
     setup_code = row.get("test_setup_code") or ""
     if not isinstance(setup_code, str):
-        raise CodeDataError(source, location, "test_setup_code", f"expected a string, got {setup_code!r:.80}")
+        raise CodeDataError(
+            source, location, "test_setup_code", f"expected a string, got {setup_code!r:.80}"
+        )
     setup = "\n".join([*setup_lines, setup_code]).strip()
     code = row.get("code")
     if code is not None and not isinstance(code, str):
@@ -192,7 +217,11 @@ def _called_name(test: str) -> str | None:
     except SyntaxError:
         return None
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and not hasattr(builtins, node.func.id)
+        ):
             return node.func.id
     return None
 
@@ -202,7 +231,9 @@ def _check_body_tests(test: str, source: str, location: str) -> tuple[str, ...]:
     try:
         tree = ast.parse(test)
     except SyntaxError as err:
-        raise CodeDataError(source, location, "test", f"the test code does not parse: {err}") from None
+        raise CodeDataError(
+            source, location, "test", f"the test code does not parse: {err}"
+        ) from None
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if not checks:
         raise CodeDataError(source, location, "test", "no `def check(candidate)` in the test code")
@@ -220,7 +251,9 @@ def _check_body_tests(test: str, source: str, location: str) -> tuple[str, ...]:
     return tuple(groups)
 
 
-def problem_from_humaneval(row: Mapping[str, Any], *, source: str = "<humaneval>", location: str = "row ?") -> CodeProblem:
+def problem_from_humaneval(
+    row: Mapping[str, Any], *, source: str = "<humaneval>", location: str = "row ?"
+) -> CodeProblem:
     """A HumanEval row as a :class:`CodeProblem`.
 
     Each top-level statement of ``check(candidate)`` that contains an ``assert`` counts as one test
@@ -229,13 +262,17 @@ def problem_from_humaneval(row: Mapping[str, Any], *, source: str = "<humaneval>
     """
     for field in ("prompt", "test", "entry_point"):
         if not isinstance(row.get(field), str) or not row[field].strip():
-            raise CodeDataError(source, location, field, f"must be a non-empty string, got {row.get(field)!r:.80}")
+            raise CodeDataError(
+                source, location, field, f"must be a non-empty string, got {row.get(field)!r:.80}"
+            )
     entry = row["entry_point"].strip()
     if not entry.isidentifier():
         raise CodeDataError(source, location, "entry_point", f"{entry!r} is not a Python name")
     solution = row.get("canonical_solution")
     if solution is not None and not isinstance(solution, str):
-        raise CodeDataError(source, location, "canonical_solution", f"expected a string, got {solution!r:.80}")
+        raise CodeDataError(
+            source, location, "canonical_solution", f"expected a string, got {solution!r:.80}"
+        )
     prompt = (
         f"Write the Python function `{entry}` described below (keep its signature):\n"
         f"```python\n{row['prompt'].strip()}\n```"
@@ -271,7 +308,9 @@ def _read_rows(path: Path) -> Iterator[tuple[str, Any]]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise CodeDataError(str(path), f"line {err.lineno}", None, f"invalid JSON ({err.msg})") from None
+            raise CodeDataError(
+                str(path), f"line {err.lineno}", None, f"invalid JSON ({err.msg})"
+            ) from None
         for number, row in enumerate(data, start=1):
             yield f"row {number}", row
         return
@@ -281,7 +320,9 @@ def _read_rows(path: Path) -> Iterator[tuple[str, Any]]:
         try:
             yield f"line {number}", json.loads(line)
         except json.JSONDecodeError as err:
-            raise CodeDataError(str(path), f"line {number}", None, f"invalid JSON ({err.msg} at column {err.colno})") from None
+            raise CodeDataError(
+                str(path), f"line {number}", None, f"invalid JSON ({err.msg} at column {err.colno})"
+            ) from None
 
 
 def _load_file(path: str | os.PathLike[str], kind: str | None, **options: Any) -> CodeDataset:
@@ -291,7 +332,13 @@ def _load_file(path: str | os.PathLike[str], kind: str | None, **options: Any) -
             f"No code dataset at {str(path)!r}. Use 'builtin', 'builtin:train', 'builtin:test', or an "
             "existing MBPP (JSON list or JSONL) or HumanEval (JSONL) file."
         )
-    return _build(_read_rows(path), kind, source=str(path), name=options.pop("name", None) or path.stem, **options)
+    return _build(
+        _read_rows(path),
+        kind,
+        source=str(path),
+        name=options.pop("name", None) or path.stem,
+        **options,
+    )
 
 
 def load_mbpp(
@@ -317,7 +364,15 @@ def load_mbpp(
         FileNotFoundError: No such file.
         CodeDataError: A malformed row, or (``on_invalid="raise"``) a reference that fails its tests.
     """
-    return _load_file(path, "mbpp", validate=validate, on_invalid=on_invalid, name=name, split=split, limits=limits)
+    return _load_file(
+        path,
+        "mbpp",
+        validate=validate,
+        on_invalid=on_invalid,
+        name=name,
+        split=split,
+        limits=limits,
+    )
 
 
 def load_humaneval(
@@ -333,7 +388,15 @@ def load_humaneval(
 
     Arguments as for :func:`load_mbpp`; the reference is ``prompt + canonical_solution``.
     """
-    return _load_file(path, "humaneval", validate=validate, on_invalid=on_invalid, name=name, split=split, limits=limits)
+    return _load_file(
+        path,
+        "humaneval",
+        validate=validate,
+        on_invalid=on_invalid,
+        name=name,
+        split=split,
+        limits=limits,
+    )
 
 
 def _build(
@@ -359,11 +422,18 @@ def _build(
             if row_kind is None:
                 fields = sorted(row) if isinstance(row, Mapping) else type(row).__name__
                 raise CodeDataError(
-                    source, location, None,
+                    source,
+                    location,
+                    None,
                     f"neither an MBPP row (test_list) nor a HumanEval row (test, entry_point): {fields}",
                 )
             if not isinstance(row, Mapping):
-                raise CodeDataError(source, location, None, f"expected an object with fields, got {type(row).__name__}")
+                raise CodeDataError(
+                    source,
+                    location,
+                    None,
+                    f"expected an object with fields, got {type(row).__name__}",
+                )
             convert = problem_from_mbpp if row_kind == "mbpp" else problem_from_humaneval
             problem = convert(row, source=source, location=location)
         problems.append(problem)
@@ -371,13 +441,19 @@ def _build(
     if not problems:
         raise CodeDataError(source, None, None, "no rows found")
     if validate:
-        keep = _validate(tuple(problems), tuple(locations), source, on_invalid, limits or SandboxLimits())
+        keep = _validate(
+            tuple(problems), tuple(locations), source, on_invalid, limits or SandboxLimits()
+        )
         problems = [p for p, k in zip(problems, keep, strict=True) if k]
     return CodeDataset(problems, name=name, split=split)
 
 
 def _validate(
-    problems: tuple[CodeProblem, ...], locations: tuple[str, ...], source: str, on_invalid: OnInvalid, limits: SandboxLimits
+    problems: tuple[CodeProblem, ...],
+    locations: tuple[str, ...],
+    source: str,
+    on_invalid: OnInvalid,
+    limits: SandboxLimits,
 ) -> list[bool]:
     """Which problems' references pass their own tests (cached per process: env copies share it)."""
     verdicts = _reference_verdicts(problems, limits)
@@ -387,17 +463,27 @@ def _validate(
         if not ok:
             if on_invalid == "raise":
                 raise CodeDataError(
-                    source, location, "code" if problem.reference is not None else None,
+                    source,
+                    location,
+                    "code" if problem.reference is not None else None,
                     f"{why} (validate=False skips this check; on_invalid='skip' drops such rows)",
                 )
             bad.append(f"{location} ({problem.id}): {why}")
     if bad:
-        logger.warning("Skipped %d of %d rows of %s whose reference fails: %s", len(bad), len(problems), source, "; ".join(bad[:10]))
+        logger.warning(
+            "Skipped %d of %d rows of %s whose reference fails: %s",
+            len(bad),
+            len(problems),
+            source,
+            "; ".join(bad[:10]),
+        )
     return keep
 
 
 @functools.lru_cache(maxsize=8)
-def _reference_verdicts(problems: tuple[CodeProblem, ...], limits: SandboxLimits) -> tuple[tuple[bool, str], ...]:
+def _reference_verdicts(
+    problems: tuple[CodeProblem, ...], limits: SandboxLimits
+) -> tuple[tuple[bool, str], ...]:
     sandbox = Sandbox(limits)
     jobs = [(p.program(p.reference), p.unit_tests) for p in problems if p.reference is not None]
     results = iter(sandbox.run_many(jobs))
@@ -449,18 +535,45 @@ def load_dataset(
         part = source.partition(":")[2] or split or "train"
         dataset = load_builtin(part, **kwargs)
         if validate:
-            keep = _validate(tuple(dataset), tuple(f"problem {p.id}" for p in dataset), "builtin", on_invalid, limits or SandboxLimits())
-            dataset = CodeDataset([p for p, k in zip(dataset, keep, strict=True) if k], name="builtin", split=part)
+            keep = _validate(
+                tuple(dataset),
+                tuple(f"problem {p.id}" for p in dataset),
+                "builtin",
+                on_invalid,
+                limits or SandboxLimits(),
+            )
+            dataset = CodeDataset(
+                [p for p, k in zip(dataset, keep, strict=True) if k], name="builtin", split=part
+            )
         return dataset
     if kwargs:
-        raise TypeError(f"Unexpected options {sorted(kwargs)} for the code dataset source {source!r:.80}.")
-    options: dict[str, Any] = {"validate": True if validate is None else validate, "on_invalid": on_invalid, "limits": limits, "split": split}
+        raise TypeError(
+            f"Unexpected options {sorted(kwargs)} for the code dataset source {source!r:.80}."
+        )
+    options: dict[str, Any] = {
+        "validate": True if validate is None else validate,
+        "on_invalid": on_invalid,
+        "limits": limits,
+        "split": split,
+    }
     if isinstance(source, CodeDataset):
         if validate:
-            return _build(((f"item {i}", p) for i, p in enumerate(source, 1)), None, source=source.name, name=source.name, **{**options, "split": source.split})
+            return _build(
+                ((f"item {i}", p) for i, p in enumerate(source, 1)),
+                None,
+                source=source.name,
+                name=source.name,
+                **{**options, "split": source.split},
+            )
         return source
     if isinstance(source, (list, tuple)):
-        return _build(((f"item {i}", r) for i, r in enumerate(source, 1)), None, source="<list>", name="custom", **options)
+        return _build(
+            ((f"item {i}", r) for i, r in enumerate(source, 1)),
+            None,
+            source="<list>",
+            name="custom",
+            **options,
+        )
     if isinstance(source, (str, os.PathLike)):
         return _load_file(source, None, **options)
     raise TypeError(

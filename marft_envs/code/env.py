@@ -80,10 +80,14 @@ class CodeEnv(FlexPOMDPEnv):
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}.")
         if sandbox is not None and not isinstance(sandbox, Sandbox):
-            raise TypeError(f"sandbox must be a marft_envs.code.sandbox.Sandbox, got {type(sandbox).__name__}.")
+            raise TypeError(
+                f"sandbox must be a marft_envs.code.sandbox.Sandbox, got {type(sandbox).__name__}."
+            )
         if isinstance(profiles, str):
             if profiles not in TEAMS:
-                raise ValueError(f"Unknown code team {profiles!r}; use one of {sorted(TEAMS)} or a list of profiles.")
+                raise ValueError(
+                    f"Unknown code team {profiles!r}; use one of {sorted(TEAMS)} or a list of profiles."
+                )
             profiles = TEAMS[profiles]
         kwargs.setdefault("horizon", max_attempts)
         super().__init__(profiles, dependency, **kwargs)
@@ -92,7 +96,9 @@ class CodeEnv(FlexPOMDPEnv):
                 f"A code team needs at least one graded agent (graded=True) whose program is run; "
                 f"none of {self.possible_agents} is graded."
             )
-        self.dataset: CodeDataset = load_dataset(dataset, limits=limits, **dict(dataset_kwargs or {}))
+        self.dataset: CodeDataset = load_dataset(
+            dataset, limits=limits, **dict(dataset_kwargs or {})
+        )
         if len(self.dataset) == 0:
             raise ValueError(f"The code dataset {dataset!r} is empty.")
         self.max_attempts = max_attempts
@@ -123,7 +129,9 @@ class CodeEnv(FlexPOMDPEnv):
         action = action[: self.max_action_length]
         code = extract_program(action)
         if code is not None and (agent, action) not in self._pending:
-            self._pending[(agent, action)] = self.sandbox.submit(self.problem.program(code), self.problem.unit_tests)
+            self._pending[(agent, action)] = self.sandbox.submit(
+                self.problem.program(code), self.problem.unit_tests
+            )
 
     def _grade(self, agent: str, action: str) -> Grade:
         assert self.problem is not None
@@ -131,7 +139,11 @@ class CodeEnv(FlexPOMDPEnv):
         if code is None:
             return no_code_grade(self.problem)
         future = self._pending.pop((agent, action), None)
-        result = future.result() if future is not None else self.sandbox.run(self.problem.program(code), self.problem.unit_tests)
+        result = (
+            future.result()
+            if future is not None
+            else self.sandbox.run(self.problem.program(code), self.problem.unit_tests)
+        )
         return grade_result(result, partial_credit=self.partial_credit)
 
     def _reset_task(self, options: Mapping[str, Any] | None) -> None:
@@ -140,7 +152,9 @@ class CodeEnv(FlexPOMDPEnv):
         if "index" in options:
             index = int(options["index"])
             if not 0 <= index < len(self.dataset):
-                raise IndexError(f"options['index']={index} is outside the dataset (size {len(self.dataset)}).")
+                raise IndexError(
+                    f"options['index']={index} is outside the dataset (size {len(self.dataset)})."
+                )
             self.problem = self.dataset[index]
         else:
             self.problem = self.dataset.sample(self.np_random)
@@ -158,7 +172,11 @@ class CodeEnv(FlexPOMDPEnv):
             if program is None:
                 text += f"\n\nAttempt {record.timestep + 1}: the team gave no ```python block."
                 continue
-            shown = program if len(program) <= _SHOWN_PROGRAM_CHARS else program[:_SHOWN_PROGRAM_CHARS] + "\n# ... (cut)"
+            shown = (
+                program
+                if len(program) <= _SHOWN_PROGRAM_CHARS
+                else program[:_SHOWN_PROGRAM_CHARS] + "\n# ... (cut)"
+            )
             text += (
                 f"\n\nAttempt {record.timestep + 1}:\n```python\n{shown.rstrip()}\n```\n"
                 f"It passed {info['tests_passed']} of {info['tests_total']} tests; the first failure: "

@@ -50,15 +50,34 @@ def _ints(rng: np.random.Generator, low: int, high: int, size: int) -> list[int]
     return [int(v) for v in rng.integers(low, high + 1, size=size)]
 
 
-def _lists(rng: np.random.Generator, n: int, low: int = -20, high: int = 20) -> list[tuple[Any, ...]]:
+def _lists(
+    rng: np.random.Generator, n: int, low: int = -20, high: int = 20
+) -> list[tuple[Any, ...]]:
     return [(_ints(rng, low, high, int(rng.integers(0, 8))),) for _ in range(n)]
 
 
-_WORDS = "apple river stone cloud tiger lemon piano quiet zebra orbit maple sugar candle echo".split()
+_WORDS = [
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "tiger",
+    "lemon",
+    "piano",
+    "quiet",
+    "zebra",
+    "orbit",
+    "maple",
+    "sugar",
+    "candle",
+    "echo",
+]
 
 
 def _words(rng: np.random.Generator, n: int) -> list[tuple[Any, ...]]:
-    return [(" ".join(rng.choice(_WORDS, size=int(rng.integers(1, 6))).tolist()),) for _ in range(n)]
+    return [
+        (" ".join(rng.choice(_WORDS, size=int(rng.integers(1, 6))).tolist()),) for _ in range(n)
+    ]
 
 
 def _sum_multiples(rng: np.random.Generator) -> tuple[str, str, str, list[tuple[Any, ...]]]:
@@ -151,7 +170,9 @@ def _problem(family: Family, rng: np.random.Generator, ident: str) -> CodeProble
         call = f"{name}({', '.join(map(repr, args))})"
         tests.append(f"assert {call} == {namespace[name](*args)!r}")
     prompt = f"{text}\nYour code should pass this test:\n```python\n{tests[0]}\n```"
-    return CodeProblem(prompt=prompt, tests=tuple(tests), reference=code, entry_point=name, id=ident)
+    return CodeProblem(
+        prompt=prompt, tests=tuple(tests), reference=code, entry_point=name, id=ident
+    )
 
 
 def _holdout(problem: CodeProblem) -> bool:
@@ -160,7 +181,11 @@ def _holdout(problem: CodeProblem) -> bool:
 
 
 def generate_problems(
-    n: int, *, seed: int, families: Sequence[str] | None = None, where: Callable[[CodeProblem], bool] | None = None
+    n: int,
+    *,
+    seed: int,
+    families: Sequence[str] | None = None,
+    where: Callable[[CodeProblem], bool] | None = None,
 ) -> list[CodeProblem]:
     """``n`` problems drawn evenly from ``families`` (default: all) with a seeded generator.
 
@@ -173,14 +198,18 @@ def generate_problems(
     names = list(FAMILIES) if families is None else list(families)
     unknown = [f for f in names if f not in FAMILIES]
     if unknown or not names:
-        raise ValueError(f"Unknown code problem families {unknown or names}; choose from {sorted(FAMILIES)}.")
+        raise ValueError(
+            f"Unknown code problem families {unknown or names}; choose from {sorted(FAMILIES)}."
+        )
     rng = np.random.default_rng(seed)
     problems: list[CodeProblem] = []
     attempts = 0
     while len(problems) < n:
         attempts += 1
         if attempts > 100 * n + 1000:
-            raise RuntimeError(f"Could not draw {n} problems that satisfy `where` from families {names}.")
+            raise RuntimeError(
+                f"Could not draw {n} problems that satisfy `where` from families {names}."
+            )
         family = FAMILIES[names[len(problems) % len(names)]]
         problem = _problem(family, rng, f"gen-{seed}-{len(problems)}")
         if where is None or where(problem):
@@ -196,7 +225,9 @@ def _builtin(split: str, n: int, families: tuple[str, ...] | None) -> tuple[Code
     return tuple(generate_problems(n, seed=_SEEDS[split], families=families, where=keep))
 
 
-def load_builtin(split: str = "train", *, size: int | None = None, families: Sequence[str] | None = None) -> CodeDataset:
+def load_builtin(
+    split: str = "train", *, size: int | None = None, families: Sequence[str] | None = None
+) -> CodeDataset:
     """The built-in generated problem set; ``train`` and ``test`` never share a task text.
 
     Args:

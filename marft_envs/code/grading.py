@@ -15,7 +15,9 @@ from marft_envs.code.sandbox import Sandbox, SandboxResult
 __all__ = ["Grade", "extract_program", "grade_result", "grade_text", "no_code_grade"]
 
 # A fenced block: ``` with an optional language tag, the code, and a closing ``` on its own line.
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
+_FENCE = re.compile(
+    r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE
+)
 _PYTHON_TAGS = {"", "python", "python3", "py", "py3"}
 
 
@@ -56,7 +58,9 @@ class Grade:
 
 def no_code_grade(problem: CodeProblem) -> Grade:
     """The grade of a text without a fenced Python block."""
-    return Grade(0.0, False, 0, len(problem.tests), "no_code", "no fenced ```python block in the answer")
+    return Grade(
+        0.0, False, 0, len(problem.tests), "no_code", "no fenced ```python block in the answer"
+    )
 
 
 def grade_result(result: SandboxResult, *, partial_credit: bool = False) -> Grade:
@@ -69,9 +73,13 @@ def grade_result(result: SandboxResult, *, partial_credit: bool = False) -> Grad
     return Grade(reward, correct, result.passed, result.total, result.failure, result.detail)
 
 
-def grade_text(text: str, problem: CodeProblem, sandbox: Sandbox, *, partial_credit: bool = False) -> Grade:
+def grade_text(
+    text: str, problem: CodeProblem, sandbox: Sandbox, *, partial_credit: bool = False
+) -> Grade:
     """Extract, run and score an agent's answer in one call (blocks for the run)."""
     code = extract_program(text)
     if code is None:
         return no_code_grade(problem)
-    return grade_result(sandbox.run(problem.program(code), problem.unit_tests), partial_credit=partial_credit)
+    return grade_result(
+        sandbox.run(problem.program(code), problem.unit_tests), partial_credit=partial_credit
+    )

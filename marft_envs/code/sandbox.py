@@ -58,6 +58,7 @@ sandbox too but is trusted data, like the dataset it comes from.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import logging
@@ -155,10 +156,14 @@ class UnitTests:
 
     def __post_init__(self) -> None:
         if isinstance(self.tests, str) or not all(isinstance(t, str) for t in self.tests):
-            raise TypeError(f"UnitTests.tests must be a sequence of code strings, got {self.tests!r:.80}.")
+            raise TypeError(
+                f"UnitTests.tests must be a sequence of code strings, got {self.tests!r:.80}."
+            )
         object.__setattr__(self, "tests", tuple(self.tests))
         if not self.tests:
-            raise ValueError("UnitTests needs at least one test; a program with no tests proves nothing.")
+            raise ValueError(
+                "UnitTests needs at least one test; a program with no tests proves nothing."
+            )
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,9 @@ def namespaces_available() -> bool:
 def _stdlib_world_readable() -> bool:
     """Whether another uid can read the standard library (not so under a private ``/root``)."""
     path = Path(os.__file__).resolve().parent
-    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents)) and bool(path.stat().st_mode & 0o004)
+    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents)) and bool(
+        path.stat().st_mode & 0o004
+    )
 
 
 def _minimal_env(home: str) -> dict[str, str]:
@@ -241,9 +248,13 @@ class Sandbox:
         max_workers: int | None = None,
     ) -> None:
         if os.name != "posix":
-            raise OSError(f"The code sandbox needs a POSIX system (setrlimit, fork); this is {os.name!r}.")
+            raise OSError(
+                f"The code sandbox needs a POSIX system (setrlimit, fork); this is {os.name!r}."
+            )
         if isolation not in ("auto", "namespaces", "process"):
-            raise ValueError(f"isolation must be 'auto', 'namespaces' or 'process', got {isolation!r}.")
+            raise ValueError(
+                f"isolation must be 'auto', 'namespaces' or 'process', got {isolation!r}."
+            )
         if isolation != "process" and not namespaces_available():
             if isolation == "namespaces":
                 raise OSError(
@@ -303,7 +314,9 @@ class Sandbox:
         """Start a run on the worker pool; the future's result is :meth:`run`'s."""
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="marft-sandbox")
+                self._pool = ThreadPoolExecutor(
+                    self.max_workers, thread_name_prefix="marft-sandbox"
+                )
             return self._pool.submit(self.run, program, tests)
 
     def run_many(self, jobs: Iterable[tuple[str, UnitTests]]) -> list[SandboxResult]:
@@ -381,7 +394,9 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             proc.communicate()
-            return ["timeout"] * len(tests.tests), ["the sandbox ran past its wall time"] * len(tests.tests)
+            return ["timeout"] * len(tests.tests), ["the sandbox ran past its wall time"] * len(
+                tests.tests
+            )
         finally:
             _kill_group(proc)
             shutil.rmtree(base, ignore_errors=True)
@@ -393,10 +408,8 @@ class _Untrusted(Exception):
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     if proc.poll() is None:
         try:
             proc.wait(timeout=5)
@@ -404,12 +417,16 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             logger.error("Sandbox process %d did not die after SIGKILL.", proc.pid)
 
 
-def _parse_report(out: bytes, err: bytes, nonce: str, n_tests: int) -> tuple[list[str | None], list[str]]:
+def _parse_report(
+    out: bytes, err: bytes, nonce: str, n_tests: int
+) -> tuple[list[str | None], list[str]]:
     """Per-test verdicts from the harness's report; anything unexpected is a sandbox error."""
     lines = out.splitlines()
     if len(lines) != 1:
         tail = err.decode("utf-8", "replace").strip().splitlines()[-3:]
-        raise _Untrusted(f"expected one report line, got {len(lines)}; harness said: {' | '.join(tail)[:500]}")
+        raise _Untrusted(
+            f"expected one report line, got {len(lines)}; harness said: {' | '.join(tail)[:500]}"
+        )
     try:
         report = json.loads(lines[0])
         if report["nonce"] != nonce:
@@ -444,7 +461,9 @@ def default_sandbox() -> Sandbox:
         return _DEFAULT
 
 
-def run_tests(program: str, tests: Sequence[str], setup: str = "", **kwargs: object) -> SandboxResult:
+def run_tests(
+    program: str, tests: Sequence[str], setup: str = "", **kwargs: object
+) -> SandboxResult:
     """Shortcut: run ``program`` against ``tests`` in the default sandbox (kwargs: a new one's)."""
     sandbox = Sandbox(**kwargs) if kwargs else default_sandbox()  # type: ignore[arg-type]
     return sandbox.run(program, UnitTests(tuple(tests), setup))

@@ -16,9 +16,18 @@ from marft_algos.rollout import RolloutCollector
 from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 from marft_envs.code.sandbox import namespaces_available
 
-pytestmark = pytest.mark.skipif(not namespaces_available(), reason="the sandbox needs unshare namespaces here")
+pytestmark = pytest.mark.skipif(
+    not namespaces_available(), reason="the sandbox needs unshare namespaces here"
+)
 
-SMALL = dict(iterations=1, episodes_per_iteration=4, rollout_threads=2, max_new_tokens=6, learning_rate=5e-3, eval_episodes=2)
+SMALL = dict(
+    iterations=1,
+    episodes_per_iteration=4,
+    rollout_threads=2,
+    max_new_tokens=6,
+    learning_rate=5e-3,
+    eval_episodes=2,
+)
 
 
 def env_fn():
@@ -30,11 +39,18 @@ def test_trainers_run_on_code_dual(kind, tiny_path):
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["tester", "coder"], seed=0)
     eval_fn = lambda: marft_envs.make("code-dual-v0", dataset="builtin:test")  # noqa: E731
     if kind == "grpo":
-        trainer = GRPOTrainer(policy, env_fn, GRPOConfig(**SMALL, num_generations=2, seed=0), eval_env_fn=eval_fn)
+        trainer = GRPOTrainer(
+            policy, env_fn, GRPOConfig(**SMALL, num_generations=2, seed=0), eval_env_fn=eval_fn
+        )
     else:
-        config_cls, trainer_cls = {"action": (ActionMARFTConfig, ActionMARFTTrainer), "token": (TokenMARFTConfig, TokenMARFTTrainer)}[kind]
+        config_cls, trainer_cls = {
+            "action": (ActionMARFTConfig, ActionMARFTTrainer),
+            "token": (TokenMARFTConfig, TokenMARFTTrainer),
+        }[kind]
         config = config_cls(**SMALL, critic_learning_rate=1e-3, seed=0)
-        trainer = trainer_cls(policy, env_fn, config, critic=Critic(policy, seed=0), eval_env_fn=eval_fn)
+        trainer = trainer_cls(
+            policy, env_fn, config, critic=Critic(policy, seed=0), eval_env_fn=eval_fn
+        )
     records = trainer.train()
     assert [r["iteration"] for r in records] == [0, 1]
     last = records[-1]
@@ -66,7 +82,11 @@ class ReferencePolicy:
         out = []
         for messages in messages_batch:
             if agent == "coder":
-                env = next(e for e in self.envs if e.agent_selection == "coder" and e.observe("coder")["messages"] == messages)
+                env = next(
+                    e
+                    for e in self.envs
+                    if e.agent_selection == "coder" and e.observe("coder")["messages"] == messages
+                )
                 text = f"```python\n{env.unwrapped.problem.reference}\n```"
             else:
                 text = "Check empty inputs."
@@ -87,6 +107,8 @@ def test_batched_rollout_grades_every_copy_through_the_worker_pool():
         env.unwrapped.prepare_step = spy
     collector = RolloutCollector(ReferencePolicy(envs), envs, seed=0)
     episodes = collector.collect(6)
-    assert all(e.team_return == 1.0 and e.info["tests_passed"] == e.info["tests_total"] for e in episodes)
+    assert all(
+        e.team_return == 1.0 and e.info["tests_passed"] == e.info["tests_total"] for e in episodes
+    )
     # Every coder action was submitted to the pool before any copy stepped.
     assert started.count(1) == 6

@@ -7,11 +7,20 @@ import logging
 
 import pytest
 
-from marft_envs.code.data import CodeDataError, CodeDataset, CodeProblem, load_dataset, load_humaneval, load_mbpp
+from marft_envs.code.data import (
+    CodeDataError,
+    CodeDataset,
+    CodeProblem,
+    load_dataset,
+    load_humaneval,
+    load_mbpp,
+)
 from marft_envs.code.generator import FAMILIES, generate_problems, load_builtin
 from marft_envs.code.sandbox import Sandbox, SandboxLimits, namespaces_available
 
-pytestmark = pytest.mark.skipif(not namespaces_available(), reason="the sandbox needs unshare namespaces here")
+pytestmark = pytest.mark.skipif(
+    not namespaces_available(), reason="the sandbox needs unshare namespaces here"
+)
 
 LIMITS = SandboxLimits(cpu_seconds=10, wall_seconds=20.0)
 
@@ -37,7 +46,10 @@ def test_mbpp_sample_references_pass_and_others_fail(shared_data, tmp_path):
     # The grader is not a rubber stamp: each reference fails the next problem's tests.
     sandbox = Sandbox(LIMITS)
     swapped = sandbox.run_many(
-        [(b.program(a.reference), b.unit_tests) for a, b in zip(dataset, [*dataset[1:], dataset[0]], strict=True)]
+        [
+            (b.program(a.reference), b.unit_tests)
+            for a, b in zip(dataset, [*dataset[1:], dataset[0]], strict=True)
+        ]
     )
     assert not any(r.all_passed for r in swapped)
 
@@ -46,7 +58,8 @@ def test_humaneval_sample_references_pass_and_others_fail(shared_data, tmp_path)
     rows = _humaneval_rows(shared_data)
     path = tmp_path / "he.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    dataset = load_dataset(path, limits=LIMITS)  # recognised as HumanEval, validated
+    dataset = load_humaneval(path, limits=LIMITS)  # validated
+    assert list(load_dataset(path, validate=False)) == list(dataset)  # recognised as HumanEval
     assert len(dataset) == len(rows)
     first = dataset[0]
     assert first.id == "HumanEval/0" and first.entry_point == "has_close_elements"
@@ -80,7 +93,12 @@ def test_original_mbpp_fields_and_jsonl(tmp_path):
 
 
 def _broken_rows():
-    good = {"prompt": "Add.", "code": "def add(a, b):\n    return a + b", "test_list": ["assert add(1, 2) == 3"], "test_imports": []}
+    good = {
+        "prompt": "Add.",
+        "code": "def add(a, b):\n    return a + b",
+        "test_list": ["assert add(1, 2) == 3"],
+        "test_imports": [],
+    }
     bad = {**good, "code": "def add(a, b):\n    return a - b", "task_id": 99}
     return [good, bad, good]
 
@@ -106,9 +124,15 @@ def test_on_invalid_raise_names_the_row_and_skip_drops_it(tmp_path, caplog):
         ('[{"prompt": "x", "test_list": []}]', "'test_list': no tests"),
         ('[{"prompt": "", "test_list": ["assert 1"]}]', "'prompt'"),
         ('[{"prompt": "x", "test_list": "assert f()", "test_imports": 3}]', "'test_imports'"),
-        ('{"prompt": "x", "test": "def check(candidate): pass", "entry_point": "f"}\n', "contains no assert"),
+        (
+            '{"prompt": "x", "test": "def check(candidate): pass", "entry_point": "f"}\n',
+            "contains no assert",
+        ),
         ('{"prompt": "x", "test": "assert True", "entry_point": "f"}\n', "no `def check"),
-        ('{"prompt": "x", "test": "def check(c):\\n  assert c", "entry_point": "f g"}\n', "not a Python name"),
+        (
+            '{"prompt": "x", "test": "def check(c):\\n  assert c", "entry_point": "f g"}\n',
+            "not a Python name",
+        ),
         ('{"prompt": "x"\n', "line 1.*invalid JSON"),
         ("[]", "no rows"),
     ],
@@ -132,7 +156,9 @@ def test_bad_sources_get_clear_errors(tmp_path):
 
 
 def test_lists_of_problems_and_dicts_are_accepted():
-    problem = CodeProblem(prompt="Return one.", tests=("assert one() == 1",), reference="def one():\n    return 1")
+    problem = CodeProblem(
+        prompt="Return one.", tests=("assert one() == 1",), reference="def one():\n    return 1"
+    )
     assert list(load_dataset([problem])) == [problem]
     dataset = load_dataset(_broken_rows()[:1])
     assert isinstance(dataset, CodeDataset) and len(dataset) == 1

@@ -11,7 +11,9 @@ from marft_envs.code import CodeEnv, CodeProblem, Sandbox, SandboxLimits
 from marft_envs.code.grading import extract_program
 from marft_envs.code.sandbox import namespaces_available
 
-pytestmark = pytest.mark.skipif(not namespaces_available(), reason="the sandbox needs unshare namespaces here")
+pytestmark = pytest.mark.skipif(
+    not namespaces_available(), reason="the sandbox needs unshare namespaces here"
+)
 
 LIMITS = SandboxLimits(cpu_seconds=5, wall_seconds=10.0)
 

@@ -70,7 +70,10 @@ def test_failure_kinds_are_named(sandbox):
         [
             ("def add(a, b)\n    return a + b\n", ADD_TESTS),
             ("def add(a, b):\n    raise ValueError('nope')\n", ADD_TESTS),
-            ("import collections, math, re, heapq, itertools, typing\ndef add(a, b):\n    return math.fsum([a, b])\n", ADD_TESTS),
+            (
+                "import collections, math, re, heapq, itertools, typing\ndef add(a, b):\n    return math.fsum([a, b])\n",
+                ADD_TESTS,
+            ),
         ]
     )
     assert results[0].failure == "syntax_error" and results[0].passed == 0
@@ -101,7 +104,10 @@ HOSTILE = {
     "infinite loop": ("def add(a, b):\n    while True:\n        pass\n", "timeout"),
     "infinite loop at import": ("while True:\n    pass\n", "timeout"),
     "memory hog": ("def add(a, b):\n    x = bytearray(2 << 30)\n    return a + b\n", "memory"),
-    "growing memory": ("def add(a, b):\n    x = []\n    while True:\n        x.append(' ' * 10**6)\n", "memory"),
+    "growing memory": (
+        "def add(a, b):\n    x = []\n    while True:\n        x.append(' ' * 10**6)\n",
+        "memory",
+    ),
     "fork storm": ("import os\nwhile True:\n    os.fork()\n", None),
     "sys.exit(0)": ("import sys\nsys.exit(0)\n", "exited"),
     "sys.exit in the function": ("import sys\ndef add(a, b):\n    sys.exit(0)\n", "exited"),
@@ -110,14 +116,17 @@ HOSTILE = {
         "import os, sys\n"
         "for fd in range(1, 40):\n"
         "    try:\n"
-        "        os.write(fd, b'{\"nonce\": \"x\", \"results\": [{\"passed\": true, \"kind\": null}]}\\nPASS\\nok\\n')\n"
+        '        os.write(fd, b\'{"nonce": "x", "results": [{"passed": true, "kind": null}]}\\nPASS\\nok\\n\')\n'
         "    except OSError:\n"
         "        pass\n"
         "print('3 passed'); print('ALL TESTS PASSED', file=sys.stderr)\n"
         "def add(a, b):\n    return 0\n",
         "runtime_error",  # it wrote on the program's reply channel: garbage, never a pass
     ),
-    "kill the parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef add(a, b):\n    return 0\n", None),
+    "kill the parent": (
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\ndef add(a, b):\n    return 0\n",
+        None,
+    ),
     "kill everything": (
         "import os, signal\n"
         "for target in (lambda: os.kill(-1, signal.SIGKILL), lambda: os.killpg(0, signal.SIGKILL), lambda: os.kill(1, signal.SIGKILL)):\n"
@@ -185,7 +194,11 @@ def test_no_write_outside_the_working_directory(sandbox, tmp_path):
     open_dir = tmp_path / "open"
     open_dir.mkdir()
     open_dir.chmod(0o777)
-    targets = [str(open_dir / "escaped"), f"/tmp/marft-escape-{os.getpid()}", f"/dev/shm/marft-escape-{os.getpid()}"]
+    targets = [
+        str(open_dir / "escaped"),
+        f"/tmp/marft-escape-{os.getpid()}",
+        f"/dev/shm/marft-escape-{os.getpid()}",
+    ]
     program = (
         "import os\n"
         f"TARGETS = {targets!r}\n"
