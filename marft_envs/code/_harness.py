@@ -568,7 +568,10 @@ def main():
     if job.get("uid") is not None and job["isolation"] != "namespaces":
         _kill_uid(job["uid"])
     report = json.dumps({"nonce": rest["nonce"], "results": results}) + "\n"
-    os.write(out, report.encode())
+    data = report.encode()
+    while data:
+        data = data[os.write(out, data) :]
+    os._exit(0)  # nothing left to clean up; skipping interpreter shutdown saves a few ms
 
 
 def _kill_uid(uid):

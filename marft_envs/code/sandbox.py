@@ -44,10 +44,12 @@ What the sandbox guarantees, and how:
 
 **Fallback** (``isolation="process"``; chosen by ``"auto"`` where ``unshare`` is not permitted,
 e.g. a container without ``CAP_SYS_ADMIN``, macOS): no network namespace (the program *can* open
-sockets), no read-only view (as root, the private uid still cannot write root-owned paths, but it
-can write world-writable ones such as ``/tmp``), and without root no private uid (the program
-could signal other processes of the same user). Resource limits, the minimal environment, the
-forked-before-the-tests runner and the plain-value grading hold in both modes. Run untrusted
+sockets) and no read-only view (it can write wherever its uid may, e.g. ``/tmp``). As root the
+program still runs under a private uid, so it can signal nothing outside its run; where that uid
+could not read the standard library (a Python under ``/root``) the fallback refuses to start
+rather than run programs as root. As a normal user the program runs as that user and could
+signal the user's other processes. Resource limits, the minimal environment, the own session,
+the forked-before-the-tests runner and plain-value grading hold in both modes. Run untrusted
 code only with ``isolation="namespaces"`` (which fails loudly when unavailable) or inside a
 container or VM.
 
