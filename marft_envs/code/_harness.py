@@ -184,6 +184,13 @@ def _use_mounted_stdlib(mounted):
 def _limit_runner(job):
     import resource
 
+    try:  # imported before the uid drop: the new uid may not be able to read the library
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+    except (ImportError, OSError):
+        libc = None
+
     def cap(which, value):
         if value is None or not hasattr(resource, which):
             return
@@ -196,19 +203,18 @@ def _limit_runner(job):
     cap("RLIMIT_AS", (job["memory_bytes"], job["memory_bytes"]))
     cap("RLIMIT_FSIZE", (job["file_size_bytes"], job["file_size_bytes"]))
     cap("RLIMIT_NOFILE", (job["open_files"], job["open_files"]))
+    # Counts every process of the uid: with a private uid, this run's; without one, all of the
+    # user's (then the program can hardly fork at all, which is the safe side).
+    cap("RLIMIT_NPROC", (job["processes"], job["processes"]))
     uid = job.get("uid")
     if uid is not None:
         # A uid of its own: the runner can signal no other process and own no other file.
-        cap("RLIMIT_NPROC", (job["processes"], job["processes"]))
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
-    try:  # no setuid binary may give privileges back
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-    except (OSError, AttributeError):
-        pass
+    if libc is not None:  # no setuid binary may give privileges back
+        with contextlib.suppress(AttributeError):
+            libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 
 
 def _runner(job, program, call_fd, reply_fd):

@@ -85,6 +85,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxResult",
     "UnitTests",
+    "available_isolation",
     "default_sandbox",
     "namespaces_available",
 ]
@@ -216,6 +217,19 @@ def namespaces_available() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
+
+
+def available_isolation() -> str | None:
+    """The isolation ``Sandbox(isolation="auto")`` gets here: ``"namespaces"``, ``"process"``, or
+    ``None`` where no sandbox can run (not POSIX, or root whose standard library another uid
+    cannot read, without namespaces)."""
+    if os.name != "posix":
+        return None
+    if namespaces_available():
+        return "namespaces"
+    if os.geteuid() == 0 and not _stdlib_world_readable():
+        return None
+    return "process"
 
 
 @functools.lru_cache(maxsize=1)

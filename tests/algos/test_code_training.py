@@ -14,11 +14,9 @@ from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.critic import Critic
 from marft_algos.rollout import RolloutCollector
 from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
-from marft_envs.code.sandbox import namespaces_available
+from marft_envs.code.sandbox import available_isolation
 
-pytestmark = pytest.mark.skipif(
-    not namespaces_available(), reason="the sandbox needs unshare namespaces here"
-)
+pytestmark = pytest.mark.skipif(available_isolation() is None, reason="no code sandbox can run here")
 
 SMALL = dict(
     iterations=1,

@@ -21,6 +21,7 @@ from marft_envs.code.sandbox import (
     SandboxLimits,
     UnitTests,
     _parse_report,
+    _stdlib_world_readable,
     _Untrusted,
     namespaces_available,
 )
@@ -318,3 +319,40 @@ def test_runs_in_the_worker_pool_overlap(sandbox):
     assert all(r.all_passed for r in results)
     # Serial runs would take the sum of their times; two workers take about the longer one.
     assert elapsed < 0.8 * sum(r.seconds for r in results), (elapsed, [r.seconds for r in results])
+
+
+# The fallback: what it claims to hold (limits, exits, fake output, plain values) without namespaces.
+FALLBACK_SAFE = [
+    "infinite loop",
+    "memory hog",
+    "sys.exit(0)",
+    "os._exit(0)",
+    "fake pass lines",
+    "always-equal object",
+    "int subclass equal to anything",
+    "monkeypatched builtins",
+]
+ROOT_WITHOUT_PRIVATE_UID = os.geteuid() == 0 and not _stdlib_world_readable()
+
+
+def test_fallback_mode_still_grades_hostile_programs_zero(monkeypatch):
+    if ROOT_WITHOUT_PRIVATE_UID:
+        # These programs import only modules the runner already holds, so a private uid that
+        # cannot read the standard library still runs them: the fallback's real code path.
+        monkeypatch.setattr("marft_envs.code.sandbox._stdlib_world_readable", lambda: True)
+    box = Sandbox(LIMITS, isolation="process", max_workers=2)
+    results = box.run_many([(HOSTILE[name][0], ADD_TESTS) for name in FALLBACK_SAFE])
+    box.close()
+    for name, result in zip(FALLBACK_SAFE, results, strict=True):
+        assert result.isolation == "process"
+        assert result.passed == 0, (name, result)
+        assert result.failure == HOSTILE[name][1], (name, result)
+    assert box.run("def add(a, b):\n    return a + b\n", ADD_TESTS).all_passed
+
+
+@pytest.mark.skipif(
+    not ROOT_WITHOUT_PRIVATE_UID, reason="only as root with a private standard library"
+)
+def test_fallback_refuses_to_run_programs_as_root():
+    with pytest.raises(OSError, match=r"cannot run programs as root safely.*namespaces"):
+        Sandbox(isolation="process")
