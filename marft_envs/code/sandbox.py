@@ -120,7 +120,8 @@ class SandboxLimits:
         file_size_bytes: Largest file the program may write (``RLIMIT_FSIZE``).
         tmpfs_bytes: Size of the private working directory (namespaces only).
         open_files: Open file descriptors (``RLIMIT_NOFILE``).
-        processes: Processes and threads of the program's uid (``RLIMIT_NPROC``).
+        processes: Processes and threads of the program's uid (``RLIMIT_NPROC``). The memory
+            limit is per process, so a run holds at most ``processes * memory_bytes``.
         message_bytes: Largest return value, JSON-encoded.
     """
 
@@ -130,7 +131,7 @@ class SandboxLimits:
     file_size_bytes: int = 16 << 20
     tmpfs_bytes: int = 64 << 20
     open_files: int = 64
-    processes: int = 8
+    processes: int = 4
     message_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:

@@ -178,7 +178,7 @@ def test_orphans_that_leave_the_process_group_are_killed(sandbox):
         "import os, time\n"
         "def add(a, b):\n"
         "    if a == 1:\n"
-        "        for _ in range(3):\n"
+        "        for _ in range(2):\n"
         "            if os.fork() == 0:\n"
         "                os.setsid()\n"
         "                time.sleep(1000)\n"
