@@ -287,8 +287,6 @@ def _kind(exc_name):
         return "memory"
     if exc_name in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
         return "exited"
-    if exc_name == "RecursionError":
-        return "runtime_error"
     return "runtime_error"
 
 
