@@ -226,17 +226,19 @@ def test_no_connection_to_a_listener_on_localhost(sandbox):
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.bind(("127.0.0.1", 0))
     server.listen(1)
-    server.settimeout(8)
+    server.settimeout(0.1)
     port = server.getsockname()[1]
     accepted = []
+    done = threading.Event()
 
     def accept():
-        try:
-            conn, _ = server.accept()
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
             accepted.append(conn.recv(100))
             conn.close()
-        except OSError:
-            pass
 
     thread = threading.Thread(target=accept)
     thread.start()
@@ -248,8 +250,10 @@ def test_no_connection_to_a_listener_on_localhost(sandbox):
         "    return a + b\n"
     )
     result = sandbox.run(program, ADD_TESTS)
-    server.close()
+    time.sleep(0.3)  # a connection that got through would be accepted by now
+    done.set()
     thread.join()
+    server.close()
     assert result.passed == 0 and result.failure == "runtime_error"
     assert accepted == []
 
