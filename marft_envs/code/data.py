@@ -13,7 +13,9 @@ environments call:
 
 With ``validate=True`` (the default for files and lists) every reference solution is run against
 its own tests in the sandbox; ``on_invalid="raise"`` stops at the first one that fails, naming the
-row and why, and ``on_invalid="skip"`` drops such rows with a warning that lists them.
+row and why, and ``on_invalid="skip"`` drops such rows with a warning that lists them. Passing
+references are recorded on disk (:mod:`marft_envs.code.validation_cache`), so reloading the same
+data does not run them again.
 """
 
 from __future__ import annotations
@@ -484,18 +486,36 @@ def _validate(
 def _reference_verdicts(
     problems: tuple[CodeProblem, ...], limits: SandboxLimits
 ) -> tuple[tuple[bool, str], ...]:
-    sandbox = Sandbox(limits)
-    jobs = [(p.program(p.reference), p.unit_tests) for p in problems if p.reference is not None]
-    results = iter(sandbox.run_many(jobs))
-    sandbox.close()
+    from marft_envs.code import validation_cache
+    from marft_envs.code.sandbox import available_isolation
+
+    isolation = available_isolation() or "none"
+    keys = {
+        i: validation_cache.problem_key(p.program(p.reference), p.setup, p.tests, limits, isolation)
+        for i, p in enumerate(problems)
+        if p.reference is not None
+    }
+    known = validation_cache.known_passes(keys.values())
+    todo = [i for i, key in keys.items() if key not in known]
+    results = {}
+    if todo:
+        sandbox = Sandbox(limits)
+        jobs = [
+            (problems[i].program(problems[i].reference or ""), problems[i].unit_tests) for i in todo
+        ]
+        results = dict(zip(todo, sandbox.run_many(jobs), strict=True))
+        sandbox.close()
+        validation_cache.record_passes(keys[i] for i, r in results.items() if r.all_passed)
     verdicts = []
-    for p in problems:
+    for i, p in enumerate(problems):
         if p.reference is None:
             verdicts.append((False, "no reference solution to validate"))
-            continue
-        r = next(results)
-        why = f"the reference passes {r.passed} of {r.total} tests ({r.failure}: {r.detail})"
-        verdicts.append((r.all_passed, why))
+        elif i not in results:
+            verdicts.append((True, "passed (recorded)"))
+        else:
+            r = results[i]
+            why = f"the reference passes {r.passed} of {r.total} tests ({r.failure}: {r.detail})"
+            verdicts.append((r.all_passed, why))
     return tuple(verdicts)
 
 

@@ -184,3 +184,31 @@ def test_generated_references_pass_in_the_sandbox_and_wrong_programs_fail():
         [(f"def {p.entry_point}(*args):\n    return None\n", p.unit_tests) for p in problems]
     )
     assert not any(r.all_passed for r in wrong)
+
+
+def test_passing_references_are_recorded_and_failures_rerun(tmp_path, monkeypatch):
+    from marft_envs.code.data import _reference_verdicts
+
+    path = tmp_path / "mbpp.json"
+    path.write_text(json.dumps(_broken_rows()))
+    assert len(load_mbpp(path, on_invalid="skip")) == 2
+    runs = []
+    original = Sandbox.run_many
+
+    def counting(self, jobs):
+        jobs = list(jobs)
+        runs.append(len(jobs))
+        return original(self, jobs)
+
+    monkeypatch.setattr(Sandbox, "run_many", counting)
+    _reference_verdicts.cache_clear()
+    assert len(load_mbpp(path, on_invalid="skip")) == 2
+    assert runs == [1]  # the two passing rows were recorded; the failing one ran again
+    with pytest.raises(CodeDataError, match="row 2"):
+        _reference_verdicts.cache_clear()
+        load_mbpp(path)
+    monkeypatch.setenv("MARFT_CODE_CACHE", "0")
+    _reference_verdicts.cache_clear()
+    runs.clear()
+    assert len(load_mbpp(path, on_invalid="skip")) == 2
+    assert runs == [3]  # without the record every reference runs
