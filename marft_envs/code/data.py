@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import functools
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from marft_envs.code.sandbox import Sandbox, SandboxLimits, UnitTests
+from marft_envs.code.sandbox import SandboxLimits, UnitTests
 
 __all__ = [
     "CodeDataError",
@@ -458,7 +457,9 @@ def _validate(
     limits: SandboxLimits,
 ) -> list[bool]:
     """Which problems' references pass their own tests (cached per process: env copies share it)."""
-    verdicts = _reference_verdicts(problems, limits)
+    from marft_envs.code.validation_cache import reference_verdicts
+
+    verdicts = reference_verdicts(problems, limits)
     keep, bad = [], []
     for problem, location, (ok, why) in zip(problems, locations, verdicts, strict=True):
         keep.append(ok)
@@ -480,43 +481,6 @@ def _validate(
             "; ".join(bad[:10]),
         )
     return keep
-
-
-@functools.lru_cache(maxsize=8)
-def _reference_verdicts(
-    problems: tuple[CodeProblem, ...], limits: SandboxLimits
-) -> tuple[tuple[bool, str], ...]:
-    from marft_envs.code import validation_cache
-    from marft_envs.code.sandbox import available_isolation
-
-    isolation = available_isolation() or "none"
-    keys = {
-        i: validation_cache.problem_key(p.program(p.reference), p.setup, p.tests, limits, isolation)
-        for i, p in enumerate(problems)
-        if p.reference is not None
-    }
-    known = validation_cache.known_passes(keys.values())
-    todo = [i for i, key in keys.items() if key not in known]
-    results = {}
-    if todo:
-        sandbox = Sandbox(limits)
-        jobs = [
-            (problems[i].program(problems[i].reference or ""), problems[i].unit_tests) for i in todo
-        ]
-        results = dict(zip(todo, sandbox.run_many(jobs), strict=True))
-        sandbox.close()
-        validation_cache.record_passes(keys[i] for i, r in results.items() if r.all_passed)
-    verdicts = []
-    for i, p in enumerate(problems):
-        if p.reference is None:
-            verdicts.append((False, "no reference solution to validate"))
-        elif i not in results:
-            verdicts.append((True, "passed (recorded)"))
-        else:
-            r = results[i]
-            why = f"the reference passes {r.passed} of {r.total} tests ({r.failure}: {r.detail})"
-            verdicts.append((r.all_passed, why))
-    return tuple(verdicts)
 
 
 # --- the one entry point -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ The record lives in ``$MARFT_CACHE/code_validation`` or ``~/.cache/marft/code_va
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -20,10 +21,14 @@ import platform
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from marft_envs.code.sandbox import _HARNESS, SandboxLimits
+from marft_envs.code.sandbox import _HARNESS, Sandbox, SandboxLimits, available_isolation
 
-__all__ = ["known_passes", "problem_key", "record_passes"]
+if TYPE_CHECKING:
+    from marft_envs.code.data import CodeProblem
+
+__all__ = ["known_passes", "problem_key", "record_passes", "reference_verdicts"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,3 +92,39 @@ def record_passes(keys: Iterable[str]) -> None:
         logger.warning(
             "Cannot write the validation record under %s (%s); continuing without it.", root, err
         )
+
+
+@functools.lru_cache(maxsize=8)
+def reference_verdicts(
+    problems: tuple[CodeProblem, ...], limits: SandboxLimits
+) -> tuple[tuple[bool, str], ...]:
+    """``(passed, why)`` for each problem's reference; cached per process (env copies share it)
+    and, for passes, on disk."""
+    isolation = available_isolation() or "none"
+    keys = {
+        i: problem_key(p.program(p.reference), p.setup, p.tests, limits, isolation)
+        for i, p in enumerate(problems)
+        if p.reference is not None
+    }
+    known = known_passes(keys.values())
+    todo = [i for i, key in keys.items() if key not in known]
+    results = {}
+    if todo:
+        sandbox = Sandbox(limits)
+        jobs = [
+            (problems[i].program(problems[i].reference or ""), problems[i].unit_tests) for i in todo
+        ]
+        results = dict(zip(todo, sandbox.run_many(jobs), strict=True))
+        sandbox.close()
+        record_passes(keys[i] for i, r in results.items() if r.all_passed)
+    verdicts = []
+    for i, p in enumerate(problems):
+        if p.reference is None:
+            verdicts.append((False, "no reference solution to validate"))
+        elif i not in results:
+            verdicts.append((True, "passed (recorded)"))
+        else:
+            r = results[i]
+            why = f"the reference passes {r.passed} of {r.total} tests ({r.failure}: {r.detail})"
+            verdicts.append((r.all_passed, why))
+    return tuple(verdicts)

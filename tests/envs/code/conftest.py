@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def _fresh_validation_record(tmp_path, monkeypatch):
     monkeypatch.setenv("MARFT_CACHE", str(tmp_path / "marft-cache"))
-    from marft_envs.code.data import _reference_verdicts
+    from marft_envs.code.validation_cache import reference_verdicts as _reference_verdicts
 
     _reference_verdicts.cache_clear()
     yield

@@ -187,7 +187,7 @@ def test_generated_references_pass_in_the_sandbox_and_wrong_programs_fail():
 
 
 def test_passing_references_are_recorded_and_failures_rerun(tmp_path, monkeypatch):
-    from marft_envs.code.data import _reference_verdicts
+    from marft_envs.code.validation_cache import reference_verdicts as _reference_verdicts
 
     path = tmp_path / "mbpp.json"
     path.write_text(json.dumps(_broken_rows()))
