@@ -55,7 +55,9 @@ def run_exec(ps: list[CodeProblem]) -> float:
 def run_subprocess(ps: list[CodeProblem]) -> float:
     start = time.perf_counter()
     for p in ps:
-        done = subprocess.run([sys.executable, "-I", "-S", "-c", script(p)], capture_output=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", script(p)], capture_output=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
     return (time.perf_counter() - start) / len(ps)
 
@@ -77,13 +79,22 @@ def run_pool(sandbox: Sandbox, ps: list[CodeProblem]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, default=60, help="reference programs per round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (each way runs once per round)")
-    parser.add_argument("--workers", type=int, default=None, help="sandbox pool size (default: CPUs, at most 8)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds (each way runs once per round)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="sandbox pool size (default: CPUs, at most 8)"
+    )
     args = parser.parse_args()
 
     ps = problems(args.programs)
     sandbox = Sandbox(SandboxLimits(), max_workers=args.workers)
-    times: dict[str, list[float]] = {"exec": [], "subprocess": [], "sandbox": [], "sandbox-pool": []}
+    times: dict[str, list[float]] = {
+        "exec": [],
+        "subprocess": [],
+        "sandbox": [],
+        "sandbox-pool": [],
+    }
     for _ in range(args.rounds):
         times["exec"].append(run_exec(ps))
         times["subprocess"].append(run_subprocess(ps))
@@ -92,9 +103,11 @@ def main() -> None:
     sandbox.close()
 
     source = "MBPP (sanitized) references" if SHARED.is_file() else "generated problems"
-    print(f"{len(ps)} {source}, {args.rounds} rounds, isolation={sandbox.isolation}, "
-          f"workers={sandbox.max_workers}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"{len(ps)} {source}, {args.rounds} rounds, isolation={sandbox.isolation}, "
+        f"workers={sandbox.max_workers}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     print()
     print("| way | median ms/program | x subprocess |")
     print("|---|---|---|")

@@ -16,7 +16,9 @@ from marft_algos.rollout import RolloutCollector
 from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 from marft_envs.code.sandbox import available_isolation
 
-pytestmark = pytest.mark.skipif(available_isolation() is None, reason="no code sandbox can run here")
+pytestmark = pytest.mark.skipif(
+    available_isolation() is None, reason="no code sandbox can run here"
+)
 
 SMALL = dict(
     iterations=1,
