@@ -225,6 +225,9 @@ class RolloutCollector:
                     do_sample=settings.do_sample,
                     generator=self.generator,
                 )
+                for env_index, generation in zip(env_indices, generations, strict=True):
+                    # Lets slow transitions (e.g. sandboxed programs) of all copies run in parallel.
+                    _unwrapped(self.envs[env_index]).prepare_step(generation.text)
                 for env_index, generation, observed in zip(env_indices, generations, messages, strict=True):
                     finished = self._step(
                         env_index, running[env_index], agent, generation, observed, results, round_buffer

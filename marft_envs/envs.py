@@ -47,3 +47,23 @@ register(
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual team with up to 3 attempts; wrong answers come back as feedback.",
 )
+
+# --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.code.sandbox) -----
+register(
+    "code-single-v0",
+    "marft_envs.code.env:CodeEnv",
+    kwargs={"profiles": "single"},
+    description="One graded coder writes a Python program; reward 1 when every hidden test passes.",
+)
+register(
+    "code-dual-v0",
+    "marft_envs.code.env:CodeEnv",
+    kwargs={"profiles": "dual"},
+    description="Tester (edge cases, extra asserts) -> coder; the coder's program is graded.",
+)
+register(
+    "code-dual-retry-v0",
+    "marft_envs.code.env:CodeEnv",
+    kwargs={"profiles": "dual", "max_attempts": 3},
+    description="Dual code team with up to 3 attempts; failing programs come back with how they failed.",
+)

@@ -146,6 +146,13 @@ class FlexPOMDPEnv(AECEnv):
         """Apply the transition after a round; ``actions`` maps each agent that acted to its action."""
         raise NotImplementedError
 
+    def prepare_step(self, action: str) -> None:
+        """Hint that ``action`` is about to be stepped for the current agent (default: nothing).
+
+        Batched collectors call it on every env copy before stepping them, so a task whose
+        transition is slow (e.g. running a program) can start the work for all copies at once.
+        """
+
     def _route_context(self) -> Mapping[str, Any]:
         """State exposed to dependency functions as ``RoundState.context`` (default: nothing)."""
         return {}
