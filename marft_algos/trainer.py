@@ -386,7 +386,7 @@ class Trainer(ABC):
                 DeprecationWarning,
                 stacklevel=2,
             )
-            episodes, sampling_stats = self.collect(), {}
+            episodes, sampling_stats = self.collect(), dict[str, Any]()
         else:
             episodes, sampling_stats = self.collect_with_stats()
         rollout_time = time.perf_counter() - start
