@@ -88,6 +88,8 @@ def _load(key: str) -> Any:
         return data
     try:
         train, test = data.train_test_split(part["test_size"], seed=part["split_seed"])
+        if len(train) == 0 or len(test) == 0:
+            raise ValueError("empty side")
     except ValueError:
         raise UsageError(
             f"Dataset {source!r} has {len(data)} problem(s); holding {part['test_size']:.0%} out for "
