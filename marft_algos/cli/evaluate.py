@@ -106,6 +106,14 @@ def evaluate_checkpoint(checkpoint: str | Path, overrides: EvalArguments | None 
         data = plan_data(None, o.dataset, o.levels, o.subjects)
     if data is not None and marft_envs.spec(env_id).accepts("dataset"):
         kwargs["dataset"] = load_part(data["eval"])
+    env_fn = lambda: marft_envs.make(env_id, **kwargs)  # noqa: E731
+    probe = env_fn()
+    agents = list(probe.possible_agents)
+    if agents != list(manifest["agents"]):
+        raise UsageError(
+            f"The checkpoint's agents {manifest['agents']} do not match {env_id}'s agents {agents}; evaluate "
+            f"on the env it was trained on (leave --env out) or one with the same team."
+        )
     torch.set_num_threads(o.threads or int(run.get("threads") or 1))
     policy = MultiAgentPolicy.from_checkpoint(str(checkpoint), model=o.model, device=o.device)
     apply_chat_template(policy, run.get("chat_template"))
@@ -113,7 +121,6 @@ def evaluate_checkpoint(checkpoint: str | Path, overrides: EvalArguments | None 
     if not recorded:
         raise UsageError(f"{checkpoint} does not record its generation settings (an older checkpoint).")
     settings = greedy(GenerationSettings(**recorded))
-    env_fn = lambda: marft_envs.make(env_id, **kwargs)  # noqa: E731
     batch = o.batch or int(config.get("rollout_threads", 1))
     collector = RolloutCollector.from_factory(policy, env_fn, batch, settings, seed=int(config.get("seed", 0)))
     episodes = collector.collect(evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))), settings)
