@@ -23,7 +23,9 @@ class TrainingProgress:
             mode = "rich" if sys.stderr.isatty() else "plain"
         self.mode = "rich" if mode is True else (mode or "off")
         if self.mode not in ("rich", "plain", "off"):
-            raise ValueError(f"progress must be True, False, 'rich', 'plain' or 'auto', got {mode!r}.")
+            raise ValueError(
+                f"progress must be True, False, 'rich', 'plain' or 'auto', got {mode!r}."
+            )
         self.enabled = self.mode == "rich"
         self.total, self.done = total, done
         self._progress: Any = None
@@ -39,16 +41,23 @@ class TrainingProgress:
             )
 
             self._progress = Progress(
-                TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("[bold]training"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
                 TextColumn("{task.fields[metrics]}"),
             )
             self._progress.__enter__()
-            self._task = self._progress.add_task("train", total=self.total, completed=self.done, metrics="")
+            self._task = self._progress.add_task(
+                "train", total=self.total, completed=self.done, metrics=""
+            )
         return self
 
     def update(self, metrics: Mapping[str, Any], *, advance: bool = True) -> None:
         shown = " ".join(
-            f"{k.split('/')[-1]}={metrics[k]:.3f}" for k in self.KEYS if isinstance(metrics.get(k), int | float)
+            f"{k.split('/')[-1]}={metrics[k]:.3f}"
+            for k in self.KEYS
+            if isinstance(metrics.get(k), int | float)
         )
         self.done += int(advance)
         if self.mode == "plain":

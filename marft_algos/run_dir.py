@@ -64,7 +64,15 @@ class ConfigMismatchError(ValueError):
 
 #: Config fields a resume may change without changing what the run computes.
 RESUMABLE_CHANGES = frozenset(
-    {"iterations", "output_dir", "checkpoint_every", "keep_checkpoints", "tensorboard", "overwrite", "max_nonfinite_iterations"}
+    {
+        "iterations",
+        "output_dir",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "tensorboard",
+        "overwrite",
+        "max_nonfinite_iterations",
+    }
 )
 
 
@@ -190,7 +198,9 @@ class RunDirectory:
         if not self.path.is_dir():
             return []
         found = [p for p in self.path.iterdir() if p.is_dir() and checkpoint_number(p) is not None]
-        return sorted((p for p in found if is_complete_checkpoint(p)), key=lambda p: checkpoint_number(p) or 0)
+        return sorted(
+            (p for p in found if is_complete_checkpoint(p)), key=lambda p: checkpoint_number(p) or 0
+        )
 
     def latest_checkpoint(self) -> Path | None:
         """The newest complete checkpoint, or None."""

@@ -28,7 +28,11 @@ def owners_of(field: str) -> list[str]:
     """The algorithms whose config has ``field``."""
     import dataclasses
 
-    return [name for name, (config, _) in ALGORITHMS.items() if field in {f.name for f in dataclasses.fields(config)}]
+    return [
+        name
+        for name, (config, _) in ALGORITHMS.items()
+        if field in {f.name for f in dataclasses.fields(config)}
+    ]
 
 
 def build_trainer(

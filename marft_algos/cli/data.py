@@ -34,7 +34,9 @@ def _filters(source: str, levels: str | None, subjects: str | None) -> dict[str,
             try:
                 out[key] = [int(x) for x in given.split(",")]
             except ValueError:
-                raise UsageError(f"--levels {given!r}: write comma-separated integers, e.g. 1,2, or 'all'.") from None
+                raise UsageError(
+                    f"--levels {given!r}: write comma-separated integers, e.g. 1,2, or 'all'."
+                ) from None
         else:
             out[key] = given.split(",")
     return out
@@ -49,7 +51,10 @@ def plan_data(
     if eval_dataset is not None:
         return {"train": {"source": source, **filters}, "eval": {"source": eval_dataset, **filters}}
     if source.startswith("builtin"):
-        return {"train": {"source": source, **filters}, "eval": {"source": "builtin:test", **filters}}
+        return {
+            "train": {"source": source, **filters},
+            "eval": {"source": "builtin:test", **filters},
+        }
     split = {"test_size": HELD_OUT_FRACTION, "split_seed": 0}
     return {
         "train": {"source": source, **filters, **split, "side": "train"},
@@ -76,7 +81,7 @@ def _load(key: str) -> Any:
         data = load_dataset(source, levels=part.get("levels"), subjects=part.get("subjects"))
     except UnicodeDecodeError as exc:
         raise UsageError(
-            f"Dataset {source!r} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at "
+            f"Dataset {source!r} is not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} at "
             f"position {exc.start}); re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8 in > out."
         ) from None
     if len(data) == 0:

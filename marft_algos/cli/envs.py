@@ -58,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     from rich.table import Table
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser([EnvsArguments], prog="marft envs", description="List the registered environments.")
+    parser = build_parser(
+        [EnvsArguments], prog="marft envs", description="List the registered environments."
+    )
     values, _ = parse_with(parser, argv)
     args = EnvsArguments(**pick(values, EnvsArguments))
     if args.import_module:

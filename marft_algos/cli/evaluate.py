@@ -59,7 +59,9 @@ def find_checkpoint(path: str | Path) -> Path:
 
     folder = Path(path)
     if not folder.exists():
-        raise UsageError(f"{str(folder)!r} does not exist; pass a run folder (--output-dir of marft train) or a checkpoint-N folder.")
+        raise UsageError(
+            f"{str(folder)!r} does not exist; pass a run folder (--output-dir of marft train) or a checkpoint-N folder."
+        )
     if is_complete_checkpoint(folder):
         return folder
     latest = RunDirectory(folder).latest_checkpoint()
@@ -77,11 +79,15 @@ def _recorded_env_kwargs(run: Mapping[str, Any]) -> dict[str, Any]:
     spec = run.get("eval_env") or run.get("env") or {}
     # Values JSON could not hold were recorded as {"repr": ...}; they cannot be rebuilt.
     return {
-        k: v for k, v in (spec.get("kwargs") or {}).items() if k != "dataset" and not (isinstance(v, dict) and set(v) == {"repr"})
+        k: v
+        for k, v in (spec.get("kwargs") or {}).items()
+        if k != "dataset" and not (isinstance(v, dict) and set(v) == {"repr"})
     }
 
 
-def evaluate_checkpoint(checkpoint: str | Path, overrides: EvalArguments | None = None) -> dict[str, Any]:
+def evaluate_checkpoint(
+    checkpoint: str | Path, overrides: EvalArguments | None = None
+) -> dict[str, Any]:
     """Greedy held-out metrics of a checkpoint, every setting read from it unless overridden."""
     import torch
 
@@ -99,7 +105,9 @@ def evaluate_checkpoint(checkpoint: str | Path, overrides: EvalArguments | None 
     config = read_state(checkpoint).get("config", {})
     env_id = o.env or run.get("env_id") or (run.get("eval_env") or run.get("env") or {}).get("id")
     if env_id is None:
-        raise UsageError(f"{checkpoint} does not record its env (an older checkpoint); pass --env ID.")
+        raise UsageError(
+            f"{checkpoint} does not record its env (an older checkpoint); pass --env ID."
+        )
     kwargs = _recorded_env_kwargs(run)
     data = run.get("data")
     if o.dataset is not None:
@@ -119,11 +127,17 @@ def evaluate_checkpoint(checkpoint: str | Path, overrides: EvalArguments | None 
     apply_chat_template(policy, run.get("chat_template"))
     recorded = dict(run.get("generation") or {})
     if not recorded:
-        raise UsageError(f"{checkpoint} does not record its generation settings (an older checkpoint).")
+        raise UsageError(
+            f"{checkpoint} does not record its generation settings (an older checkpoint)."
+        )
     settings = greedy(GenerationSettings(**recorded))
     batch = o.batch or int(config.get("rollout_threads", 1))
-    collector = RolloutCollector.from_factory(policy, env_fn, batch, settings, seed=int(config.get("seed", 0)))
-    episodes = collector.collect(evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))), settings)
+    collector = RolloutCollector.from_factory(
+        policy, env_fn, batch, settings, seed=int(config.get("seed", 0))
+    )
+    episodes = collector.collect(
+        evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))), settings
+    )
     metrics = summarize_episodes(episodes, "eval")
     metrics["eval/episodes"] = len(episodes)
     return metrics
@@ -136,9 +150,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(
-        [EvalArguments], prog="marft eval", description="Greedy held-out accuracy of a trained team, settings read from the run."
+        [EvalArguments],
+        prog="marft eval",
+        description="Greedy held-out accuracy of a trained team, settings read from the run.",
     )
-    parser.add_argument("run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder.")
+    parser.add_argument(
+        "run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder."
+    )
     values, _ = parse_with(parser, argv)
     args = EvalArguments(**pick(values, EvalArguments))
     checkpoint = find_checkpoint(values["run"])

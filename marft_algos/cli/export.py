@@ -48,7 +48,11 @@ def export_checkpoint(checkpoint: Path, output: Path, *, merge: bool = False) ->
 
     manifest = read_manifest(checkpoint)
     output.mkdir(parents=True, exist_ok=True)
-    index: dict[str, Any] = {"checkpoint": str(checkpoint), "agents": {}, "run": manifest.get("run") or {}}
+    index: dict[str, Any] = {
+        "checkpoint": str(checkpoint),
+        "agents": {},
+        "run": manifest.get("run") or {},
+    }
     for agent in manifest["agents"]:
         base = manifest["base_models"][agent]
         adapter = manifest["adapters"][agent]
@@ -64,9 +68,15 @@ def export_checkpoint(checkpoint: Path, output: Path, *, merge: bool = False) ->
             config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
             entry["adapter"] = str(target.relative_to(output))
         if merge:
-            entry["merged"] = str(_merge(base, output / agent / "adapter" if adapter else None, output / agent / "merged").relative_to(output))
+            entry["merged"] = str(
+                _merge(
+                    base, output / agent / "adapter" if adapter else None, output / agent / "merged"
+                ).relative_to(output)
+            )
         index["agents"][agent] = entry
-    (output / "marft_export.json").write_text(json.dumps(index, indent=2, sort_keys=True, default=str))
+    (output / "marft_export.json").write_text(
+        json.dumps(index, indent=2, sort_keys=True, default=str)
+    )
     return index
 
 
@@ -95,22 +105,36 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(
-        [ExportArguments], prog="marft export", description="Export each agent's adapter (and, with --merge, a merged model)."
+        [ExportArguments],
+        prog="marft export",
+        description="Export each agent's adapter (and, with --merge, a merged model).",
     )
-    parser.add_argument("run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder.")
+    parser.add_argument(
+        "run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder."
+    )
     values, _ = parse_with(parser, argv)
     args = ExportArguments(**pick(values, ExportArguments))
     checkpoint = find_checkpoint(values["run"])
-    run_root = checkpoint.parent if Path(values["run"]).resolve() == checkpoint.resolve() else Path(values["run"])
+    run_root = (
+        checkpoint.parent
+        if Path(values["run"]).resolve() == checkpoint.resolve()
+        else Path(values["run"])
+    )
     output = Path(args.output_dir) if args.output_dir else run_root / "export"
     if output.exists() and any(output.iterdir()):
         if not args.overwrite:
-            raise UsageError(f"Export folder {str(output)!r} is not empty; pass --overwrite or another --output-dir.")
+            raise UsageError(
+                f"Export folder {str(output)!r} is not empty; pass --overwrite or another --output-dir."
+            )
         shutil.rmtree(output)
     index = export_checkpoint(checkpoint, output, merge=args.merge)
     console = Console()
     for agent, entry in index["agents"].items():
-        parts = [f"adapter {output / entry['adapter']}" if entry["adapter"] else "no adapter (base model)"]
+        parts = [
+            f"adapter {output / entry['adapter']}"
+            if entry["adapter"]
+            else "no adapter (base model)"
+        ]
         if entry["merged"]:
             parts.append(f"merged {output / entry['merged']}")
         console.print(f"[bold]{agent}[/]: " + ", ".join(parts))

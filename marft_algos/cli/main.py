@@ -49,7 +49,9 @@ def quiet_third_party() -> None:
 
 def configure_logging() -> None:
     """Warnings from every library; marft's progress and resume lines at INFO."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     for name in ("marft_algos.progress", "marft_algos.trainer"):
         logging.getLogger(name).setLevel(logging.INFO)
 
@@ -82,7 +84,10 @@ def main(argv: Sequence[str] | None = None) -> Any:
         return None
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        sys.stderr.write(USAGE + f"\nmarft: error: unknown command {command!r}; choose one of {', '.join(COMMANDS)}.\n")
+        sys.stderr.write(
+            USAGE
+            + f"\nmarft: error: unknown command {command!r}; choose one of {', '.join(COMMANDS)}.\n"
+        )
         raise SystemExit(2)
     quiet_third_party()
     configure_logging()

@@ -25,7 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UsageError", "build_parser", "field_docs", "load_config_file", "parse_mapping", "parse_with", "pick"]
+__all__ = [
+    "UsageError",
+    "build_parser",
+    "field_docs",
+    "load_config_file",
+    "parse_mapping",
+    "parse_with",
+    "pick",
+]
 
 
 class UsageError(ValueError):
@@ -102,19 +110,25 @@ def load_config_file(path: str) -> dict[str, Any]:
     """Field values from a YAML (or JSON) file, as ``--config`` takes it."""
     file = Path(path)
     if not file.is_file():
-        raise UsageError(f"--config {path!r}: no such file; pass the path of a YAML file of field: value lines.")
+        raise UsageError(
+            f"--config {path!r}: no such file; pass the path of a YAML file of field: value lines."
+        )
     try:
         import yaml
 
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise UsageError(f"--config {path!r} is not UTF-8 text ({exc.reason}); re-save it as UTF-8.") from None
+        raise UsageError(
+            f"--config {path!r} is not UTF-8 text ({exc.reason}); re-save it as UTF-8."
+        ) from None
     except yaml.YAMLError as exc:
         raise UsageError(f"--config {path!r} is not valid YAML: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UsageError(f"--config {path!r} must hold a mapping of field: value lines, got {type(data).__name__}.")
+        raise UsageError(
+            f"--config {path!r} must hold a mapping of field: value lines, got {type(data).__name__}."
+        )
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
@@ -123,7 +137,11 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "(default" in text or "%(default)" in text:
+        if (
+            action.default in (None, False, argparse.SUPPRESS)
+            or "(default" in text
+            or "%(default)" in text
+        ):
             return text
         return super()._get_help_string(action) or text
 
@@ -145,7 +163,9 @@ def build_parser(
     """
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(list(dataclass_types), prog=prog, description=description, formatter_class=_HelpFormatter)
+    parser = HfArgumentParser(
+        list(dataclass_types), prog=prog, description=description, formatter_class=_HelpFormatter
+    )
     docs: dict[str, str] = {}
     hints: dict[str, Any] = {}
     for klass in dataclass_types:

@@ -48,4 +48,7 @@ def preset_for(model: str, *, paper_defaults: bool = False) -> dict[str, Any]:
     """
     if paper_defaults:
         return {}
-    return {**DEMO_DEFAULTS, "max_new_tokens_per_agent": dict(DEMO_DEFAULTS["max_new_tokens_per_agent"])}
+    return {
+        **DEMO_DEFAULTS,
+        "max_new_tokens_per_agent": dict(DEMO_DEFAULTS["max_new_tokens_per_agent"]),
+    }

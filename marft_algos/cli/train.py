@@ -79,7 +79,9 @@ class TrainArguments:
 
     def __post_init__(self) -> None:
         if self.threads < 1:
-            raise UsageError(f"--threads {self.threads}: torch needs at least one thread; pass --threads 1 or more.")
+            raise UsageError(
+                f"--threads {self.threads}: torch needs at least one thread; pass --threads 1 or more."
+            )
         if self.lora_rank < 1:
             raise UsageError(f"--lora-rank {self.lora_rank}: the LoRA rank must be >= 1 (e.g. 8).")
         if self.resume_from is not None:
@@ -106,7 +108,9 @@ def _unknown_hint(algo: str):
             name = name[3:]
         owners = owners_of(name)
         if owners:
-            return f"{flag} is an option of --algo {' / '.join(owners)}; --algo {algo} does not use it"
+            return (
+                f"{flag} is an option of --algo {' / '.join(owners)}; --algo {algo} does not use it"
+            )
         return None
 
     return hint
@@ -142,8 +146,13 @@ def parse_train_args(
     stray = sorted(set(file_values) - fields)
     if stray:
         where = {k: owners_of(k) for k in stray}
-        detail = ", ".join(f"{k} ({'--algo ' + '/'.join(v) + ' only' if v else 'unknown'})" for k, v in where.items())
-        raise UsageError(f"--config {argv_config(argv)!r} sets fields {algo} does not have: {detail}.")
+        detail = ", ".join(
+            f"{k} ({'--algo ' + '/'.join(v) + ' only' if v else 'unknown'})"
+            for k, v in where.items()
+        )
+        raise UsageError(
+            f"--config {argv_config(argv)!r} sets fields {algo} does not have: {detail}."
+        )
     values, given = parse_with(parser, argv, unknown_hint=_unknown_hint(algo))
     args = TrainArguments(**pick(values, TrainArguments))
     return args, config_class, pick(values, config_class), given | set(file_values)
@@ -193,7 +202,9 @@ class EnvPlan:
         if self.data is not None:
             train_kwargs["dataset"] = load_part(self.data["train"])
             eval_kwargs["dataset"] = load_part(self.data["eval"])
-        return (lambda: marft_envs.make(self.env_id, **train_kwargs)), (lambda: marft_envs.make(self.env_id, **eval_kwargs))
+        return (lambda: marft_envs.make(self.env_id, **train_kwargs)), (
+            lambda: marft_envs.make(self.env_id, **eval_kwargs)
+        )
 
 
 def plan_env(
@@ -250,13 +261,20 @@ def _check_caps(values: dict[str, Any], given: set[str], agents: list[str]) -> N
         )
 
 
-def _check_resume_matches(run_dir: RunDirectory, record: Mapping[str, Any], algo: str, allowed: bool) -> None:
+def _check_resume_matches(
+    run_dir: RunDirectory, record: Mapping[str, Any], algo: str, allowed: bool
+) -> None:
     saved = run_dir.read_config()
     if saved is None:
         return
-    before = {"algorithm": saved.get("algorithm"), **{k: (saved.get("run") or {}).get(k) for k in record}}
+    before = {
+        "algorithm": saved.get("algorithm"),
+        **{k: (saved.get("run") or {}).get(k) for k in record},
+    }
     now = {"algorithm": algo, **record}
-    changed = {k: (before[k], now[k]) for k in now if before.get(k) is not None and before[k] != now[k]}
+    changed = {
+        k: (before[k], now[k]) for k in now if before.get(k) is not None and before[k] != now[k]
+    }
     if changed and not allowed:
         detail = "; ".join(f"{k}: run {a!r} vs now {b!r}" for k, (a, b) in changed.items())
         raise ConfigMismatchError(
@@ -281,7 +299,9 @@ def apply_chat_template(policy: Any, template: str | None) -> None:
             backbone.tokenizer.chat_template = template
 
 
-def main(argv: Sequence[str] | None = None, *, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def main(
+    argv: Sequence[str] | None = None, *, defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Run ``marft train``; returns the run's records, its evaluations and its folder."""
     import sys
 
@@ -295,8 +315,13 @@ def main(argv: Sequence[str] | None = None, *, defaults: Mapping[str, Any] | Non
     console = Console()
     _check_level_options(args.algo, values.get("level"), given)
     plan = plan_env(
-        args.env, args.env_kwargs, dataset=args.dataset, eval_dataset=args.eval_dataset,
-        levels=args.levels, subjects=args.subjects, given=given,
+        args.env,
+        args.env_kwargs,
+        dataset=args.dataset,
+        eval_dataset=args.eval_dataset,
+        levels=args.levels,
+        subjects=args.subjects,
+        given=given,
     )
     if args.algo == "ppo" and len(plan.agents) != 1:
         raise UsageError(
@@ -332,14 +357,21 @@ def main(argv: Sequence[str] | None = None, *, defaults: Mapping[str, Any] | Non
         f"[bold]{args.model}[/], output {config.output_dir}"
     )
     policy = MultiAgentPolicy.from_pretrained(
-        args.model, plan.agents, lora=LoraSettings(r=args.lora_rank, alpha=args.lora_alpha),
-        device=args.device, seed=config.seed,
+        args.model,
+        plan.agents,
+        lora=LoraSettings(r=args.lora_rank, alpha=args.lora_alpha),
+        device=args.device,
+        seed=config.seed,
     )
     template = _chat_template(args.chat_template)
     apply_chat_template(policy, template)
-    trainer = build_trainer(args.algo, policy, train_fn, config, eval_env_fn=eval_fn, critic_seed=config.seed)
+    trainer = build_trainer(
+        args.algo, policy, train_fn, config, eval_env_fn=eval_fn, critic_seed=config.seed
+    )
     trainer.run_info.update(record)
-    trainer.run_info.update({"threads": args.threads, "device": args.device, "chat_template": template})
+    trainer.run_info.update(
+        {"threads": args.threads, "device": args.device, "chat_template": template}
+    )
     if args.resume:
         trainer.resume(args.resume_from, allow_config_change=args.allow_config_change)
         console.print(f"resumed at iteration {trainer.iteration}")
@@ -350,10 +382,17 @@ def main(argv: Sequence[str] | None = None, *, defaults: Mapping[str, Any] | Non
         from marft_algos.plotting import plot_learning_curve
 
         path = plot_learning_curve(
-            trainer.logger.records, Path(config.output_dir) / "learning_curve.png", title=f"{args.algo} on {args.env}"
+            trainer.logger.records,
+            Path(config.output_dir) / "learning_curve.png",
+            title=f"{args.algo} on {args.env}",
         )
         console.print(f"learning curve: {path}")
-    return {"records": records, "evals": evals, "output_dir": config.output_dir, "config": dataclasses.asdict(config)}
+    return {
+        "records": records,
+        "evals": evals,
+        "output_dir": config.output_dir,
+        "config": dataclasses.asdict(config),
+    }
 
 
 def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:

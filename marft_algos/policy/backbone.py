@@ -217,7 +217,12 @@ def check_model_path(path: str) -> None:
                 f"folder written by save_pretrained (config.json, weights, tokenizer files)."
             )
         return
-    looks_local = path.startswith((".", "/", "~")) or path.count("/") > 1 or path.endswith("/") or "\\" in path
+    looks_local = (
+        path.startswith((".", "/", "~"))
+        or path.count("/") > 1
+        or path.endswith("/")
+        or "\\" in path
+    )
     if looks_local:
         raise ModelLoadError(
             f"Model path {path!r} does not exist; check the path, or pass a built-in short name "

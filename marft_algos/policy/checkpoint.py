@@ -259,7 +259,8 @@ def policy_from_checkpoint(
     agents = list(manifest["agents"])
     lora_by_adapter = manifest.get("lora") or {}
     settings = {
-        (s["r"], s["alpha"], s["dropout"], json.dumps(s["target_modules"])) for s in lora_by_adapter.values()
+        (s["r"], s["alpha"], s["dropout"], json.dumps(s["target_modules"]))
+        for s in lora_by_adapter.values()
     }
     if len(settings) > 1:
         raise CheckpointError(
@@ -279,7 +280,9 @@ def policy_from_checkpoint(
         for a in agents
     }
     default = model or manifest["base_models"][agents[0]]
-    policy = MultiAgentPolicy.from_pretrained(default, agents, specs=specs, lora=lora, device=device, torch_dtype=torch_dtype)
+    policy = MultiAgentPolicy.from_pretrained(
+        default, agents, specs=specs, lora=lora, device=device, torch_dtype=torch_dtype
+    )
     load_checkpoint(path, policy, restore_rng=False, check_base_model=model is None)
     return policy
 

@@ -13,7 +13,13 @@ from test_trainers import adapter_params, build
 
 from marft_algos.action_marft import ActionMARFTTrainer
 from marft_algos.metrics import MetricsLogger
-from marft_algos.policy import CheckpointError, LoraSettings, MultiAgentPolicy, load_checkpoint, read_manifest
+from marft_algos.policy import (
+    CheckpointError,
+    LoraSettings,
+    MultiAgentPolicy,
+    load_checkpoint,
+    read_manifest,
+)
 from marft_algos.run_dir import (
     ConfigMismatchError,
     RunDirectory,
@@ -27,7 +33,9 @@ def test_a_folder_locked_by_another_process_is_refused(tmp_path):
     tmp_path.joinpath(".lock").write_text("process 4242\n")
     with open(tmp_path / ".lock") as other:  # another open file description = another holder
         fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(RunInUseError, match=r"in use by process 4242.*choose another --output-dir"):
+        with pytest.raises(
+            RunInUseError, match=r"in use by process 4242.*choose another --output-dir"
+        ):
             RunDirectory(tmp_path).acquire()
     RunDirectory(tmp_path).acquire()  # free again
     RunDirectory(tmp_path).release()
@@ -38,7 +46,9 @@ def test_a_fresh_run_over_an_earlier_one_needs_overwrite(tiny_path, tmp_path):
     again = build("action", tiny_path, iterations=1, output_dir=str(tmp_path))
     with pytest.raises(RunExistsError, match=r"already holds a finished run \(1 of 1 iterations\)"):
         again.train()
-    assert [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert [
+        json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ] == [0, 1]
     build("action", tiny_path, iterations=1, output_dir=str(tmp_path), overwrite=True).train()
 
 
@@ -54,14 +64,21 @@ def test_checkpoints_every_iteration_keep_the_newest_and_describe_the_run(tiny_p
     assert manifest["run"]["generation"]["max_new_tokens"] == 6
     rebuilt = MultiAgentPolicy.from_checkpoint(str(tmp_path / "checkpoint-3"))
     for agent in trainer.agents:
-        for a, b in zip(adapter_params(trainer, agent), rebuilt.trainable_parameters(agent), strict=True):
+        for a, b in zip(
+            adapter_params(trainer, agent), rebuilt.trainable_parameters(agent), strict=True
+        ):
             assert torch.equal(a, b)
 
 
 def test_a_lora_rank_that_differs_from_the_checkpoint(tiny_path, tmp_path):
     build("action", tiny_path, iterations=1, output_dir=str(tmp_path)).train()
-    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], lora=LoraSettings(r=4))
-    with pytest.raises(CheckpointError, match=r"LoRA rank of adapter 'writer' differs: checkpoint 8 vs policy 4.*--lora-rank 8"):
+    policy = MultiAgentPolicy.from_pretrained(
+        tiny_path, ["writer", "answerer"], lora=LoraSettings(r=4)
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"LoRA rank of adapter 'writer' differs: checkpoint 8 vs policy 4.*--lora-rank 8",
+    ):
         load_checkpoint(tmp_path / "checkpoint-1", policy)
 
 
@@ -79,11 +96,15 @@ def test_resume_refuses_changed_settings_and_leaves_the_folder_alone(tiny_path, 
 
 
 def test_resume_before_the_first_checkpoint_starts_over(tiny_path, tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"iteration": 0, "eval/accuracy": 0.5}\n{"iteration": 1, "rollout/re')
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"iteration": 0, "eval/accuracy": 0.5}\n{"iteration": 1, "rollout/re'
+    )
     trainer = build("action", tiny_path, iterations=1, output_dir=str(tmp_path))
     trainer.resume()
     trainer.train()
-    assert [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1]
+    assert [
+        json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ] == [0, 1]
 
 
 def test_metrics_tolerate_only_a_torn_last_line(tmp_path, caplog):
@@ -107,7 +128,10 @@ def test_a_run_whose_updates_are_all_nonfinite_stops(tiny_path, monkeypatch):
 
     monkeypatch.setattr(ActionMARFTTrainer, "step_policy", never_finite)
     trainer = build("action", tiny_path, iterations=5, max_nonfinite_iterations=2)
-    with pytest.raises(TrainingDiverged, match=r"last 2 iterations \(up to iteration 2\).*not finite.*Lower learning_rate"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"last 2 iterations \(up to iteration 2\).*not finite.*Lower learning_rate",
+    ):
         trainer.train()
     assert trainer.iteration == 1  # stopped inside the second iteration
 

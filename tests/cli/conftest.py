@@ -7,7 +7,16 @@ import textwrap
 import pytest
 
 #: A budget that runs an iteration in about a second on one CPU thread.
-TINY = ["--max-new-tokens", "6", "--eval-episodes", "4", "--episodes-per-iteration", "4", "--rollout-threads", "4"]
+TINY = [
+    "--max-new-tokens",
+    "6",
+    "--eval-episodes",
+    "4",
+    "--episodes-per-iteration",
+    "4",
+    "--rollout-threads",
+    "4",
+]
 
 #: A user's env module: registers triage-v0 (no dataset argument) with a stateful dependency function.
 CUSTOM_ENV = textwrap.dedent(

@@ -23,7 +23,9 @@ def train(*args):
 
 def test_none_reaches_literal_and_optional_fields():
     # The old parser dropped "none" as if the flag were unset.
-    _, _, values, given = parse_train_args(["--algo", "grpo", "--scale-rewards", "none", "--entropy-blowup-factor", "none"])
+    _, _, values, given = parse_train_args(
+        ["--algo", "grpo", "--scale-rewards", "none", "--entropy-blowup-factor", "none"]
+    )
     assert values["scale_rewards"] == "none" and values["entropy_blowup_factor"] is None
     assert {"scale_rewards", "entropy_blowup_factor"} <= given
 
@@ -31,9 +33,15 @@ def test_none_reaches_literal_and_optional_fields():
 def test_config_file_then_flags(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("algo: grpo\niterations: 7\nnum_generations: 2\nlearning_rate: 0.01\n")
-    args, config_class, values, given = parse_train_args(["--config", str(config), "--iterations", "3"])
+    args, config_class, values, given = parse_train_args(
+        ["--config", str(config), "--iterations", "3"]
+    )
     assert args.algo == "grpo" and config_class.__name__ == "GRPOConfig"
-    assert values["iterations"] == 3 and values["num_generations"] == 2 and values["learning_rate"] == 0.01
+    assert (
+        values["iterations"] == 3
+        and values["num_generations"] == 2
+        and values["learning_rate"] == 0.01
+    )
     assert "num_generations" in given
 
 
@@ -49,7 +57,11 @@ def test_malformed_dict_flag(capsys):
         train("--max-new-tokens-per-agent", "actor:8", "--model", MISSING_MODEL)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "--max-new-tokens-per-agent" in err and "'actor:8' is not a mapping" in err and '{"actor": 8}' in err
+    assert (
+        "--max-new-tokens-per-agent" in err
+        and "'actor:8' is not a mapping" in err
+        and '{"actor": 8}' in err
+    )
 
 
 def test_threads_zero():
@@ -60,11 +72,16 @@ def test_threads_zero():
 def test_option_of_another_trainer(capsys):
     with pytest.raises(SystemExit):
         train("--num-generations", "4", "--model", MISSING_MODEL)
-    assert "--num-generations is an option of --algo grpo; --algo action-marft does not use it" in capsys.readouterr().err
+    assert (
+        "--num-generations is an option of --algo grpo; --algo action-marft does not use it"
+        in capsys.readouterr().err
+    )
 
 
 def test_token_level_option_for_an_action_level_trainer():
-    with pytest.raises(UsageError, match=r"--lam-token only affect token-level training.*--algo token-marft"):
+    with pytest.raises(
+        UsageError, match=r"--lam-token only affect token-level training.*--algo token-marft"
+    ):
         train("--lam-token", "0.9", "--model", MISSING_MODEL)
     with pytest.raises(UsageError, match=r"--logprob-normalization only affect action-level"):
         train("--algo", "token-marft", "--logprob-normalization", "token", "--model", MISSING_MODEL)
@@ -76,12 +93,16 @@ def test_contradictory_clip_range():
 
 
 def test_ppo_on_a_team_is_refused_before_the_model_loads():
-    with pytest.raises(UsageError, match=r"--algo ppo is the single-agent baseline.*\['reasoner', 'actor'\]"):
+    with pytest.raises(
+        UsageError, match=r"--algo ppo is the single-agent baseline.*\['reasoner', 'actor'\]"
+    ):
         train("--algo", "ppo", "--env", "math-dual-v0", "--model", MISSING_MODEL)
 
 
 def test_per_agent_caps_naming_missing_agents():
-    with pytest.raises(UsageError, match=r"names agent\(s\) \['critic'\].*agents are \['reasoner', 'actor'\]"):
+    with pytest.raises(
+        UsageError, match=r"names agent\(s\) \['critic'\].*agents are \['reasoner', 'actor'\]"
+    ):
         train("--max-new-tokens-per-agent", '{"critic": 4}', "--model", MISSING_MODEL)
 
 
@@ -93,7 +114,9 @@ def test_output_dir_that_is_a_file(tmp_path):
 
 
 def test_model_path_that_does_not_exist(tmp_path):
-    with pytest.raises(ModelLoadError, match=r"Model path '/nonexistent/model-folder' does not exist"):
+    with pytest.raises(
+        ModelLoadError, match=r"Model path '/nonexistent/model-folder' does not exist"
+    ):
         train("--output-dir", str(tmp_path / "run"), "--model", MISSING_MODEL, *TINY)
 
 
@@ -114,14 +137,28 @@ def test_dataset_that_is_not_utf8(tmp_path):
 
 def test_one_row_dataset(tmp_path):
     data = tmp_path / "one.jsonl"
-    data.write_text(json.dumps({"problem": "1+1", "solution": "\\boxed{2}", "level": "Level 1", "type": "Algebra"}) + "\n")
+    data.write_text(
+        json.dumps(
+            {"problem": "1+1", "solution": "\\boxed{2}", "level": "Level 1", "type": "Algebra"}
+        )
+        + "\n"
+    )
     with pytest.raises(UsageError, match=r"has 1 problem\(s\); holding 10% out .*--eval-dataset"):
         train("--dataset", str(data), "--model", MISSING_MODEL)
 
 
 def test_data_flags_for_an_env_without_a_dataset(user_package):
-    with pytest.raises(UsageError, match=r"triage-v0 takes no dataset argument, so --dataset cannot reach it"):
-        train("--env", "user_envs.triage:triage-v0", "--dataset", "builtin:train", "--model", MISSING_MODEL)
+    with pytest.raises(
+        UsageError, match=r"triage-v0 takes no dataset argument, so --dataset cannot reach it"
+    ):
+        train(
+            "--env",
+            "user_envs.triage:triage-v0",
+            "--dataset",
+            "builtin:train",
+            "--model",
+            MISSING_MODEL,
+        )
 
 
 def test_unknown_env_module():
@@ -151,7 +188,10 @@ def test_unknown_command(capsys):
 def test_envs_lists_teams_and_dependencies(capsys, user_package):
     rows = main(["envs", "--json", "--import-module", "user_envs.triage"])
     by_id = {r["id"]: r for r in rows}
-    assert by_id["math-dual-v0"]["agents"] == ["reasoner", "actor"] and by_id["math-dual-v0"]["dependency"] == "Chain"
+    assert (
+        by_id["math-dual-v0"]["agents"] == ["reasoner", "actor"]
+        and by_id["math-dual-v0"]["dependency"] == "Chain"
+    )
     assert by_id["dispatch-v0"]["dependency"] == "Orchestrator"
     assert by_id["triage-v0"]["takes_dataset"] is False
     assert json.loads(capsys.readouterr().out) == rows
@@ -160,6 +200,17 @@ def test_envs_lists_teams_and_dependencies(capsys, user_package):
 def test_every_trainer_and_config_imports_from_the_package():
     import marft_algos
 
-    for name in ("GRPOTrainer", "GRPOConfig", "ActionMARFTTrainer", "ActionMARFTConfig", "TokenMARFTTrainer",
-                 "TokenMARFTConfig", "PPOTrainer", "PPOConfig", "Trainer", "TrainerConfig", "MultiAgentPolicy"):
+    for name in (
+        "GRPOTrainer",
+        "GRPOConfig",
+        "ActionMARFTTrainer",
+        "ActionMARFTConfig",
+        "TokenMARFTTrainer",
+        "TokenMARFTConfig",
+        "PPOTrainer",
+        "PPOConfig",
+        "Trainer",
+        "TrainerConfig",
+        "MultiAgentPolicy",
+    ):
         assert getattr(marft_algos, name).__name__ == name

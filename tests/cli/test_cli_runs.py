@@ -24,15 +24,27 @@ BUDGET = [*TINY, "--eval-every", "1", "--no-plot", "--progress", "plain"]
 
 
 def records(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
 
 def command(*args: str, cwd: Path, extra_path: str = "") -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), extra_path) if p)}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), extra_path) if p),
+    }
     return subprocess.Popen(
-        [sys.executable, "-m", "marft_algos.cli", *args], cwd=cwd, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "marft_algos.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -44,10 +56,14 @@ def test_kill_9_resume_and_eval_reproduce_the_uninterrupted_run(tiny_path, tmp_p
     killed = tmp_path / "killed"
     proc = command("train", "--output-dir", str(killed), *common, cwd=tmp_path)
     deadline = time.time() + 300
-    while time.time() < deadline and not ((killed / "metrics.jsonl").exists() and len(records(killed)) >= 3):
+    while time.time() < deadline and not (
+        (killed / "metrics.jsonl").exists() and len(records(killed)) >= 3
+    ):
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()[1][-2000:]
-    with pytest.raises(RunInUseError, match=r"is in use by process \d+.*choose another --output-dir"):
+    with pytest.raises(
+        RunInUseError, match=r"is in use by process \d+.*choose another --output-dir"
+    ):
         main(["train", "--output-dir", str(killed), *common, "--resume"])
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
@@ -57,11 +73,19 @@ def test_kill_9_resume_and_eval_reproduce_the_uninterrupted_run(tiny_path, tmp_p
 
     result = main(["train", "--output-dir", str(killed), *common, "--resume"])
     first_new = result["records"][0]["iteration"]
-    assert logged < 4 and first_new >= logged  # killed mid-run; redoes at most the last logged iteration
+    assert (
+        logged < 4 and first_new >= logged
+    )  # killed mid-run; redoes at most the last logged iteration
     assert records(killed) == records(straight)  # eval_sampled included: its RNG was saved
     assert not (killed / ".checkpoint-9.tmp-x").exists()
     assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
-    assert [r["iteration"] for r in result["evals"]] == [0, 1, 2, 3, 4]  # before → after even after resume
+    assert [r["iteration"] for r in result["evals"]] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]  # before → after even after resume
 
     out = tmp_path / "eval.json"
     metrics = main(["eval", str(straight), "--json", str(out)])
@@ -76,23 +100,80 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
     run = tmp_path / "run"
     main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "1", *BUDGET])
     before = (run / "config.json").read_bytes()
-    with pytest.raises(ValueError, match=r"learning_rate: checkpoint 0.001 vs now 0.5.*--allow-config-change"):
-        main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "2", *BUDGET,
-              "--learning-rate", "0.5", "--resume"])
+    with pytest.raises(
+        ValueError, match=r"learning_rate: checkpoint 0.001 vs now 0.5.*--allow-config-change"
+    ):
+        main(
+            [
+                "train",
+                "--output-dir",
+                str(run),
+                "--model",
+                tiny_path,
+                "--iterations",
+                "2",
+                *BUDGET,
+                "--learning-rate",
+                "0.5",
+                "--resume",
+            ]
+        )
     with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v0' vs now 'math-trio-v0'"):
-        main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "2", *BUDGET,
-              "--env", "math-trio-v0", "--max-new-tokens-per-agent", "{}", "--resume"])
+        main(
+            [
+                "train",
+                "--output-dir",
+                str(run),
+                "--model",
+                tiny_path,
+                "--iterations",
+                "2",
+                *BUDGET,
+                "--env",
+                "math-trio-v0",
+                "--max-new-tokens-per-agent",
+                "{}",
+                "--resume",
+            ]
+        )
     assert (run / "config.json").read_bytes() == before
-    main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "1", *BUDGET, "--overwrite"])
+    main(
+        [
+            "train",
+            "--output-dir",
+            str(run),
+            "--model",
+            tiny_path,
+            "--iterations",
+            "1",
+            *BUDGET,
+            "--overwrite",
+        ]
+    )
     assert [r["iteration"] for r in records(run)] == [0, 1]
 
 
 def test_custom_env_trains_and_evaluates_from_the_command_line(tiny_path, tmp_path, user_package):
     run = tmp_path / "triage"
-    result = main(["train", "--env", "user_envs.triage:triage-v0", "--output-dir", str(run), "--model", tiny_path,
-                   "--iterations", "1", *BUDGET])
+    result = main(
+        [
+            "train",
+            "--env",
+            "user_envs.triage:triage-v0",
+            "--output-dir",
+            str(run),
+            "--model",
+            tiny_path,
+            "--iterations",
+            "1",
+            *BUDGET,
+        ]
+    )
     config = json.loads((run / "config.json").read_text())
-    assert config["run"]["env"]["id"] == "triage-v0" and config["run"]["env_id"] == "user_envs.triage:triage-v0"
+    assert (
+        config["run"]["env"]["id"] == "triage-v0"
+        and config["run"]["env_id"] == "user_envs.triage:triage-v0"
+    )
     assert config["max_new_tokens_per_agent"] is None  # the math preset's actor cap does not apply
     metrics = main(["eval", str(run / "checkpoint-1")])
     assert metrics["eval/accuracy"] == result["evals"][-1]["eval/accuracy"]
@@ -106,7 +187,20 @@ def test_export_adapters_and_merged_models(tiny_path, tmp_path):
     from marft_algos.policy import MultiAgentPolicy
 
     run = tmp_path / "run"
-    main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "1", *BUDGET, "--learning-rate", "0.05"])
+    main(
+        [
+            "train",
+            "--output-dir",
+            str(run),
+            "--model",
+            tiny_path,
+            "--iterations",
+            "1",
+            *BUDGET,
+            "--learning-rate",
+            "0.05",
+        ]
+    )
     index = main(["export", str(run), "--merge"])
     policy = MultiAgentPolicy.from_checkpoint(str(run / "checkpoint-1"))
     ids = torch.tensor([[1, 5, 9, 14, 3]])
@@ -120,8 +214,13 @@ def test_export_adapters_and_merged_models(tiny_path, tmp_path):
             assert torch.allclose(merged(ids).logits, trained, atol=1e-4)
             assert torch.allclose(peft_model(ids).logits, trained, atol=1e-5)
         with torch.no_grad(), policy.acting(agent, reference=True) as model:
-            assert not torch.allclose(model(ids).logits, trained, atol=1e-4)  # the adapter changed something
-    assert json.loads((run / "export" / "marft_export.json").read_text())["agents"]["actor"]["adapter"] == "actor/adapter"
+            assert not torch.allclose(
+                model(ids).logits, trained, atol=1e-4
+            )  # the adapter changed something
+    assert (
+        json.loads((run / "export" / "marft_export.json").read_text())["agents"]["actor"]["adapter"]
+        == "actor/adapter"
+    )
 
 
 def test_command_errors_are_one_line_without_a_traceback(tmp_path):

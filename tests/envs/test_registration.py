@@ -126,7 +126,9 @@ def test_every_copy_gets_its_own_dependency_function(scratch_ids):
     assert first.unwrapped.dependency is not second.unwrapped.dependency
     assert shared not in (first.unwrapped.dependency, second.unwrapped.dependency)
     third = marft_envs.make("test/relay-router-v0", dependency=shared)  # an override is copied too
-    assert third.unwrapped.dependency is not shared and isinstance(third.unwrapped.dependency, Chain)
+    assert third.unwrapped.dependency is not shared and isinstance(
+        third.unwrapped.dependency, Chain
+    )
 
 
 def test_module_prefix_imports_the_registering_module(tmp_path, monkeypatch, scratch_ids):
@@ -139,7 +141,9 @@ def test_module_prefix_imports_the_registering_module(tmp_path, monkeypatch, scr
     scratch_ids.append("my-team-v0")
     env = marft_envs.make("my_team_envs:my-team-v0")
     assert env.possible_agents == RelayEnv(n_agents=2).possible_agents
-    with pytest.raises(EntryPointError, match=r"Cannot import 'missing_mod' for env 'x-v0'.*importable module"):
+    with pytest.raises(
+        EntryPointError, match=r"Cannot import 'missing_mod' for env 'x-v0'.*importable module"
+    ):
         marft_envs.make("missing_mod:x-v0")
 
 
