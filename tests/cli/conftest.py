@@ -82,4 +82,12 @@ def user_package(tmp_path, monkeypatch):
     (root / "user_envs" / "__init__.py").write_text("")
     (root / "user_envs" / "triage.py").write_text(CUSTOM_ENV)
     monkeypatch.syspath_prepend(str(root))
-    return root
+    yield root
+    # Leave the registry and the module cache as they were for the registry-wide tests.
+    import sys
+
+    import marft_envs
+
+    marft_envs.registry.pop("triage-v0", None)
+    for name in [m for m in sys.modules if m == "user_envs" or m.startswith("user_envs.")]:
+        del sys.modules[name]

@@ -214,3 +214,21 @@ def test_every_trainer_and_config_imports_from_the_package():
         "MultiAgentPolicy",
     ):
         assert getattr(marft_algos, name).__name__ == name
+
+
+def test_exit_status_says_bad_input_or_divergence(capsys):
+    from marft_algos.cli.main import guarded
+    from marft_algos.run_dir import TrainingDiverged
+
+    def diverges(argv):
+        raise TrainingDiverged("every update was skipped")
+
+    def bad_input(argv):
+        raise UsageError("--threads 0: pass --threads 1 or more.")
+
+    with pytest.raises(SystemExit) as diverged:
+        guarded(diverges, [], "marft train")
+    with pytest.raises(SystemExit) as bad:
+        guarded(bad_input, [], "marft train")
+    assert (diverged.value.code, bad.value.code) == (1, 2)
+    assert "marft train: error: every update was skipped" in capsys.readouterr().err
