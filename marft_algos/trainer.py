@@ -472,6 +472,12 @@ class Trainer(ABC):
         self._continuing = True
         write_atomic(self.run_dir.config_path, json.dumps(self.describe(), indent=2, default=str))
 
+    def close(self) -> None:
+        """Release the run folder's lock and close TensorBoard (the process's exit does both too)."""
+        self.logger.close()
+        if self.run_dir is not None:
+            self.run_dir.release()
+
     def describe(self) -> dict[str, Any]:
         """What this run is: algorithm, every config field and :attr:`run_info` (saved as ``config.json``)."""
         return {"algorithm": self.algorithm, **self.config.to_dict(), "run": self.run_info}

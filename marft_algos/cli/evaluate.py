@@ -73,16 +73,19 @@ def find_checkpoint(path: str | Path) -> Path:
     return latest
 
 
-def _recorded_env_kwargs(run: Mapping[str, Any]) -> dict[str, Any]:
+def _recorded_env_kwargs(run: Mapping[str, Any], dataset_given: bool) -> dict[str, Any]:
     if run.get("env_kwargs") is not None:
         return dict(run["env_kwargs"])
     spec = run.get("eval_env") or run.get("env") or {}
+    kwargs = dict(spec.get("kwargs") or {})
     # Values JSON could not hold were recorded as {"repr": ...}; they cannot be rebuilt.
-    return {
-        k: v
-        for k, v in (spec.get("kwargs") or {}).items()
-        if k != "dataset" and not (isinstance(v, dict) and set(v) == {"repr"})
-    }
+    opaque = sorted(k for k, v in kwargs.items() if isinstance(v, dict) and set(v) == {"repr"})
+    if "dataset" in opaque and not dataset_given and run.get("data") is None:
+        raise UsageError(
+            f"The run passed its held-out dataset as an object ({kwargs['dataset']['repr']}), which "
+            f"cannot be rebuilt from the checkpoint; pass --dataset with the same problems."
+        )
+    return {k: v for k, v in kwargs.items() if k not in opaque}
 
 
 def evaluate_checkpoint(
@@ -108,7 +111,7 @@ def evaluate_checkpoint(
         raise UsageError(
             f"{checkpoint} does not record its env (an older checkpoint); pass --env ID."
         )
-    kwargs = _recorded_env_kwargs(run)
+    kwargs = _recorded_env_kwargs(run, o.dataset is not None)
     data = run.get("data")
     if o.dataset is not None:
         data = plan_data(None, o.dataset, o.levels, o.subjects)

@@ -160,3 +160,12 @@ def test_a_tokenizer_without_a_chat_template_warns(tiny_path, tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         load_backbone(str(folder))
     assert "has no chat template" in caplog.text and "--chat-template" in caplog.text
+
+
+def test_close_releases_the_folder(tiny_path, tmp_path):
+    trainer = build("action", tiny_path, iterations=1, output_dir=str(tmp_path))
+    with open(tmp_path / ".lock") as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    trainer.close()
+    with open(tmp_path / ".lock") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
