@@ -136,7 +136,11 @@ def evaluate_checkpoint(
     settings = greedy(GenerationSettings(**recorded))
     batch = o.batch or int(config.get("rollout_threads", 1))
     collector = RolloutCollector.from_factory(
-        policy, env_fn, batch, settings, seed=int(config.get("seed", 0))
+        policy,  # type: ignore[arg-type]  # GeneratingPolicy's protocol is narrower than the real signature
+        env_fn,
+        batch,
+        settings,
+        seed=int(config.get("seed", 0)),
     )
     episodes = collector.collect(
         evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))), settings

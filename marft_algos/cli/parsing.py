@@ -164,7 +164,10 @@ def build_parser(
     from transformers import HfArgumentParser
 
     parser = HfArgumentParser(
-        list(dataclass_types), prog=prog, description=description, formatter_class=_HelpFormatter
+        list(dataclass_types),  # type: ignore[arg-type]  # each is a dataclass
+        prog=prog,
+        description=description,
+        formatter_class=_HelpFormatter,
     )
     docs: dict[str, str] = {}
     hints: dict[str, Any] = {}
@@ -183,7 +186,7 @@ def build_parser(
         if _is_mapping(annotation):
             action.type = parse_mapping
             action.metavar = "JSON"
-        elif _allows_none(annotation) and action.type is not None and annotation is not bool:
+        elif _allows_none(annotation) and callable(action.type) and annotation is not bool:
             action.type = _optional(action.type)
         if action.help and "%" in action.help:
             action.help = action.help.replace("%", "%%")
@@ -212,8 +215,8 @@ def parse_with(
     namespace, unknown = parser.parse_known_args(list(argv))
     if unknown:
         flags = [u for u in unknown if u.startswith("--")]
-        hints = [unknown_hint(f.split("=")[0]) for f in flags] if unknown_hint else []
-        hints = [h for h in hints if h]
+        found = [unknown_hint(f.split("=")[0]) for f in flags] if unknown_hint else []
+        hints = [h for h in found if h]
         if hints:
             parser.error("; ".join(hints))
         parser.error(f"unrecognized arguments: {' '.join(unknown)} (see {parser.prog} --help)")
