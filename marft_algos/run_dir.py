@@ -176,6 +176,10 @@ class RunDirectory:
             if path.is_dir() and (".tmp-" in path.name or ".old-" in path.name):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path.name)
+        for name in ("config.json", "metrics.jsonl"):  # write_atomic's temporary files
+            for path in self.path.glob(f".{name}.*.tmp"):
+                path.unlink(missing_ok=True)
+                removed.append(path.name)
         return removed
 
     # ------------------------------------------------------------------ contents

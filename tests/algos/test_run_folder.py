@@ -54,8 +54,10 @@ def test_a_fresh_run_over_an_earlier_one_needs_overwrite(tiny_path, tmp_path):
 
 def test_checkpoints_every_iteration_keep_the_newest_and_describe_the_run(tiny_path, tmp_path):
     (tmp_path / ".checkpoint-7.tmp-abc").mkdir(parents=True)
+    (tmp_path / ".checkpoint-6.old-abc").mkdir(parents=True)
+    (tmp_path / ".metrics.jsonl.x1.tmp").write_text("{")
     trainer = build("action", tiny_path, iterations=3, output_dir=str(tmp_path))
-    assert not (tmp_path / ".checkpoint-7.tmp-abc").exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".") and p.name != ".lock"]
     trainer.train()
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
     manifest = read_manifest(tmp_path / "checkpoint-3")
