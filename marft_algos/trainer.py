@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 import math
 import time
@@ -31,13 +30,13 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from pettingzoo import AECEnv
 
+from marft_algos.checkpointing import RunFolderMixin, env_spec_json
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
 from marft_algos.metrics import MetricsLogger
@@ -45,12 +44,9 @@ from marft_algos.policy_gradient import Objective, PolicyGradient
 from marft_algos.progress import TrainingProgress
 from marft_algos.rollout import Episode, GenerationSettings, RolloutCollector
 from marft_algos.run_dir import (
-    RESUMABLE_CHANGES,
     ConfigMismatchError,
     RunDirectory,
-    RunExistsError,
     TrainingDiverged,
-    write_atomic,
 )
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
@@ -157,7 +153,7 @@ class TrainerConfig:
         return dataclasses.asdict(self)
 
 
-class Trainer(ABC):
+class Trainer(RunFolderMixin, ABC):
     """Base class of every trainer; subclasses implement :meth:`update`.
 
     Args:
@@ -215,9 +211,9 @@ class Trainer(ABC):
         self.run_info: dict[str, Any] = {}
         """What the run is beyond the config (env spec, policy layout, data sources), written into
         ``config.json`` and every checkpoint's state; callers may add entries before training."""
-        self.run_info["env"] = _env_spec(self.collector.envs[0])
+        self.run_info["env"] = env_spec_json(self.collector.envs[0])
         if self.eval_collector is not None:
-            self.run_info["eval_env"] = _env_spec(self.eval_collector.envs[0])
+            self.run_info["eval_env"] = env_spec_json(self.eval_collector.envs[0])
         self.run_info["generation"] = dataclasses.asdict(config.generation)
         self.run_dir = RunDirectory(config.output_dir) if config.output_dir is not None else None
         if self.run_dir is not None:
@@ -456,32 +452,6 @@ class Trainer(ABC):
                     self.run_dir.prune(self.config.keep_checkpoints)
         return records
 
-    def _prepare_run_dir(self) -> None:
-        """Refuse to start over an earlier run unless told to; write ``config.json``."""
-        if self.run_dir is None:
-            return
-        if not self._continuing and self.iteration == 0 and self.run_dir.has_run():
-            if not self.config.overwrite:
-                raise RunExistsError(
-                    f"{str(self.run_dir.path)!r} already holds {self.run_dir.describe()}. Pass --resume "
-                    f"(Trainer.resume()) to continue it, --overwrite (config.overwrite=True) to replace "
-                    f"it, or choose another --output-dir."
-                )
-            logger.warning("Overwriting the earlier run in %s.", self.run_dir.path)
-            self.run_dir.clear()
-        self._continuing = True
-        write_atomic(self.run_dir.config_path, json.dumps(self.describe(), indent=2, default=str))
-
-    def close(self) -> None:
-        """Release the run folder's lock and close TensorBoard (the process's exit does both too)."""
-        self.logger.close()
-        if self.run_dir is not None:
-            self.run_dir.release()
-
-    def describe(self) -> dict[str, Any]:
-        """What this run is: algorithm, every config field and :attr:`run_info` (saved as ``config.json``)."""
-        return {"algorithm": self.algorithm, **self.config.to_dict(), "run": self.run_info}
-
     # ------------------------------------------------------------------ safety
     def _guard_entropy(self, metrics: dict[str, Any]) -> None:
         entropy = metrics.get("train/entropy")
@@ -541,106 +511,3 @@ class Trainer(ABC):
         optimizers = self._checkpointed_optimizers()
         for key, state in snapshot["optimizers"].items():
             optimizers[key].load_state_dict(state)
-
-    # ------------------------------------------------------------------ checkpoints
-    def trainer_state(self) -> dict[str, Any]:
-        """Counters and random states needed to continue the run exactly."""
-        return {
-            "algorithm": self.algorithm,
-            "iteration": self.iteration,
-            "config": self.config.to_dict(),
-            "rng": self.rng.bit_generator.state,
-            "collector_rng": self.collector.rng.bit_generator.state,
-            "collector_generator": self.collector.generator.get_state().tolist(),
-            **(
-                {
-                    "eval_rng": self.eval_collector.rng.bit_generator.state,
-                    "eval_generator": self.eval_collector.generator.get_state().tolist(),
-                }
-                if self.eval_collector is not None
-                else {}
-            ),
-            "entropy_baseline": list(self._entropy_baseline),
-            "nonfinite_streak": self._nonfinite_streak,
-            "run": self.run_info,
-        }
-
-    def load_trainer_state(self, state: Mapping[str, Any]) -> None:
-        if state.get("algorithm") != self.algorithm:
-            raise ValueError(
-                f"Checkpoint was written by the {state.get('algorithm')!r} trainer; this is {self.algorithm!r}."
-            )
-        self.iteration = int(state["iteration"])
-        self.rng.bit_generator.state = state["rng"]
-        self.collector.rng.bit_generator.state = state["collector_rng"]
-        self.collector.generator.set_state(torch.tensor(state["collector_generator"], dtype=torch.uint8))
-        if self.eval_collector is not None and "eval_rng" in state:
-            self.eval_collector.rng.bit_generator.state = state["eval_rng"]
-            self.eval_collector.generator.set_state(torch.tensor(state["eval_generator"], dtype=torch.uint8))
-        self._entropy_baseline = list(state.get("entropy_baseline", []))
-        self._nonfinite_streak = int(state.get("nonfinite_streak", 0))
-
-    def save_checkpoint(self, directory: str | Path) -> Path:
-        """Save adapters, critic, optimizers, RNG states and counters (atomic)."""
-        from marft_algos.policy.checkpoint import save_checkpoint
-
-        return save_checkpoint(
-            directory,
-            self.policy,
-            critic=self.critic,
-            optimizers=self._checkpointed_optimizers(),
-            state=self.trainer_state(),
-            metadata={"algorithm": self.algorithm, **self.run_info},
-        )
-
-    def load_checkpoint(self, directory: str | Path, *, allow_config_change: bool = False) -> None:
-        """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run.
-
-        Raises:
-            ConfigMismatchError: The checkpoint's config differs from this trainer's in a field
-                that changes the run (anything but :data:`RESUMABLE_CHANGES`), unless
-                ``allow_config_change``. Nothing is restored then.
-        """
-        from marft_algos.policy.checkpoint import load_checkpoint, read_state
-
-        saved = read_state(directory).get("config", {})
-        changed = {
-            k: (saved[k], v)
-            for k, v in self.config.to_dict().items()
-            if k in saved and k not in RESUMABLE_CHANGES and saved[k] != v
-        }
-        if changed and not allow_config_change:
-            detail = ", ".join(f"{k}: checkpoint {a!r} vs now {b!r}" for k, (a, b) in sorted(changed.items()))
-            raise ConfigMismatchError(
-                f"Resuming {str(directory)!r} with different settings would not continue the same run "
-                f"({detail}). Resume with the run's settings, or pass --allow-config-change "
-                f"(allow_config_change=True) to continue it under the new ones."
-            )
-        state = load_checkpoint(directory, self.policy, critic=self.critic, optimizers=self._checkpointed_optimizers())
-        self.load_trainer_state(state)
-
-    def resume(self, directory: str | Path | None = None, *, allow_config_change: bool = False) -> None:
-        """Continue from ``directory``, or from the newest complete checkpoint in ``config.output_dir``.
-
-        With no checkpoint yet (a run killed during its first iteration) the run starts again from
-        iteration 0 in the same folder. ``metrics.jsonl`` keeps the records up to the checkpoint
-        (atomically rewritten; a torn last line is dropped) and :attr:`logger` holds them again.
-        """
-        if directory is None:
-            if self.run_dir is None:
-                raise ValueError("resume() needs a checkpoint directory or config.output_dir.")
-            directory = self.run_dir.latest_checkpoint()
-            if directory is None:
-                logger.warning("No checkpoint in %s yet: starting the run from iteration 0.", self.run_dir.path)
-                self._continuing = True
-                return
-        self.load_checkpoint(directory, allow_config_change=allow_config_change)
-        self.logger.truncate_after(self.iteration)
-        self._continuing = True
-        logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
-
-
-def _env_spec(env: AECEnv) -> dict[str, Any] | None:
-    """The env's registry spec as JSON data (None for an env not made through the registry)."""
-    spec = getattr(env.unwrapped, "spec", None)
-    return spec.to_json() if spec is not None and hasattr(spec, "to_json") else None
