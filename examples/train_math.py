@@ -8,175 +8,28 @@
     python examples/train_math.py --output-dir runs/demo --resume       # continue a stopped run
     torchrun --nproc_per_node 2 examples/train_math.py                  # data-parallel, 2 processes
 
-Writes metrics.jsonl, config.json, checkpoints and learning_curve.png to --output-dir, and prints
-held-out accuracy before and after training. The defaults below are a CPU demo preset for the
-built-in model (see docs/training.md); the library's config classes keep the paper's defaults,
-which --paper-defaults restores.
+A thin wrapper over ``marft train`` (the same flags; ``--help`` lists them) that writes to
+``runs/train_math`` by default. Writes metrics.jsonl, config.json, checkpoints and
+learning_curve.png, and prints held-out accuracy before and after training. The defaults are the
+CPU demo preset for the built-in model (``marft_algos.cli.presets``); ``--paper-defaults`` restores
+the config classes' paper defaults.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-from pathlib import Path
+import sys
 
-import torch
-from rich.console import Console
-from rich.table import Table
+from marft_algos.cli import train
+from marft_algos.cli.main import configure_logging, guarded, quiet_third_party
 
-import marft_envs
-from marft_algos.cli import ALGORITHMS, add_config_arguments, build_trainer, config_from_args
-from marft_algos.distributed import init_distributed
-from marft_algos.plotting import plot_learning_curve
-from marft_algos.policy import LoraSettings, MultiAgentPolicy
-from marft_envs.math.data import load_dataset
-
-#: The CPU demo preset, chosen for the built-in model (measured in docs/builtin_model.md): 40
-#: iterations of 64 episodes, two passes over each batch (PPO epochs; GRPO's num_iterations), a
-#: 32-token message budget per agent (the actor only writes \\boxed{}, so 8), greedy and sampled
-#: held-out evaluation on 200 problems.
-DEMO_DEFAULTS = {
-    "iterations": 40,
-    "episodes_per_iteration": 64,
-    "rollout_threads": 64,
-    "max_new_tokens": 32,
-    "max_new_tokens_per_agent": {"actor": 8},
-    "learning_rate": 1e-3,
-    "critic_learning_rate": 1e-3,
-    "ppo_epochs": 2,
-    "num_iterations": 2,
-    "entropy_coef": 0.0,
-    "eval_every": 10,
-    "eval_episodes": 200,
-    "eval_sampled": True,
-    "num_generations": 4,
-}
-
-DEFAULT_MODEL = "marft-tiny-math"
-
-#: The built-in problems the built-in model was trained on (applied to built-in data only): the
-#: ``digits`` family (single-digit operands, one to three operations), see docs/builtin_model.md.
-DEMO_DATA = {"levels": [1, 2, 3], "subjects": ["digits"]}
-
-
-def _ints(text: str) -> list[int] | str:
-    return "all" if text in ("", "all") else [int(x) for x in text.split(",")]
-
-
-def _names(text: str) -> list[str] | str:
-    return "all" if text in ("", "all") else text.split(",")
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Train an LLM team on math problems with MARFT or a baseline.")
-    parser.add_argument("--algo", choices=sorted(ALGORITHMS), default="action-marft", help="Training algorithm (default: action-marft).")
-    parser.add_argument("--env", default="math-dual-v0", help="Registered env id, e.g. math-single-v0 or math-dual-v0 (default: math-dual-v0).")
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"Base model: a Hub id, a local folder, or a built-in short name (default: {DEFAULT_MODEL}).")
-    parser.add_argument("--dataset", default="builtin:train", help="Training problems: builtin:train, a MATH/GSM8K JSONL, a table, or hf:<name> (default: builtin:train).")
-    parser.add_argument("--eval-dataset", default=None, help="Held-out problems (default: builtin:test, or 10%% of --dataset).")
-    parser.add_argument("--levels", type=_ints, default=None, help="Keep only these difficulty levels, e.g. 1,2, or 'all' (default: 1,2,3 with built-in data, else all).")
-    parser.add_argument("--subjects", type=_names, default=None, help="Keep only these subjects (built-in data: generator families), e.g. arithmetic,word, or 'all' (default: digits with built-in data, else all).")
-    parser.add_argument("--output-dir", default="runs/train_math", help="Run directory for metrics, config, checkpoints and the plot (default: runs/train_math).")
-    parser.add_argument("--resume", nargs="?", const="latest", default=None, help="Continue from a checkpoint folder, or the newest in --output-dir.")
-    parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank of every agent's adapter (default: 8).")
-    parser.add_argument("--lora-alpha", type=float, default=16, help="LoRA alpha (default: 16).")
-    parser.add_argument("--threads", type=int, default=1, help="Torch CPU threads; small models run fastest on one, a large model wants more (default: 1).")
-    parser.add_argument("--device", default=None, help="Torch device: cpu, cuda (each rank takes its LOCAL_RANK's GPU) or cuda:N (default: this rank's GPU if there is one, else cpu).")
-    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="Weight dtype (default: float32 on CPU, bfloat16 on GPU).")
-    parser.add_argument("--paper-defaults", action="store_true", help="Use the config classes' paper defaults instead of the CPU demo preset.")
-    parser.add_argument("--no-plot", action="store_true", help="Do not write learning_curve.png.")
-    config_classes = [config for config, _ in ALGORITHMS.values()]
-    add_config_arguments(parser, config_classes, skip=("output_dir",), defaults=DEMO_DEFAULTS)
-    return parser.parse_args(argv)
-
-
-def data_filters(dataset: str, levels, subjects) -> dict:
-    """``load_dataset`` filters: the flags as given, else the demo's built-in problems, else none."""
-    builtin = dataset.startswith("builtin")
-    choice = {}
-    for key, given in (("levels", levels), ("subjects", subjects)):
-        if given is None:
-            given = DEMO_DATA[key] if builtin else "all"
-        choice[key] = None if given == "all" else given
-    return choice
-
-
-def datasets(args: argparse.Namespace):
-    builtin = args.dataset.startswith("builtin")
-    choice = data_filters(args.dataset, args.levels, args.subjects)
-    train = load_dataset(args.dataset, **choice)
-    if args.eval_dataset is not None:
-        return train, load_dataset(args.eval_dataset, **choice)
-    if builtin:
-        return train, load_dataset("builtin:test", **choice)
-    return train.train_test_split(0.1, seed=0)
+DEFAULTS = {"output_dir": "runs/train_math"}
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    torch.set_num_threads(args.threads)
-    dist = init_distributed(args.device)  # one process, or a rank of torchrun / accelerate launch
-    console = Console(quiet=not dist.is_main)
-    dtype = args.dtype or ("bfloat16" if dist.device.type == "cuda" else "float32")
-    config_class, _ = ALGORITHMS[args.algo]
-    defaults = {} if args.paper_defaults else dict(DEMO_DEFAULTS)
-    defaults["output_dir"] = args.output_dir
-
-    train_set, eval_set = datasets(args)
-    env_fn = lambda: marft_envs.make(args.env, dataset=train_set)  # noqa: E731
-    eval_env_fn = lambda: marft_envs.make(args.env, dataset=eval_set)  # noqa: E731
-    agents = env_fn().possible_agents
-    if len(agents) == 1 and args.max_new_tokens_per_agent is None:
-        # The demo's short cap is for a team's actor, which only writes \boxed{}; a lone agent
-        # writes the whole solution.
-        defaults.pop("max_new_tokens_per_agent", None)
-    config = config_from_args(config_class, args, defaults)
-    console.print(
-        f"[bold]{args.algo}[/] on [bold]{args.env}[/] (agents: {', '.join(agents)}), model "
-        f"[bold]{args.model}[/], {len(train_set)} training / {len(eval_set)} held-out problems"
-        + (f", {dist.world_size} processes" if dist.enabled else "")
-    )
-    policy = MultiAgentPolicy.from_pretrained(
-        args.model,
-        agents,
-        lora=LoraSettings(r=args.lora_rank, alpha=args.lora_alpha),
-        device=dist.device,
-        torch_dtype=getattr(torch, dtype),
-        seed=config.seed,
-    )
-    trainer = build_trainer(args.algo, policy, env_fn, config, eval_env_fn=eval_env_fn, critic_seed=config.seed)
-    if args.resume is not None:
-        trainer.resume(None if args.resume == "latest" else args.resume)
-        console.print(f"resumed at iteration {trainer.iteration}")
-
-    records = trainer.train(progress=True)
-    history = [r for r in trainer.logger.records]
-    evals = [r for r in history if "eval/accuracy" in r]
-    sampled = any("eval_sampled/accuracy" in r for r in evals)
-    table = Table(title="held-out accuracy")
-    table.add_column("iteration", justify="right")
-    table.add_column("greedy", justify="right")
-    if sampled:
-        table.add_column(f"sampled (T={config.temperature:g})", justify="right")
-    for r in evals:
-        row = [str(r["iteration"]), f"{r['eval/accuracy']:.3f}"]
-        if sampled:
-            row.append(f"{r['eval_sampled/accuracy']:.3f}" if "eval_sampled/accuracy" in r else "")
-        table.add_row(*row)
-    console.print(table)
-    if len(evals) >= 2:
-        for key, name in (("eval/accuracy", "greedy"), ("eval_sampled/accuracy", "sampled")):
-            first, last = evals[0].get(key), evals[-1].get(key)
-            if first is not None and last is not None:
-                console.print(
-                    f"{name} accuracy before {first:.3f} → after {last:.3f} ({100 * (last - first):+.1f} points)"
-                )
-    if not args.no_plot and dist.is_main:
-        path = plot_learning_curve(history, Path(args.output_dir) / "learning_curve.png", title=f"{args.algo} on {args.env}")
-        console.print(f"learning curve: {path}")
-    return {"records": records, "evals": evals}
+    quiet_third_party()
+    configure_logging()
+    return train.main(sys.argv[1:] if argv is None else argv, defaults=DEFAULTS)
 
 
 if __name__ == "__main__":
-    main()
+    guarded(main, sys.argv[1:], "train_math.py")

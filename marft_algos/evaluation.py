@@ -2,7 +2,8 @@
 
 Episodes are pinned so that every evaluation of a run sees the same tasks: for envs with a
 ``dataset`` (the math tasks) episode ``i`` is problem ``i`` of the split (``reset(options={"index":
-i})``); otherwise episode ``i`` uses ``reset(seed=i)``.
+i})``); otherwise episode ``i`` uses ``reset(seed=EVAL_SEED_OFFSET + i)``, a seed that training
+never draws (training seeds are below ``2**31 - 1``), so the held-out episodes are held out.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from typing import Any
 
 from marft_algos.rollout import Episode, EpisodeRequest, GenerationSettings, RolloutCollector
 
-__all__ = ["evaluation_requests", "summarize_episodes"]
+__all__ = ["EVAL_SEED_OFFSET", "evaluation_requests", "summarize_episodes"]
+
+#: First reset seed of held-out episodes of envs without a dataset (outside the training range).
+EVAL_SEED_OFFSET = 2**31
 
 
 def evaluation_requests(collector: RolloutCollector, num_episodes: int) -> list[EpisodeRequest]:
@@ -23,7 +27,7 @@ def evaluation_requests(collector: RolloutCollector, num_episodes: int) -> list[
     if dataset is not None:
         num_episodes = min(num_episodes, len(dataset))
         return [EpisodeRequest(seed=i, options={"index": i}) for i in range(num_episodes)]
-    return [EpisodeRequest(seed=i) for i in range(num_episodes)]
+    return [EpisodeRequest(seed=EVAL_SEED_OFFSET + i) for i in range(num_episodes)]
 
 
 def _correct(episode: Episode) -> bool:

@@ -66,12 +66,37 @@ class MetricsLogger:
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
 
+    def read(self) -> list[dict[str, Any]]:
+        """The records in ``metrics.jsonl``; a torn last line (a kill mid-write) is dropped with a
+        warning, any other unreadable line is an error naming it."""
+        if self.path is None or not self.path.exists():
+            return []
+        lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+        records = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if number == len(lines):
+                    logger.warning("Dropping the torn last line of %s (the run was killed while writing it).", self.path)
+                    continue
+                raise ValueError(
+                    f"Line {number} of {self.path} is not JSON ({line[:80]!r}); the file was edited or "
+                    f"corrupted. Fix or delete that line to resume."
+                ) from None
+        return records
+
     def truncate_after(self, step: int) -> None:
-        """Drop records past ``step`` (a resumed run rewrites the iterations after its checkpoint)."""
-        self.records = [r for r in self.records if r["iteration"] <= step]
+        """Keep only records up to ``step`` (a resumed run rewrites the iterations after its
+        checkpoint); the file is replaced atomically and :attr:`records` reloaded from it."""
+        kept = [r for r in (self.read() if self.path is not None else self.records) if r["iteration"] <= step]
+        self.records = kept
         if self.path is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["iteration"] <= step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            from marft_algos.run_dir import write_atomic
+
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def close(self) -> None:
         if self._writer is not None:

@@ -7,8 +7,14 @@ finished episodes into optimizer steps and returns its metrics. Everything else 
 - rollouts over ``config.rollout_threads`` env copies (:class:`~marft_algos.rollout.RolloutCollector`);
 - ``metrics.jsonl`` (one record per iteration) and the config beside it, optional TensorBoard;
 - held-out evaluation with greedy decoding before training and every ``eval_every`` iterations;
-- checkpoints every ``checkpoint_every`` iterations and at the end; :meth:`Trainer.resume`;
-- a guard that skips an update whose loss or gradients are not finite, and says so;
+- checkpoints every ``checkpoint_every`` iterations (default: every one, the newest
+  ``keep_checkpoints`` kept) and at the end; :meth:`Trainer.resume`, which refuses a changed
+  config and continues with the metrics an uninterrupted run would log;
+- a locked run folder (:class:`~marft_algos.run_dir.RunDirectory`): a second process on it, or
+  a fresh run over an earlier one without ``overwrite``, is refused;
+- a guard that skips an update whose loss or gradients are not finite, and says so; a run whose
+  updates are all skipped for ``max_nonfinite_iterations`` iterations in a row stops with
+  :class:`TrainingDiverged`;
 - detection of entropy blow-ups (the paper's §5.2 collapse) with optional rollback to the last
   good state.
 """
@@ -17,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 import math
 import time
@@ -25,22 +30,28 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from pettingzoo import AECEnv
 
+from marft_algos.checkpointing import RunFolderMixin, env_spec_json
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
 from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
 from marft_algos.metrics import MetricsLogger
 from marft_algos.policy_gradient import Objective, PolicyGradient
+from marft_algos.progress import TrainingProgress
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout import Episode, GenerationSettings, RolloutCollector
+from marft_algos.run_dir import (
+    ConfigMismatchError,
+    RunDirectory,
+    TrainingDiverged,
+)
 
-__all__ = ["Trainer", "TrainerConfig"]
+__all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +95,16 @@ class TrainerConfig:
     top-p, top-k), logged as ``eval_sampled/...`` beside the greedy ``eval/...``."""
     output_dir: str | None = None
     """Run directory for metrics.jsonl, config.json and checkpoints (None: nothing written)."""
-    checkpoint_every: int = 0
-    """Save a checkpoint every K iterations (0: only at the end); needs output_dir."""
+    checkpoint_every: int = 1
+    """Save a checkpoint every K iterations (0: only at the end) when output_dir is set; the
+    default, every iteration, means a killed run loses at most the iteration in progress."""
+    keep_checkpoints: int = 2
+    """Newest checkpoints kept in output_dir; older ones are deleted (0: keep all)."""
+    overwrite: bool = False
+    """Replace an earlier run found in output_dir instead of refusing to start."""
+    max_nonfinite_iterations: int = 3
+    """Stop (TrainingDiverged) after this many iterations in a row whose policy updates were all
+    skipped as non-finite (0: never stop)."""
     tensorboard: bool = False
     """Also write TensorBoard scalars."""
     entropy_blowup_factor: float | None = 3.0
@@ -101,7 +120,7 @@ class TrainerConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("eval_every", "checkpoint_every", "top_k", "sync_check_every"):
+        for name in ("eval_every", "checkpoint_every", "top_k", "sync_check_every", "keep_checkpoints", "max_nonfinite_iterations"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{type(self).__name__}.{name} must be >= 0, got {getattr(self, name)}.")
         if self.learning_rate <= 0:
@@ -110,8 +129,13 @@ class TrainerConfig:
             raise ValueError(f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}.")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
-        if self.checkpoint_every and self.output_dir is None:
-            raise ValueError("checkpoint_every > 0 needs output_dir: set output_dir to a run directory.")
+        epsilon, epsilon_high = getattr(self, "epsilon", None), getattr(self, "epsilon_high", None)
+        if epsilon is not None and epsilon_high is not None and epsilon_high < epsilon:
+            raise ValueError(
+                f"epsilon_high={epsilon_high} is below epsilon={epsilon}: the upper clip range must be at "
+                f"least the lower one (DAPO's clip-higher raises it, e.g. epsilon_high=0.28); set "
+                f"epsilon_high >= epsilon, or leave it unset for symmetric clipping."
+            )
 
     @property
     def generation(self) -> GenerationSettings:
@@ -134,7 +158,7 @@ class TrainerConfig:
         return dataclasses.asdict(self)
 
 
-class Trainer(ABC):
+class Trainer(RunFolderMixin, ABC):
     """Base class of every trainer; subclasses implement :meth:`update`.
 
     Args:
@@ -199,17 +223,34 @@ class Trainer(ABC):
             if eval_env_fn is not None
             else None
         )
+        unknown_caps = sorted(set(config.max_new_tokens_per_agent or {}) - set(self.agents))
+        if unknown_caps:
+            raise ValueError(
+                f"max_new_tokens_per_agent names agent(s) {unknown_caps} that the env does not have; its "
+                f"agents are {self.agents}. Name only those (e.g. {{{self.agents[-1]!r}: 16}})."
+            )
         self.rng = np.random.default_rng(config.seed)
         self.optimizers = self._build_optimizers()
         self.iteration = 0
+        self.run_info: dict[str, Any] = {}
+        """What the run is beyond the config (env spec, policy layout, data sources), written into
+        ``config.json`` and every checkpoint's state; callers may add entries before training."""
+        self.run_info["env"] = env_spec_json(self.collector.envs[0])
+        if self.eval_collector is not None:
+            self.run_info["eval_env"] = env_spec_json(self.eval_collector.envs[0])
+        self.run_info["generation"] = dataclasses.asdict(config.generation)
+        if self.dist.enabled:
+            self.run_info["world_size"] = self.dist.world_size
+        # Every rank reads the run folder (resume); rank 0 alone locks and writes it.
+        self.run_dir = RunDirectory(config.output_dir) if config.output_dir is not None else None
+        if self.run_dir is not None and self.dist.is_main:
+            self.run_dir.acquire()
         self.logger = MetricsLogger(config.output_dir if self.dist.is_main else None, tensorboard=config.tensorboard)
         self._entropy_baseline: list[float] = []
         self._last_good: dict[str, Any] | None = None
-        if config.output_dir is not None and self.dist.is_main:
-            Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-            (Path(config.output_dir) / "config.json").write_text(
-                json.dumps({"algorithm": self.algorithm, **config.to_dict()}, indent=2, default=str)
-            )
+        self._continuing = False  # set by resume(): the folder's run is this one
+        self._nonfinite_streak = 0
+        self._steps = {"tried": 0, "skipped": 0}
 
     # ------------------------------------------------------------------ optimisation helpers
     CRITIC_KEY: ClassVar[str] = "__critic__"
@@ -297,13 +338,16 @@ class Trainer(ABC):
         the step; a step that exceeds it is undone (``skipped_trust_region``).
         """
         result = step.backward(batch, active=active, agents=agents)
+        self._steps["tried"] += 1
         if not math.isfinite(result["loss"]):
+            self._steps["skipped"] += 1
             logger.warning("Skipping a policy update at iteration %d: the loss is %s.", self.iteration, result["loss"])
             self.zero_grad()
             return {**result, "skipped_nonfinite": 1}
         limit = self.trust_region_kl
         before = self._snapshot(agents) if limit is not None else None
         grad_norm, applied = self.step_policy(agents)
+        self._steps["skipped"] += int(not applied)
         result = {**result, "grad_norm": grad_norm, "skipped_nonfinite": int(not applied)}
         if applied and before is not None and limit is not None:
             kl = step.approx_kl(batch if active is None else batch[active.nonzero().flatten().tolist()])  # global
@@ -394,29 +438,52 @@ class Trainer(ABC):
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
         start_update = time.perf_counter()
+        self._steps = {"tried": 0, "skipped": 0}
         metrics.update(self.update(episodes))
         if self.rollout_backend is not None:
             self.rollout_backend.sync_adapters(self.policy, self.iteration + 1)
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
         self._guard_entropy(metrics)
+        self._guard_nonfinite()
         self.iteration += 1
         return metrics
 
-    def train(self, *, progress: bool = False) -> list[dict[str, Any]]:
+    def _guard_nonfinite(self) -> None:
+        """Count iterations whose policy steps were all skipped as non-finite; stop after K in a row."""
+        tried, skipped = self._steps["tried"], self._steps["skipped"]
+        self._nonfinite_streak = self._nonfinite_streak + 1 if tried and skipped == tried else 0
+        limit = self.config.max_nonfinite_iterations
+        if limit and self._nonfinite_streak >= limit:
+            raise TrainingDiverged(
+                f"Every policy update of the last {self._nonfinite_streak} iterations (up to iteration "
+                f"{self.iteration + 1}) was skipped because its loss or gradients were not finite, so "
+                f"the run cannot learn. Lower learning_rate, set max_grad_norm, check the rewards for "
+                f"NaN/inf, or raise max_nonfinite_iterations (0 disables this stop)."
+            )
+
+    def train(self, *, progress: bool | str = False) -> list[dict[str, Any]]:
         """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).
 
         Args:
-            progress: Show a rich progress bar with live metrics (for scripts; library use stays quiet).
+            progress: ``True``/``"rich"``: a rich progress bar with live metrics; ``"plain"``: one
+                INFO log line per iteration (logger ``marft_algos.progress``); ``"auto"``: rich on a
+                terminal, plain otherwise; ``False``: quiet (library use).
 
         Returns:
             The metric records of this call, one per iteration (evaluation merged in).
+
+        Raises:
+            RunExistsError: ``output_dir`` holds an earlier run, and neither :meth:`resume` was
+                called nor ``config.overwrite`` set.
+            TrainingDiverged: See ``max_nonfinite_iterations``.
         """
+        self._prepare_run_dir()
         records: list[dict[str, Any]] = []
-        bar = _Progress(progress and self.dist.is_main, self.config.iterations, self.iteration)
+        bar = TrainingProgress(progress if self.dist.is_main else False, self.config.iterations, self.iteration)
         with bar:
             if self.iteration == 0:
-                self.logger.truncate_after(-1)  # a fresh run replaces an earlier run's records
+                self.logger.truncate_after(-1)  # a fresh run starts with no records
             if self.iteration == 0 and self.eval_collector is not None:
                 initial = self.evaluate()
                 self.logger.log(0, {**initial, "iteration_kind": "initial_eval"})
@@ -435,11 +502,13 @@ class Trainer(ABC):
                 every_sync = self.config.sync_check_every
                 if self.dist.enabled and every_sync and self.iteration % every_sync == 0:
                     self.check_in_sync()
-                if self.config.output_dir is not None and (
+                if self.run_dir is not None and (
                     (self.config.checkpoint_every and self.iteration % self.config.checkpoint_every == 0)
                     or self.iteration == self.config.iterations
                 ):
-                    self.save_checkpoint(Path(self.config.output_dir) / f"checkpoint-{self.iteration}")
+                    self.save_checkpoint(self.run_dir.path / f"checkpoint-{self.iteration}")
+                    if self.dist.is_main:
+                        self.run_dir.prune(self.config.keep_checkpoints)
         return records
 
     def check_in_sync(self) -> None:
@@ -509,90 +578,6 @@ class Trainer(ABC):
         for key, state in snapshot["optimizers"].items():
             optimizers[key].load_state_dict(state)
 
-    # ------------------------------------------------------------------ checkpoints
-    def trainer_state(self) -> dict[str, Any]:
-        """Counters and random states needed to continue the run exactly."""
-        return {
-            "algorithm": self.algorithm,
-            "iteration": self.iteration,
-            "config": self.config.to_dict(),
-            "rng": self.rng.bit_generator.state,
-            "collector_rng": self.collector.rng.bit_generator.state,
-            "collector_generator": self.collector.generator.get_state().tolist(),
-            "collector_generators": self.dist.gather(self.collector.generator.get_state().tolist()),
-            "world_size": self.dist.world_size,
-            "entropy_baseline": list(self._entropy_baseline),
-        }
-
-    def load_trainer_state(self, state: Mapping[str, Any]) -> None:
-        if state.get("algorithm") != self.algorithm:
-            raise ValueError(
-                f"Checkpoint was written by the {state.get('algorithm')!r} trainer; this is {self.algorithm!r}."
-            )
-        self.iteration = int(state["iteration"])
-        self.rng.bit_generator.state = state["rng"]
-        self.collector.rng.bit_generator.state = state["collector_rng"]
-        per_rank = state.get("collector_generators") or [state["collector_generator"]]
-        if len(per_rank) == self.dist.world_size:
-            self.collector.generator.set_state(torch.tensor(per_rank[self.dist.rank], dtype=torch.uint8))
-        else:
-            # Another world size: each rank's sampling continues from a seed derived from the run
-            # seed and the iteration (the tasks, drawn from the shared RNG, are unchanged).
-            self.collector.generator.manual_seed(self.dist.rank_seed(self.config.seed + 7919 * self.iteration))
-            logger.info(
-                "Resumed a %d-process run on %d processes: sampling reseeded per rank.",
-                len(per_rank), self.dist.world_size,
-            )
-        self._entropy_baseline = list(state.get("entropy_baseline", []))
-
-    def _checkpointable(self) -> tuple[Any, Any]:
-        """The policy and critic as the checkpoint format knows them (the library's own classes)."""
-        from marft_algos.policy.critic import Critic
-        from marft_algos.policy.multi_agent import MultiAgentPolicy
-
-        if not isinstance(self.policy, MultiAgentPolicy) or not (self.critic is None or isinstance(self.critic, Critic)):
-            raise TypeError(
-                f"Checkpoints store a MultiAgentPolicy and a Critic (peft adapters, value head); this "
-                f"trainer has a {type(self.policy).__name__} and a {type(self.critic).__name__}. "
-                f"Save a custom policy yourself, or set checkpoint_every=0 and output_dir=None."
-            )
-        return self.policy, self.critic
-
-    def save_checkpoint(self, directory: str | Path) -> Path:
-        """Save adapters, critic, optimizers, RNG states and counters (atomic)."""
-        from marft_algos.policy.checkpoint import save_checkpoint
-
-        policy, critic = self._checkpointable()
-        state = self.trainer_state()  # gathers every rank's sampling state: all ranks call this
-        if self.dist.is_main:
-            save_checkpoint(directory, policy, critic=critic, optimizers=self._checkpointed_optimizers(), state=state)
-        self.dist.barrier()  # no rank resumes or evaluates from a half-written folder
-        return Path(directory)
-
-    def load_checkpoint(self, directory: str | Path) -> None:
-        """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run."""
-        from marft_algos.policy.checkpoint import load_checkpoint
-
-        policy, critic = self._checkpointable()
-        state = load_checkpoint(directory, policy, critic=critic, optimizers=self._checkpointed_optimizers())
-        self.load_trainer_state(state)
-
-    def resume(self, directory: str | Path | None = None) -> None:
-        """Continue from ``directory``, or from the newest ``checkpoint-*`` in ``config.output_dir``."""
-        if directory is None:
-            if self.config.output_dir is None:
-                raise ValueError("resume() needs a checkpoint directory or config.output_dir.")
-            found = sorted(
-                Path(self.config.output_dir).glob("checkpoint-*"),
-                key=lambda p: int(p.name.split("-")[-1]) if p.name.split("-")[-1].isdigit() else -1,
-            )
-            if not found:
-                raise FileNotFoundError(f"No checkpoint-* directory in {self.config.output_dir} to resume from.")
-            directory = found[-1]
-        self.load_checkpoint(directory)
-        self.logger.truncate_after(self.iteration)
-        logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
-
 
 def _light(episode: Episode) -> Episode:
     """An episode without prompts, log-probs or messages: what the metrics read, cheap to gather."""
@@ -600,44 +585,3 @@ def _light(episode: Episode) -> Episode:
         dataclasses.replace(d, prompt_ids=[], log_probs=[], messages=[]) for d in episode.decisions
     ]
     return dataclasses.replace(episode, decisions=decisions)
-
-
-class _Progress:
-    """A rich progress bar with the latest key metrics, or nothing when disabled."""
-
-    KEYS = ("rollout/reward_mean", "eval/accuracy", "train/policy_loss", "train/entropy")
-
-    def __init__(self, enabled: bool, total: int, done: int) -> None:
-        self.enabled = enabled
-        self.total, self.done = total, done
-        self._progress: Any = None
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("{task.fields[metrics]}"),
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task("train", total=self.total, completed=self.done, metrics="")
-        return self
-
-    def update(self, metrics: Mapping[str, Any], *, advance: bool = True) -> None:
-        if self._progress is None:
-            return
-        shown = " ".join(
-            f"{k.split('/')[-1]}={metrics[k]:.3f}" for k in self.KEYS if isinstance(metrics.get(k), int | float)
-        )
-        self._progress.update(self._task, metrics=shown, advance=1 if advance else 0)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)

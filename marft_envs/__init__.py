@@ -27,9 +27,11 @@ from marft_envs.core import (
 )
 from marft_envs.gym_bridge import GymnasiumEnv, make_gymnasium
 from marft_envs.registration import (
+    ENTRY_POINT_GROUP,
     EntryPointError,
     EnvSpec,
     UnknownEnvError,
+    load_plugins,
     make,
     pprint_registry,
     register,
@@ -42,6 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CREDIT_RULES",
     "DAG",
+    "ENTRY_POINT_GROUP",
     "AgentProfile",
     "Chain",
     "ChatSpace",
@@ -59,6 +62,7 @@ __all__ = [
     "Transition",
     "Turn",
     "UnknownEnvError",
+    "load_plugins",
     "make",
     "make_gymnasium",
     "pprint_registry",

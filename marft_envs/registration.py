@@ -2,14 +2,32 @@
 
 A registration is data: an id ending in a version (``math-dual-v0``), an entry point (a class, a
 callable, or a lazy ``"module:attr"`` string) and default keyword arguments. :func:`make` merges
-overrides into the defaults, builds the env and wraps it so that API misuse fails loudly.
+overrides into the defaults, builds the env, stamps the resulting :class:`EnvSpec` on it
+(``env.unwrapped.spec``, as gymnasium does) and wraps it so that API misuse fails loudly.
 Any change to an env's prompts, data, grading or rewards gets a new version.
+
+Envs from other packages reach the registry two ways, as in gymnasium:
+
+- ``make("my_package.my_module:triage-v0")`` imports ``my_package.my_module`` (which calls
+  :func:`register`) and then makes ``triage-v0``;
+- an installed package declares an entry point in the :data:`ENTRY_POINT_GROUP` group
+  (``[project.entry-points."marft_envs.envs"]``, ``my_package = "my_package.envs"``); the first
+  lookup of an unknown id, and :func:`pprint_registry`, load every such entry point (a module is
+  imported, a callable is called).
+
+Every :func:`make` gives the env its own copy of each
+:class:`~marft_envs.core.dependency.DependencyFunction` found in the kwargs, so a stateful router
+registered once never shares its state between env copies.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
 import importlib
+import importlib.metadata
+import logging
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -19,7 +37,10 @@ from typing import Any
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import OrderEnforcingWrapper
 
+from marft_envs.core.dependency import DependencyFunction
+
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "EntryPointError",
     "EnvSpec",
     "UnknownEnvError",
@@ -28,7 +49,13 @@ __all__ = [
     "register",
     "registry",
     "spec",
+    "split_env_id",
 ]
+
+logger = logging.getLogger(__name__)
+
+#: Entry-point group through which installed packages register their envs.
+ENTRY_POINT_GROUP = "marft_envs.envs"
 
 _ID_PATTERN = re.compile(r"^(?:(?P<namespace>[A-Za-z0-9_.\-]+)/)?(?P<name>[A-Za-z0-9_.\-]+?)-v(?P<version>\d+)$")
 
@@ -97,9 +124,14 @@ class EnvSpec:
             ) from None
 
     def make(self, **overrides: Any) -> AECEnv:
-        """Build the env with ``kwargs`` updated by ``overrides``."""
+        """Build the env with ``kwargs`` updated by ``overrides``.
+
+        Dependency functions among the arguments are copied for this env (see the module notes);
+        the env carries ``spec`` (this spec with the merged kwargs) on its unwrapped instance.
+        """
         factory = self.load()
-        kwargs = {**self.kwargs, **overrides}
+        merged = {**self.kwargs, **overrides}
+        kwargs = {k: _own_copy(v) for k, v in merged.items()}
         try:
             env = factory(**kwargs)
         except TypeError as exc:
@@ -108,9 +140,50 @@ class EnvSpec:
             raise EntryPointError(
                 f"Entry point of {self.id!r} returned {type(env).__name__}, not a PettingZoo AECEnv."
             )
+        env.unwrapped.spec = dataclasses.replace(self, kwargs=merged)
         if self.order_enforcing:
             env = EnforcedOrder(env)
         return env
+
+    def accepts(self, name: str) -> bool:
+        """Whether the entry point takes a keyword argument ``name`` (e.g. ``"dataset"``)."""
+        import inspect
+
+        factory = self.load()
+        try:
+            params = inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            return False
+        if name in params:
+            return params[name].kind in (params[name].POSITIONAL_OR_KEYWORD, params[name].KEYWORD_ONLY)
+        return False
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as JSON-ready data: id, entry point and kwargs (values JSON cannot hold are
+        written as ``{"repr": ...}`` so a reader sees them but cannot mistake them for data)."""
+        entry = self.entry_point if isinstance(self.entry_point, str) else _qualname(self.entry_point)
+        return {"id": self.id, "entry_point": entry, "kwargs": {k: _jsonable(v) for k, v in self.kwargs.items()}}
+
+
+def _own_copy(value: Any) -> Any:
+    """A private copy of a dependency function (routers keep per-episode state); other values as is."""
+    return copy.deepcopy(value) if isinstance(value, DependencyFunction) else value
+
+
+def _qualname(obj: Any) -> str:
+    module = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None)
+    return f"{module}:{name}" if module and name else repr(obj)
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return {"repr": repr(value)[:200]}
 
 
 class EnforcedOrder(OrderEnforcingWrapper):
@@ -170,12 +243,67 @@ def register(
     return new
 
 
+_plugins_loaded = False
+
+
+def load_plugins() -> list[str]:
+    """Load every installed ``marft_envs.envs`` entry point once (import a module, call a callable).
+
+    Returns:
+        The entry points loaded by this call (empty after the first call). A plugin that fails to
+        load is skipped with a warning naming it, so one broken package cannot hide the others.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return []
+    _plugins_loaded = True
+    loaded = []
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            target = entry.load()
+            if callable(target):
+                target()
+        except Exception as exc:  # a broken third-party plugin must not break make() of others
+            warnings.warn(
+                f"Could not load marft env plugin {entry.name!r} ({entry.value}): {exc}", UserWarning, stacklevel=2
+            )
+            continue
+        loaded.append(entry.name)
+    return loaded
+
+
+def split_env_id(env_id: str) -> tuple[str | None, str]:
+    """``"pkg.module:name-v0"`` → ``("pkg.module", "name-v0")``; a plain id → ``(None, id)``."""
+    module, sep, name = env_id.rpartition(":")
+    return (module, name) if sep else (None, env_id)
+
+
+def _import_env_module(module: str, env_id: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise EntryPointError(
+            f"Cannot import {module!r} for env {env_id!r}: {exc}. The part before ':' must be an "
+            f"importable module that registers the env (check the name and that its package is installed)."
+        ) from exc
+
+
 def spec(id: str) -> EnvSpec:
-    """The :class:`EnvSpec` registered under ``id``; an unknown id names the closest ones."""
+    """The :class:`EnvSpec` registered under ``id``; an unknown id names the closest ones.
+
+    ``"package.module:name-vN"`` imports ``package.module`` first (it registers the env); an id
+    not yet registered loads the installed plugins (:func:`load_plugins`) before giving up.
+    """
+    if isinstance(id, str):
+        module, id = split_env_id(id)
+        if module is not None:
+            _import_env_module(module, id)
     try:
         return registry[id]
     except KeyError:
         pass
+    if load_plugins() and id in registry:
+        return registry[id]
     match = _ID_PATTERN.match(id) if isinstance(id, str) else None
     if match is not None:
         base = id[: id.rfind("-v")]
@@ -201,7 +329,8 @@ def make(id: str, **overrides: Any) -> AECEnv:
 
 
 def pprint_registry(*, print_output: bool = True) -> str:
-    """A table of every registered environment; printed unless ``print_output=False``."""
+    """A table of every registered environment (plugins included); printed unless ``print_output=False``."""
+    load_plugins()
     width = max((len(i) for i in registry), default=2)
     lines = [f"{'id':<{width}}  description", f"{'-' * width}  -----------"]
     lines += [f"{s.id:<{width}}  {s.description}" for s in sorted(registry.values(), key=lambda s: s.id)]

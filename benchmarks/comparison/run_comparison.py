@@ -37,7 +37,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
-#: Shared hyper-parameters of every trained setting: examples/train_math.py's DEMO_DEFAULTS (the
+#: Shared hyper-parameters of every trained setting: marft_algos.cli.presets.DEMO_DEFAULTS (the
 #: CPU preset for the built-in model) with a smaller budget per iteration (32 episodes; iterations
 #: from the command line), and one change: no 8-token cap on the actor. In math-single-v0 the lone
 #: agent is also named "actor" and must write the whole solution, so the cap would cut the
@@ -158,7 +158,7 @@ def make_config(config_class: type, shared: dict[str, Any], setting: Setting, se
     names = {f.name for f in dataclasses.fields(config_class)}
     values = {k: v for k, v in shared.items() if k in names}
     values.update(setting.overrides)
-    values.update(seed=seed, output_dir=str(output_dir))
+    values.update(seed=seed, output_dir=str(output_dir), overwrite=True)  # a rerun replaces an unfinished one
     return config_class(**values)
 
 

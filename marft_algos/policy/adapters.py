@@ -52,7 +52,8 @@ def save_one_adapter(backbone: Any, adapter: str, directory: str | Path) -> None
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     model = backbone.model
-    state = get_peft_model_state_dict(model, adapter_name=adapter)
+    # No embedding layers are adapted, so peft need not look the base model up (a Hub request).
+    state = get_peft_model_state_dict(model, adapter_name=adapter, save_embedding_layers=False)
     state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     save_file(state, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
     config = model.peft_config[adapter]

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -193,6 +194,42 @@ def seeded_rng(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
+class ModelLoadError(OSError):
+    """A model name or path that does not lead to a loadable causal LM (says what to pass instead)."""
+
+
+def check_model_path(path: str) -> None:
+    """Fail early, naming the path, when a local model path is missing or not a model folder.
+
+    A name that does not exist locally and does not look like a path (``org/name``) is left to
+    ``from_pretrained`` as a Hub id.
+    """
+    local = Path(path).expanduser()
+    if local.exists():
+        if local.is_file():
+            raise ModelLoadError(
+                f"Model path {path!r} is a file; pass the folder that holds config.json, the weights "
+                f"and the tokenizer (the output of save_pretrained)."
+            )
+        if not (local / "config.json").is_file():
+            raise ModelLoadError(
+                f"Model folder {path!r} is not a Hugging Face model: it has no config.json. Pass the "
+                f"folder written by save_pretrained (config.json, weights, tokenizer files)."
+            )
+        return
+    looks_local = (
+        path.startswith((".", "/", "~"))
+        or path.count("/") > 1
+        or path.endswith("/")
+        or "\\" in path
+    )
+    if looks_local:
+        raise ModelLoadError(
+            f"Model path {path!r} does not exist; check the path, or pass a built-in short name "
+            f"(marft-tiny-math) or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct."
+        )
+
+
 def load_backbone(
     name_or_path: str,
     *,
@@ -224,8 +261,23 @@ def load_backbone(
     kwargs.setdefault("dtype", dtype if dtype is not None else torch.float32)
     # Short names of packaged models ("marft-tiny-math") map to their folder; the rest pass through.
     path = resolve_model(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    check_model_path(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(
+            f"Could not load model {str(name_or_path)!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. "
+            f"Pass a local folder with config.json, weights and tokenizer files, a built-in short name "
+            f"(marft-tiny-math), or a Hub id of a causal LM that is in the local cache (no network at run time)."
+        ) from exc
+    if not getattr(tokenizer, "chat_template", None):
+        logger.warning(
+            "The tokenizer of %r has no chat template: prompts are rendered with marft's plain "
+            "'Role: text' fallback, which a model not trained on it may not follow (held-out accuracy "
+            "can sit at 0). Set tokenizer.chat_template, or pass --chat-template on the command line.",
+            str(name_or_path),
+        )
     model.to(dev)  # type: ignore[arg-type]  # transformers' stubs type .to() for dtypes only
     model.eval()
     model.requires_grad_(False)

@@ -2,7 +2,8 @@
 
 Layout of a checkpoint folder::
 
-    manifest.json          format version, agents, base models, adapters, critic, file list
+    manifest.json          format version, agents, base models, adapters, LoRA settings, critic,
+                           file list, and the run's description (env spec, generation settings)
     adapters/              every policy adapter in standard peft format (+ policy.json)
     critic.safetensors     critic head (and critic LoRA) weights, if a critic was saved
     optimizers/<name>.pt   ``state_dict()`` of each optimizer (or scheduler, scaler, ...)
@@ -41,7 +42,9 @@ __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
     "load_checkpoint",
+    "policy_from_checkpoint",
     "read_manifest",
+    "read_state",
     "save_checkpoint",
 ]
 
@@ -101,6 +104,23 @@ def _layout(policy: MultiAgentPolicy) -> dict[str, Any]:
     }
 
 
+def _lora_settings(policy: MultiAgentPolicy) -> dict[str, dict[str, Any]]:
+    """Each adapter's LoRA hyper-parameters as peft holds them."""
+    out: dict[str, dict[str, Any]] = {}
+    for (base, adapter), _agents in policy.adapter_groups().items():
+        config = getattr(policy.backbones[base].model, "peft_config", {}).get(adapter)
+        if config is None:
+            continue
+        targets = config.target_modules
+        out[adapter] = {
+            "r": int(config.r),
+            "alpha": float(config.lora_alpha),
+            "dropout": float(config.lora_dropout),
+            "target_modules": targets if isinstance(targets, str) else sorted(targets),
+        }
+    return out
+
+
 def save_checkpoint(
     path: str | os.PathLike[str],
     policy: MultiAgentPolicy,
@@ -109,6 +129,7 @@ def save_checkpoint(
     optimizers: Mapping[str, Any] | None = None,
     state: Mapping[str, Any] | None = None,
     save_rng: bool = True,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a complete training checkpoint atomically.
 
@@ -120,6 +141,8 @@ def save_checkpoint(
         optimizers: Named objects with ``state_dict()`` (optimizers, LR schedulers, grad scalers).
         state: Caller state, JSON-serialisable (dataclasses and paths are converted).
         save_rng: Save python, numpy and torch RNG states.
+        metadata: JSON description of the run stored in the manifest as ``run`` (env spec,
+            generation settings, data sources), so the checkpoint describes itself.
 
     Returns:
         The checkpoint folder.
@@ -162,7 +185,9 @@ def save_checkpoint(
             "format_version": FORMAT_VERSION,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **_layout(policy),
+            "lora": _lora_settings(policy),
             "critic": critic_info,
+            "run": json.loads(json.dumps(dict(metadata or {}), default=_json_default)),
             "optimizers": opt_names,
             "files": files,
         }
@@ -202,6 +227,66 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads(file.read_text())
 
 
+def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The caller state saved with a checkpoint (``state.json``), without loading anything."""
+    read_manifest(path)
+    return json.loads((Path(path) / "state.json").read_text())
+
+
+def policy_from_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    model: str | None = None,
+    device: torch.device | str = "cpu",
+    torch_dtype: torch.dtype | str | None = None,
+) -> MultiAgentPolicy:
+    """Rebuild the policy a checkpoint was saved from: agents, base models, adapters, LoRA settings
+    and trained weights, all read from its manifest.
+
+    Args:
+        path: Checkpoint folder.
+        model: Replace the recorded base model (e.g. the same model at a new path).
+        device: Device for the models.
+        torch_dtype: Weight dtype (default float32).
+
+    Raises:
+        CheckpointError: Not a checkpoint, or one whose adapters do not load.
+    """
+    from marft_algos.policy.config import AgentSpec, LoraSettings
+    from marft_algos.policy.multi_agent import MultiAgentPolicy
+
+    manifest = read_manifest(path)
+    agents = list(manifest["agents"])
+    lora_by_adapter = manifest.get("lora") or {}
+    settings = {
+        (s["r"], s["alpha"], s["dropout"], json.dumps(s["target_modules"]))
+        for s in lora_by_adapter.values()
+    }
+    if len(settings) > 1:
+        raise CheckpointError(
+            f"{path} holds adapters with different LoRA settings {sorted(lora_by_adapter.items())}; "
+            f"build the policy yourself with MultiAgentPolicy.from_pretrained(specs=...) and load_checkpoint."
+        )
+    lora = LoraSettings()
+    if settings:
+        r, alpha, dropout, targets = settings.pop()
+        lora = LoraSettings(r=r, alpha=alpha, dropout=dropout, target_modules=json.loads(targets))
+    specs = {
+        a: AgentSpec(
+            model=model or manifest["base_models"][a],
+            adapter=manifest["adapters"][a],
+            trainable=bool(manifest["trainable"][a]),
+        )
+        for a in agents
+    }
+    default = model or manifest["base_models"][agents[0]]
+    policy = MultiAgentPolicy.from_pretrained(
+        default, agents, specs=specs, lora=lora, device=device, torch_dtype=torch_dtype
+    )
+    load_checkpoint(path, policy, restore_rng=False, check_base_model=model is None)
+    return policy
+
+
 def _check_compatible(
     manifest: Mapping[str, Any],
     policy: MultiAgentPolicy,
@@ -236,6 +321,20 @@ def _check_compatible(
                     f"{a}: checkpoint {c!r} vs policy {p!r}" for a, (c, p) in diff.items()
                 )
                 problems.append(f"{key} differ ({detail})")
+    saved_lora = manifest.get("lora")
+    if saved_lora:
+        for adapter, live_settings in _lora_settings(policy).items():
+            saved = saved_lora.get(adapter)
+            if saved is None:
+                continue
+            for key in ("r", "alpha", "target_modules"):
+                if saved.get(key) != live_settings[key]:
+                    name = "rank" if key == "r" else key
+                    problems.append(
+                        f"LoRA {name} of adapter {adapter!r} differs: checkpoint {saved.get(key)!r} vs "
+                        f"policy {live_settings[key]!r} (build the policy with LoraSettings({key}={saved.get(key)!r}),"
+                        f" e.g. --lora-{'rank' if key == 'r' else key.replace('_', '-')} {saved.get(key)})"
+                    )
     saved_critic = manifest.get("critic")
     if critic is not None:
         if saved_critic is None:

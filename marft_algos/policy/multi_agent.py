@@ -205,6 +205,21 @@ class MultiAgentPolicy:
             )
         return cls(backbones, bindings, temperature=temperature)
 
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str,
+        *,
+        model: str | None = None,
+        device: torch.device | str = "cpu",
+        torch_dtype: torch.dtype | str | None = None,
+    ) -> MultiAgentPolicy:
+        """The trained policy of a checkpoint: agents, base models, adapters and LoRA settings read
+        from its manifest (see :func:`marft_algos.policy.checkpoint.policy_from_checkpoint`)."""
+        from marft_algos.policy.checkpoint import policy_from_checkpoint
+
+        return policy_from_checkpoint(path, model=model, device=device, torch_dtype=torch_dtype)
+
     # ------------------------------------------------------------------ introspection
     @property
     def agents(self) -> list[str]:

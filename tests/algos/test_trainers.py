@@ -215,8 +215,11 @@ def test_configs_reject_bad_settings_with_fixes():
         GRPOConfig(episodes_per_iteration=10, num_generations=4)
     with pytest.raises(ValueError, match="num_minibatches=8 exceeds"):
         ActionMARFTConfig(episodes_per_iteration=4, num_minibatches=8)
-    with pytest.raises(ValueError, match="checkpoint_every > 0 needs output_dir"):
-        ActionMARFTConfig(checkpoint_every=5)
+    assert ActionMARFTConfig().checkpoint_every == 1  # every iteration by default, when output_dir is set
+    with pytest.raises(ValueError, match=r"epsilon_high=0.1 is below epsilon=0.2.*set epsilon_high >= epsilon"):
+        GRPOConfig(epsilon=0.2, epsilon_high=0.1)
+    with pytest.raises(ValueError, match=r"epsilon_high=0.1 is below epsilon=0.2"):
+        ActionMARFTConfig(epsilon=0.2, epsilon_high=0.1)
     with pytest.raises(ValueError, match="logprob_normalization"):
         ActionMARFTConfig(logprob_normalization="chars")
 

@@ -102,3 +102,74 @@ def test_make_wraps_with_order_enforcement():
         _ = env.agent_selection
     env.reset(seed=0)
     assert isinstance(env.unwrapped, RelayEnv)
+
+
+def test_make_stamps_the_spec_with_the_merged_kwargs():
+    env = marft_envs.make("relay-v1", n_agents=4)
+    spec = env.unwrapped.spec
+    assert spec.id == "relay-v1" and spec.kwargs == {"show_round": True, "n_agents": 4}
+    assert spec.to_json() == {
+        "id": "relay-v1",
+        "entry_point": "marft_envs.toy.relay:RelayEnv",
+        "kwargs": {"show_round": True, "n_agents": 4},
+    }
+    assert marft_envs.spec("relay-v1").kwargs == {"show_round": True}  # the registry is untouched
+
+
+def test_every_copy_gets_its_own_dependency_function(scratch_ids):
+    from marft_envs import Chain
+
+    shared = Chain()
+    scratch_ids.append("test/relay-router-v0")
+    marft_envs.register("test/relay-router-v0", RelayEnv, kwargs={"dependency": shared})
+    first, second = marft_envs.make("test/relay-router-v0"), marft_envs.make("test/relay-router-v0")
+    assert first.unwrapped.dependency is not second.unwrapped.dependency
+    assert shared not in (first.unwrapped.dependency, second.unwrapped.dependency)
+    third = marft_envs.make("test/relay-router-v0", dependency=shared)  # an override is copied too
+    assert third.unwrapped.dependency is not shared and isinstance(
+        third.unwrapped.dependency, Chain
+    )
+
+
+def test_module_prefix_imports_the_registering_module(tmp_path, monkeypatch, scratch_ids):
+    (tmp_path / "my_team_envs.py").write_text(
+        "import marft_envs\n"
+        "from marft_envs.toy.relay import RelayEnv\n"
+        "marft_envs.register('my-team-v0', RelayEnv, kwargs={'n_agents': 2})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scratch_ids.append("my-team-v0")
+    env = marft_envs.make("my_team_envs:my-team-v0")
+    assert env.possible_agents == RelayEnv(n_agents=2).possible_agents
+    with pytest.raises(
+        EntryPointError, match=r"Cannot import 'missing_mod' for env 'x-v0'.*importable module"
+    ):
+        marft_envs.make("missing_mod:x-v0")
+
+
+def test_installed_plugins_register_through_the_entry_point_group(monkeypatch, scratch_ids):
+    import importlib.metadata
+
+    from marft_envs import registration
+
+    def register_plugin_envs():
+        marft_envs.register("plugin/relay-v0", RelayEnv, description="From a plugin.")
+
+    calls = []
+
+    class FakeEntryPoint:
+        name, value = "demo", "demo_pkg:register"
+
+        def load(self):
+            calls.append(self.name)
+            return register_plugin_envs
+
+    def entry_points(group):
+        return [FakeEntryPoint()] if group == registration.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(registration, "_plugins_loaded", False)
+    scratch_ids.append("plugin/relay-v0")
+    assert marft_envs.make("plugin/relay-v0").unwrapped.spec.id == "plugin/relay-v0"
+    marft_envs.make("plugin/relay-v0")
+    assert calls == ["demo"]  # loaded once, on the first unknown id

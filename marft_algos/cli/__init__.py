@@ -1,0 +1,15 @@
+"""The ``marft`` command line and the pieces scripts share with it.
+
+- :mod:`~marft_algos.cli.main`: ``marft train | eval | envs | export`` (console script ``marft``);
+- :data:`ALGORITHMS` / :func:`build_trainer`: algorithm name → config and trainer classes;
+- :mod:`~marft_algos.cli.parsing`: dataclass configs → flags through transformers'
+  ``HfArgumentParser``, ``--config run.yaml``;
+- :func:`~marft_algos.cli.presets.preset_for`: the defaults the command line uses for a model.
+"""
+
+from __future__ import annotations
+
+from marft_algos.cli.algorithms import ALGORITHMS, build_trainer
+from marft_algos.cli.parsing import UsageError, field_docs
+
+__all__ = ["ALGORITHMS", "UsageError", "build_trainer", "field_docs"]

@@ -1,0 +1,56 @@
+"""Algorithm names → config and trainer classes, and a trainer built from a name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pettingzoo import AECEnv
+
+from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.grpo import GRPOConfig, GRPOTrainer
+from marft_algos.ppo import PPOConfig, PPOTrainer
+from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
+from marft_algos.trainer import Trainer, TrainerConfig
+
+__all__ = ["ALGORITHMS", "build_trainer", "owners_of"]
+
+#: Algorithm name → (config class, trainer class).
+ALGORITHMS: dict[str, tuple[type[TrainerConfig], type[Trainer]]] = {
+    "action-marft": (ActionMARFTConfig, ActionMARFTTrainer),
+    "token-marft": (TokenMARFTConfig, TokenMARFTTrainer),
+    "ppo": (PPOConfig, PPOTrainer),
+    "grpo": (GRPOConfig, GRPOTrainer),
+}
+
+
+def owners_of(field: str) -> list[str]:
+    """The algorithms whose config has ``field``."""
+    import dataclasses
+
+    return [
+        name
+        for name, (config, _) in ALGORITHMS.items()
+        if field in {f.name for f in dataclasses.fields(config)}
+    ]
+
+
+def build_trainer(
+    algorithm: str,
+    policy: Any,
+    env_fn: Callable[[], AECEnv],
+    config: TrainerConfig,
+    *,
+    eval_env_fn: Callable[[], AECEnv] | None = None,
+    critic_seed: int = 0,
+) -> Trainer:
+    """Instantiate the trainer for ``algorithm``, with a critic on the policy's base when it needs one."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"Unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS)}.")
+    _, trainer_class = ALGORITHMS[algorithm]
+    if trainer_class is GRPOTrainer:
+        return trainer_class(policy, env_fn, config, eval_env_fn=eval_env_fn)
+    from marft_algos.policy.critic import Critic
+
+    critic = Critic(policy, seed=critic_seed)
+    return trainer_class(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn)

@@ -1,0 +1,183 @@
+"""``marft eval``: held-out accuracy of a run or checkpoint, with every setting read from the run.
+
+The env id and its arguments, the data plan, the model, the LoRA settings, the generation settings,
+the number of held-out episodes, the batch (env copies) and the torch thread count all come from
+the checkpoint's manifest, so on a finished run this reproduces the run's final ``eval/accuracy``
+exactly. Flags override them, e.g. ``--dataset math500.jsonl`` for other problems.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marft_algos.cli.data import plan_data
+from marft_algos.cli.parsing import UsageError, build_parser, parse_with, pick
+
+__all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main"]
+
+
+@dataclass
+class EvalArguments:
+    """Overrides of what the run recorded (all optional)."""
+
+    json: str | None = None
+    """Write the metrics as a JSON object to this file ('-': standard output)."""
+    env: str | None = None
+    """Evaluate on another env id (default: the run's)."""
+    dataset: str | None = None
+    """Held-out problems instead of the run's, e.g. builtin:test or math500.jsonl."""
+    levels: str | None = None
+    """With --dataset: keep only these levels, e.g. 1,2, or 'all'."""
+    subjects: str | None = None
+    """With --dataset: keep only these subjects, or 'all'."""
+    episodes: int | None = None
+    """Held-out episodes (default: the run's eval_episodes)."""
+    batch: int | None = None
+    """Env copies generated together (default: the run's rollout_threads, which reproduces its numbers)."""
+    model: str | None = None
+    """Base model path replacing the recorded one (same model, moved)."""
+    threads: int | None = None
+    """Torch CPU threads (default: the run's)."""
+    device: str = "cpu"
+    """Torch device."""
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "batch", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name} {value}: must be >= 1.")
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The checkpoint itself, or a run folder's newest complete checkpoint."""
+    from marft_algos.run_dir import RunDirectory, is_complete_checkpoint
+
+    folder = Path(path)
+    if not folder.exists():
+        raise UsageError(
+            f"{str(folder)!r} does not exist; pass a run folder (--output-dir of marft train) or a checkpoint-N folder."
+        )
+    if is_complete_checkpoint(folder):
+        return folder
+    latest = RunDirectory(folder).latest_checkpoint()
+    if latest is None:
+        raise UsageError(
+            f"{str(folder)!r} is neither a checkpoint nor a run folder with one (no checkpoint-N with a "
+            f"manifest.json inside); pass the --output-dir of a marft train run or one of its checkpoints."
+        )
+    return latest
+
+
+def _recorded_env_kwargs(run: Mapping[str, Any], dataset_given: bool) -> dict[str, Any]:
+    if run.get("env_kwargs") is not None:
+        return dict(run["env_kwargs"])
+    spec = run.get("eval_env") or run.get("env") or {}
+    kwargs = dict(spec.get("kwargs") or {})
+    # Values JSON could not hold were recorded as {"repr": ...}; they cannot be rebuilt.
+    opaque = sorted(k for k, v in kwargs.items() if isinstance(v, dict) and set(v) == {"repr"})
+    if "dataset" in opaque and not dataset_given and run.get("data") is None:
+        raise UsageError(
+            f"The run passed its held-out dataset as an object ({kwargs['dataset']['repr']}), which "
+            f"cannot be rebuilt from the checkpoint; pass --dataset with the same problems."
+        )
+    return {k: v for k, v in kwargs.items() if k not in opaque}
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path, overrides: EvalArguments | None = None
+) -> dict[str, Any]:
+    """Greedy held-out metrics of a checkpoint, every setting read from it unless overridden."""
+    import torch
+
+    import marft_envs
+    from marft_algos.cli.data import load_part
+    from marft_algos.cli.train import apply_chat_template
+    from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
+    from marft_algos.policy import MultiAgentPolicy
+    from marft_algos.policy.checkpoint import read_manifest, read_state
+    from marft_algos.rollout import GenerationSettings, RolloutCollector
+
+    o = overrides or EvalArguments()
+    manifest = read_manifest(checkpoint)
+    run = manifest.get("run") or {}
+    config = read_state(checkpoint).get("config", {})
+    env_id = o.env or run.get("env_id") or (run.get("eval_env") or run.get("env") or {}).get("id")
+    if env_id is None:
+        raise UsageError(
+            f"{checkpoint} does not record its env (an older checkpoint); pass --env ID."
+        )
+    kwargs = _recorded_env_kwargs(run, o.dataset is not None)
+    data = run.get("data")
+    if o.dataset is not None:
+        data = plan_data(None, o.dataset, o.levels, o.subjects)
+    if data is not None and marft_envs.spec(env_id).accepts("dataset"):
+        kwargs["dataset"] = load_part(data["eval"])
+    env_fn = lambda: marft_envs.make(env_id, **kwargs)  # noqa: E731
+    probe = env_fn()
+    agents = list(probe.possible_agents)
+    if agents != list(manifest["agents"]):
+        raise UsageError(
+            f"The checkpoint's agents {manifest['agents']} do not match {env_id}'s agents {agents}; evaluate "
+            f"on the env it was trained on (leave --env out) or one with the same team."
+        )
+    torch.set_num_threads(o.threads or int(run.get("threads") or 1))
+    policy = MultiAgentPolicy.from_checkpoint(str(checkpoint), model=o.model, device=o.device)
+    apply_chat_template(policy, run.get("chat_template"))
+    recorded = dict(run.get("generation") or {})
+    if not recorded:
+        raise UsageError(
+            f"{checkpoint} does not record its generation settings (an older checkpoint)."
+        )
+    settings = greedy(GenerationSettings(**recorded))
+    batch = o.batch or int(config.get("rollout_threads", 1))
+    collector = RolloutCollector.from_factory(
+        policy,  # type: ignore[arg-type]  # GeneratingPolicy's protocol is narrower than the real signature
+        env_fn,
+        batch,
+        settings,
+        seed=int(config.get("seed", 0)),
+    )
+    episodes = collector.collect(
+        evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))), settings
+    )
+    metrics = summarize_episodes(episodes, "eval")
+    metrics["eval/episodes"] = len(episodes)
+    return metrics
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run ``marft eval RUN_OR_CHECKPOINT``; returns the metrics."""
+    from rich.console import Console
+    from rich.table import Table
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(
+        [EvalArguments],
+        prog="marft eval",
+        description="Greedy held-out accuracy of a trained team, settings read from the run.",
+    )
+    parser.add_argument(
+        "run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder."
+    )
+    values, _ = parse_with(parser, argv)
+    args = EvalArguments(**pick(values, EvalArguments))
+    checkpoint = find_checkpoint(values["run"])
+    metrics = evaluate_checkpoint(checkpoint, args)
+    text = json.dumps(metrics, indent=2)
+    if args.json == "-":
+        sys.stdout.write(text + "\n")
+        return metrics
+    if args.json is not None:
+        Path(args.json).write_text(text + "\n")
+    table = Table(title=f"{checkpoint} ({metrics['eval/episodes']} held-out episodes, greedy)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    return metrics

@@ -1,0 +1,240 @@
+"""Dataclass configs → command-line flags, through transformers' ``HfArgumentParser``.
+
+One flag per dataclass field (``--max-new-tokens`` and ``--max_new_tokens`` both work), its help
+the field's docstring. On top of ``HfArgumentParser`` this module adds what our configs need:
+
+- ``--config run.yaml`` (TRL's convention): the file's keys are field names; they replace the
+  defaults and the flags given on the command line replace them;
+- ``none``/``null`` for fields that may be None, a JSON (or Python literal) mapping for dict fields,
+  each with a parse error that names the flag, the value and the fix;
+- which fields the user set explicitly (command line or file), so presets fill in only the rest and
+  options that do not apply to the chosen trainer are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import itertools
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "UsageError",
+    "build_parser",
+    "field_docs",
+    "load_config_file",
+    "parse_mapping",
+    "parse_with",
+    "pick",
+]
+
+
+class UsageError(ValueError):
+    """A command line or config file the user must fix (the message says how)."""
+
+
+def field_docs(config_class: type) -> dict[str, str]:
+    """Each dataclass field's docstring (the string literal right after it), through the MRO."""
+    docs: dict[str, str] = {}
+    for klass in reversed(config_class.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, following in itertools.pairwise(body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
+def parse_mapping(text: str) -> dict[str, Any]:
+    """A dict flag's value: JSON (``{"actor": 8}``) or a Python literal (``{'actor': 8}``).
+
+    Raises:
+        argparse.ArgumentTypeError: Not a mapping; the message shows the expected form.
+    """
+    if text.strip().lower() in ("none", "null", ""):
+        return None  # type: ignore[return-value]
+    value: Any
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a mapping; write it as JSON with quoted keys, e.g. '{{\"actor\": 8}}' "
+            f"(quote the whole value for the shell)"
+        )
+    return value
+
+
+def _optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() in ("none", "null") else kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+def _allows_none(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    return origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
+
+
+def _is_mapping(annotation: Any) -> bool:
+    if _allows_none(annotation):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation is dict or typing.get_origin(annotation) is dict
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    """Field values from a YAML (or JSON) file, as ``--config`` takes it."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(
+            f"--config {path!r}: no such file; pass the path of a YAML file of field: value lines."
+        )
+    try:
+        import yaml
+
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"--config {path!r} is not UTF-8 text ({exc.reason}); re-save it as UTF-8."
+        ) from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--config {path!r} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(
+            f"--config {path!r} must hold a mapping of field: value lines, got {type(data).__name__}."
+        )
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show a default unless it is None/off or the help text already explains it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            action.default in (None, False, argparse.SUPPRESS)
+            or "(default" in text
+            or "%(default)" in text
+        ):
+            return text
+        return super()._get_help_string(action) or text
+
+
+def build_parser(
+    dataclass_types: Sequence[type],
+    *,
+    prog: str,
+    description: str,
+    defaults: Mapping[str, Any] | None = None,
+) -> argparse.ArgumentParser:
+    """An ``HfArgumentParser`` over ``dataclass_types`` with our help texts, types and defaults.
+
+    Args:
+        dataclass_types: The dataclasses whose fields become flags (names must not repeat).
+        prog: Program name shown in usage lines, e.g. ``"marft train"``.
+        description: First paragraph of ``--help``.
+        defaults: Values that replace the dataclass defaults (a preset, a config file).
+    """
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(
+        list(dataclass_types),  # type: ignore[arg-type]  # each is a dataclass
+        prog=prog,
+        description=description,
+        formatter_class=_HelpFormatter,
+    )
+    docs: dict[str, str] = {}
+    hints: dict[str, Any] = {}
+    for klass in dataclass_types:
+        docs.update(field_docs(klass))
+        hints.update(typing.get_type_hints(klass))
+    for action in parser._actions:
+        if action.dest not in hints:
+            continue
+        negative = [o for o in action.option_strings if o.startswith("--no")]
+        if negative and action.const is False:
+            action.help = f"Turn off --{action.dest.replace('_', '-')}."
+            continue
+        action.help = docs.get(action.dest, action.help) or ""
+        annotation = hints[action.dest]
+        if _is_mapping(annotation):
+            action.type = parse_mapping
+            action.metavar = "JSON"
+        elif _allows_none(annotation) and callable(action.type) and annotation is not bool:
+            action.type = _optional(action.type)
+        if action.help and "%" in action.help:
+            action.help = action.help.replace("%", "%%")
+    if defaults:
+        known = {a.dest for a in parser._actions}
+        parser.set_defaults(**{k: v for k, v in defaults.items() if k in known})
+    return parser
+
+
+def parse_with(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str],
+    *,
+    unknown_hint: Callable[[str], str | None] | None = None,
+) -> tuple[dict[str, Any], set[str]]:
+    """Parse ``argv``; return every field's value and the fields set on the command line.
+
+    Args:
+        parser: From :func:`build_parser`.
+        argv: The arguments.
+        unknown_hint: Explains a flag this parser lacks (e.g. "a GRPO option"); None: argparse's error.
+
+    Returns:
+        ``(field values, explicitly given field names)``.
+    """
+    namespace, unknown = parser.parse_known_args(list(argv))
+    if unknown:
+        flags = [u for u in unknown if u.startswith("--")]
+        found = [unknown_hint(f.split("=")[0]) for f in flags] if unknown_hint else []
+        hints = [h for h in found if h]
+        if hints:
+            parser.error("; ".join(hints))
+        parser.error(f"unrecognized arguments: {' '.join(unknown)} (see {parser.prog} --help)")
+    return vars(namespace), _given_fields(parser, argv)
+
+
+def pick(values: Mapping[str, Any], klass: type) -> dict[str, Any]:
+    """The entries of ``values`` that are init fields of dataclass ``klass``."""
+    names = {f.name for f in dataclasses.fields(klass) if f.init}
+    return {k: v for k, v in values.items() if k in names}
+
+
+def _given_fields(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """Dests whose flags occur in ``argv`` (``--x``, ``--x=1``, ``--no-x``)."""
+    by_flag = {flag: action.dest for action in parser._actions for flag in action.option_strings}
+    given = set()
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in by_flag:
+            given.add(by_flag[flag])
+    return given

@@ -1,0 +1,430 @@
+"""``marft train``: train an LLM team on a registered env with one of the trainers.
+
+Every field of the chosen trainer's config is a flag (``marft train --algo grpo --help`` lists
+GRPO's). Values come from, in increasing priority: the config class's paper defaults, the CLI
+preset for the model (:func:`~marft_algos.cli.presets.preset_for`, off with ``--paper-defaults``),
+a ``--config run.yaml`` file, and the flags. Everything is checked before the model loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from marft_algos.cli.algorithms import ALGORITHMS, build_trainer, owners_of
+from marft_algos.cli.data import load_part, plan_data
+from marft_algos.cli.parsing import UsageError, build_parser, load_config_file, parse_with, pick
+from marft_algos.cli.presets import DEFAULT_MODEL, preset_for
+from marft_algos.run_dir import ConfigMismatchError, RunDirectory, RunExistsError
+
+__all__ = ["TrainArguments", "main"]
+
+logger = logging.getLogger(__name__)
+
+#: Options of token-level training only, and of action-level training only.
+TOKEN_LEVEL_OPTIONS = ("gamma_token", "lam_token")
+ACTION_LEVEL_OPTIONS = ("logprob_normalization",)
+DATA_OPTIONS = ("dataset", "eval_dataset", "levels", "subjects")
+
+
+@dataclass
+class TrainArguments:
+    """What to train, on what, and where: the settings outside the trainer's config."""
+
+    env: str = "math-dual-v0"
+    """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
+    algo: Literal["action-marft", "token-marft", "ppo", "grpo"] = "action-marft"
+    """Training algorithm."""
+    model: str = DEFAULT_MODEL
+    """Base model: a built-in short name, a local folder, or a Hub id in the local cache."""
+    config: str | None = None
+    """YAML file of field: value lines (any flag's name); flags on the command line override it."""
+    dataset: str | None = None
+    """Training problems, for envs that take a dataset: builtin:train (default), a MATH/GSM8K JSONL, a table, or hf:<name>."""
+    eval_dataset: str | None = None
+    """Held-out problems (default: builtin:test with built-in data, else 10% of --dataset)."""
+    levels: str | None = None
+    """Keep only these difficulty levels, e.g. 1,2, or 'all' (default: 1,2,3 with built-in data, else all)."""
+    subjects: str | None = None
+    """Keep only these subjects (built-in data: generator families), or 'all' (default: digits with built-in data, else all)."""
+    env_kwargs: dict[str, Any] | None = None
+    """Extra env constructor arguments as JSON, e.g. '{"max_attempts": 2}'."""
+    resume: bool = False
+    """Continue the run in --output-dir from its newest checkpoint (or from the start if it has none)."""
+    resume_from: str | None = None
+    """Continue from this checkpoint folder instead of the newest one."""
+    allow_config_change: bool = False
+    """Let --resume continue a run under settings that differ from the checkpoint's."""
+    lora_rank: int = 8
+    """LoRA rank of every agent's adapter."""
+    lora_alpha: float = 16
+    """LoRA alpha."""
+    chat_template: str | None = None
+    """Chat template (a Jinja file or the template text) for a tokenizer that has none."""
+    threads: int = 1
+    """Torch CPU threads; small models run fastest on one, a large model wants more."""
+    device: str | None = None
+    """Torch device: cpu, cuda (under torchrun each rank takes its LOCAL_RANK's GPU) or cuda:N;
+    default: this rank's GPU if there is one, else cpu."""
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Weight dtype; default float32 on CPU, bfloat16 on GPU."""
+    paper_defaults: bool = False
+    """Use the config classes' paper defaults instead of the CLI preset for the model."""
+    plot: bool = True
+    """Write learning_curve.png (--no-plot to skip)."""
+    progress: Literal["auto", "rich", "plain", "off"] = "auto"
+    """Progress display: a rich bar on a terminal and one log line per iteration elsewhere (auto)."""
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise UsageError(
+                f"--threads {self.threads}: torch needs at least one thread; pass --threads 1 or more."
+            )
+        if self.lora_rank < 1:
+            raise UsageError(f"--lora-rank {self.lora_rank}: the LoRA rank must be >= 1 (e.g. 8).")
+        if self.resume_from is not None:
+            self.resume = True
+
+
+def _preparse(argv: Sequence[str]) -> tuple[dict[str, Any], str, type]:
+    """The config file's values, the algorithm and its config class (needed to build the parser)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    pre.add_argument("--algo")
+    known, _ = pre.parse_known_args(list(argv))
+    file_values = load_config_file(known.config) if known.config else {}
+    algo = known.algo or file_values.get("algo") or "action-marft"
+    if algo not in ALGORITHMS:
+        raise UsageError(f"--algo {algo!r} is not a trainer; choose one of {sorted(ALGORITHMS)}.")
+    return file_values, algo, ALGORITHMS[algo][0]
+
+
+def _unknown_hint(algo: str):
+    def hint(flag: str) -> str | None:
+        name = flag.lstrip("-").replace("-", "_")
+        if name.startswith("no_"):
+            name = name[3:]
+        owners = owners_of(name)
+        if owners:
+            return (
+                f"{flag} is an option of --algo {' / '.join(owners)}; --algo {algo} does not use it"
+            )
+        return None
+
+    return hint
+
+
+def parse_train_args(
+    argv: Sequence[str], defaults: Mapping[str, Any] | None = None
+) -> tuple[TrainArguments, type, dict[str, Any], set[str]]:
+    """Parse ``marft train`` arguments.
+
+    Returns:
+        ``(run arguments, config class, config values, fields given explicitly)``.
+    """
+    file_values, algo, config_class = _preparse(argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--model")
+    pre.add_argument("--paper-defaults", "--paper_defaults", action="store_true")
+    known, _ = pre.parse_known_args(list(argv))
+    model = known.model or file_values.get("model") or DEFAULT_MODEL
+    paper = known.paper_defaults or bool(file_values.get("paper_defaults"))
+    merged = {**preset_for(model, paper_defaults=paper), **dict(defaults or {}), **file_values}
+    types = [TrainArguments, config_class]
+    parser = build_parser(
+        types,
+        prog="marft train",
+        description=(
+            f"Train an LLM team with {algo} (flags below are {algo}'s; --algo NAME --help shows another "
+            f"trainer's). Defaults shown include the preset for the model."
+        ),
+        defaults=merged,
+    )
+    fields = {a.dest for a in parser._actions}
+    stray = sorted(set(file_values) - fields)
+    if stray:
+        where = {k: owners_of(k) for k in stray}
+        detail = ", ".join(
+            f"{k} ({'--algo ' + '/'.join(v) + ' only' if v else 'unknown'})"
+            for k, v in where.items()
+        )
+        raise UsageError(
+            f"--config {argv_config(argv)!r} sets fields {algo} does not have: {detail}."
+        )
+    values, given = parse_with(parser, argv, unknown_hint=_unknown_hint(algo))
+    args = TrainArguments(**pick(values, TrainArguments))
+    return args, config_class, pick(values, config_class), given | set(file_values)
+
+
+def argv_config(argv: Sequence[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _check_level_options(algo: str, level: str | None, given: set[str]) -> None:
+    token_level = algo == "token-marft" or (algo == "ppo" and level == "token")
+    action_level = algo == "action-marft" or (algo == "ppo" and level != "token")
+    wrong = [o for o in TOKEN_LEVEL_OPTIONS if o in given] if action_level else []
+    if wrong:
+        flags = ", ".join("--" + o.replace("_", "-") for o in wrong)
+        raise UsageError(
+            f"{flags} only affect token-level training, but --algo {algo} trains at action level; use "
+            f"--algo token-marft (or --algo ppo --level token), or drop {flags}."
+        )
+    wrong = [o for o in ACTION_LEVEL_OPTIONS if o in given] if token_level else []
+    if wrong:
+        flags = ", ".join("--" + o.replace("_", "-") for o in wrong)
+        raise UsageError(
+            f"{flags} only affect action-level training, but --algo {algo} trains at token level; use "
+            f"--algo action-marft, or drop {flags}."
+        )
+
+
+@dataclass
+class EnvPlan:
+    """The env a run trains and evaluates on, with the recorded description of both."""
+
+    env_id: str
+    env_kwargs: dict[str, Any]
+    data: dict[str, Any] | None
+    agents: list[str]
+
+    def factories(self):
+        import marft_envs
+
+        train_kwargs, eval_kwargs = dict(self.env_kwargs), dict(self.env_kwargs)
+        if self.data is not None:
+            train_kwargs["dataset"] = load_part(self.data["train"])
+            eval_kwargs["dataset"] = load_part(self.data["eval"])
+        return (lambda: marft_envs.make(self.env_id, **train_kwargs)), (
+            lambda: marft_envs.make(self.env_id, **eval_kwargs)
+        )
+
+
+def plan_env(
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None,
+    *,
+    dataset: str | None = None,
+    eval_dataset: str | None = None,
+    levels: str | None = None,
+    subjects: str | None = None,
+    given: set[str] = frozenset(),  # type: ignore[assignment]
+) -> EnvPlan:
+    """Resolve the env (importing its module for ``module:id``), decide its data and read its team.
+
+    Data flags reach only envs whose constructor takes ``dataset``; an env without one is
+    evaluated on held-out reset seeds.
+    """
+    import marft_envs
+
+    spec = marft_envs.spec(env_id)
+    takes_data = spec.accepts("dataset")
+    data = plan_data(dataset, eval_dataset, levels, subjects) if takes_data else None
+    if not takes_data:
+        flags = [o for o in DATA_OPTIONS if o in given]
+        if flags:
+            shown = ", ".join("--" + f.replace("_", "-") for f in flags)
+            raise UsageError(
+                f"{env_id} takes no dataset argument, so {shown} cannot reach it; drop {shown} (it is "
+                f"evaluated on held-out reset seeds), or pass its own arguments with --env-kwargs."
+            )
+    plan = EnvPlan(env_id, dict(env_kwargs or {}), data, [])
+    env_fn, _ = plan.factories()
+    probe = env_fn()
+    plan.agents = list(probe.possible_agents)
+    probe.close()
+    return plan
+
+
+def _check_caps(values: dict[str, Any], given: set[str], agents: list[str]) -> None:
+    caps = values.get("max_new_tokens_per_agent")
+    if not caps:
+        return
+    unknown = sorted(set(caps) - set(agents))
+    if "max_new_tokens_per_agent" not in given:
+        # The preset's short cap is for a team's actor, which only writes \boxed{}; a lone agent
+        # writes the whole solution, and a team without an actor has nothing to cap.
+        kept = {} if len(agents) == 1 else {a: n for a, n in caps.items() if a in agents}
+        values["max_new_tokens_per_agent"] = kept or None
+        return
+    if unknown:
+        raise UsageError(
+            f"--max-new-tokens-per-agent names agent(s) {unknown} that the env does not have; its agents are "
+            f"{agents}. Name only those, e.g. '{{\"{agents[-1]}\": 16}}'."
+        )
+
+
+def _check_resume_matches(
+    run_dir: RunDirectory, record: Mapping[str, Any], algo: str, allowed: bool
+) -> None:
+    saved = run_dir.read_config()
+    if saved is None:
+        return
+    before = {
+        "algorithm": saved.get("algorithm"),
+        **{k: (saved.get("run") or {}).get(k) for k in record},
+    }
+    now = {"algorithm": algo, **record}
+    changed = {
+        k: (before[k], now[k]) for k in now if before.get(k) is not None and before[k] != now[k]
+    }
+    if changed and not allowed:
+        detail = "; ".join(f"{k}: run {a!r} vs now {b!r}" for k, (a, b) in changed.items())
+        raise ConfigMismatchError(
+            f"--resume would continue {str(run_dir.path)!r} as a different run ({detail}). Resume with the "
+            f"run's settings, or pass --allow-config-change."
+        )
+
+
+def _chat_template(value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(value)
+    return path.read_text(encoding="utf-8") if path.is_file() else value
+
+
+def apply_chat_template(policy: Any, template: str | None) -> None:
+    """Give tokenizers without a chat template the user's template."""
+    if template is None:
+        return
+    for backbone in policy.backbones.values():
+        if not getattr(backbone.tokenizer, "chat_template", None):
+            backbone.tokenizer.chat_template = template
+
+
+def main(
+    argv: Sequence[str] | None = None, *, defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Run ``marft train``; returns the run's records, its evaluations and its folder."""
+    import sys
+
+    import torch
+    from rich.console import Console
+
+    from marft_algos.distributed import init_distributed
+    from marft_algos.policy import LoraSettings, MultiAgentPolicy
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, config_class, values, given = parse_train_args(argv, defaults)
+    # One process, or a rank of torchrun / accelerate launch (gloo on CPU, nccl on GPU).
+    dist = init_distributed(args.device)
+    console = Console(quiet=not dist.is_main)
+    dtype = args.dtype or ("bfloat16" if dist.device.type == "cuda" else "float32")
+    _check_level_options(args.algo, values.get("level"), given)
+    plan = plan_env(
+        args.env,
+        args.env_kwargs,
+        dataset=args.dataset,
+        eval_dataset=args.eval_dataset,
+        levels=args.levels,
+        subjects=args.subjects,
+        given=given,
+    )
+    if args.algo == "ppo" and len(plan.agents) != 1:
+        raise UsageError(
+            f"--algo ppo is the single-agent baseline, but {args.env} has agents {plan.agents}; use "
+            f"--algo action-marft, token-marft or grpo for a team, or a one-agent env (math-single-v0)."
+        )
+    _check_caps(values, given, plan.agents)
+    if values.get("output_dir") is None:
+        values["output_dir"] = f"runs/{plan.env_id.split(':')[-1]}-{args.algo}"
+    config = config_class(**values)
+
+    run_dir = RunDirectory(config.output_dir)
+    if dist.is_main:  # the other ranks only read the folder; rank 0 writes it
+        run_dir.acquire()
+    record = {
+        "env_id": args.env,
+        "env_kwargs": plan.env_kwargs,
+        "data": plan.data,
+        "model": args.model,
+        "lora": {"r": args.lora_rank, "alpha": args.lora_alpha},
+    }
+    if args.resume:
+        _check_resume_matches(run_dir, record, args.algo, args.allow_config_change)
+    elif run_dir.has_run() and not config.overwrite:
+        raise RunExistsError(
+            f"{str(run_dir.path)!r} already holds {run_dir.describe()}. Pass --resume to continue it, "
+            f"--overwrite to replace it, or choose another --output-dir."
+        )
+
+    torch.set_num_threads(args.threads)
+    train_fn, eval_fn = plan.factories()
+    console.print(
+        f"[bold]{args.algo}[/] on [bold]{args.env}[/] (agents: {', '.join(plan.agents)}), model "
+        f"[bold]{args.model}[/], output {config.output_dir}"
+        + (f", {dist.world_size} processes" if dist.enabled else "")
+    )
+    policy = MultiAgentPolicy.from_pretrained(
+        args.model,
+        plan.agents,
+        lora=LoraSettings(r=args.lora_rank, alpha=args.lora_alpha),
+        device=dist.device,
+        torch_dtype=getattr(torch, dtype),
+        seed=config.seed,
+    )
+    template = _chat_template(args.chat_template)
+    apply_chat_template(policy, template)
+    trainer = build_trainer(
+        args.algo, policy, train_fn, config, eval_env_fn=eval_fn, critic_seed=config.seed
+    )
+    trainer.run_info.update(record)
+    trainer.run_info.update(
+        {"threads": args.threads, "device": str(dist.device), "dtype": dtype, "chat_template": template}
+    )
+    if args.resume:
+        trainer.resume(args.resume_from, allow_config_change=args.allow_config_change)
+        console.print(f"resumed at iteration {trainer.iteration}")
+    records = trainer.train(progress=False if args.progress == "off" else args.progress)
+    evals = [r for r in trainer.logger.records if "eval/accuracy" in r]
+    _summary(console, evals, config)
+    if args.plot and dist.is_main:
+        from marft_algos.plotting import plot_learning_curve
+
+        path = plot_learning_curve(
+            trainer.logger.records,
+            Path(config.output_dir) / "learning_curve.png",
+            title=f"{args.algo} on {args.env}",
+        )
+        console.print(f"learning curve: {path}")
+    return {
+        "records": records,
+        "evals": evals,
+        "output_dir": config.output_dir,
+        "config": dataclasses.asdict(config),
+    }
+
+
+def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
+    """The held-out table and the before → after lines (the whole run, also after a resume)."""
+    from rich.table import Table
+
+    sampled = any("eval_sampled/accuracy" in r for r in evals)
+    table = Table(title="held-out accuracy")
+    table.add_column("iteration", justify="right")
+    table.add_column("greedy", justify="right")
+    if sampled:
+        table.add_column(f"sampled (T={config.temperature:g})", justify="right")
+    for r in evals:
+        row = [str(r["iteration"]), f"{r['eval/accuracy']:.3f}"]
+        if sampled:
+            row.append(f"{r['eval_sampled/accuracy']:.3f}" if "eval_sampled/accuracy" in r else "")
+        table.add_row(*row)
+    console.print(table)
+    if len(evals) >= 2:
+        for key, name in (("eval/accuracy", "greedy"), ("eval_sampled/accuracy", "sampled")):
+            first, last = evals[0].get(key), evals[-1].get(key)
+            if isinstance(first, int | float) and isinstance(last, int | float):
+                console.print(
+                    f"{name} accuracy before {first:.3f} → after {last:.3f} ({100 * (last - first):+.1f} points)"
+                )

@@ -1,0 +1,231 @@
+"""Runs through the command line: a default run killed with -9 resumes losing at most one
+iteration and logs what the uninterrupted run logs; a second run on a busy folder is refused;
+``marft eval`` reproduces the final held-out accuracy; custom envs train; export loads elsewhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from cli_budget import TINY
+
+from marft_algos.cli.main import main
+from marft_algos.run_dir import RunInUseError
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGET = [*TINY, "--eval-every", "1", "--no-plot", "--progress", "plain"]
+
+
+def records(run: Path) -> list[dict]:
+    rows = [
+        json.loads(line)
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def command(*args: str, cwd: Path, extra_path: str = "") -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), extra_path) if p),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "marft_algos.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_kill_9_resume_and_eval_reproduce_the_uninterrupted_run(tiny_path, tmp_path):
+    common = ["--model", tiny_path, "--iterations", "4", *BUDGET]
+    straight = tmp_path / "straight"
+    main(["train", "--output-dir", str(straight), *common])
+
+    killed = tmp_path / "killed"
+    proc = command("train", "--output-dir", str(killed), *common, cwd=tmp_path)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (
+        (killed / "metrics.jsonl").exists() and len(records(killed)) >= 3
+    ):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    with pytest.raises(
+        RunInUseError, match=r"is in use by process \d+.*choose another --output-dir"
+    ):
+        main(["train", "--output-dir", str(killed), *common, "--resume"])
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    logged = max(r["iteration"] for r in records(killed))
+    (killed / "metrics.jsonl").open("a").write('{"iteration": 9, "eval/acc')  # a torn last line
+    (killed / ".checkpoint-9.tmp-x").mkdir()  # a checkpoint write cut short
+
+    result = main(["train", "--output-dir", str(killed), *common, "--resume"])
+    first_new = result["records"][0]["iteration"]
+    assert (
+        logged < 4 and first_new >= logged
+    )  # killed mid-run; redoes at most the last logged iteration
+    assert records(killed) == records(straight)  # eval_sampled included: its RNG was saved
+    assert not (killed / ".checkpoint-9.tmp-x").exists()
+    assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-4"]
+    assert [r["iteration"] for r in result["evals"]] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]  # before → after even after resume
+
+    out = tmp_path / "eval.json"
+    metrics = main(["eval", str(straight), "--json", str(out)])
+    final = records(straight)[-1]
+    assert json.loads(out.read_text()) == metrics
+    for key, value in final.items():
+        if key.startswith("eval/"):
+            assert metrics[key] == value, key
+
+
+def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp_path):
+    run = tmp_path / "run"
+    main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "1", *BUDGET])
+    before = (run / "config.json").read_bytes()
+    with pytest.raises(
+        ValueError, match=r"learning_rate: checkpoint 0.001 vs now 0.5.*--allow-config-change"
+    ):
+        main(
+            [
+                "train",
+                "--output-dir",
+                str(run),
+                "--model",
+                tiny_path,
+                "--iterations",
+                "2",
+                *BUDGET,
+                "--learning-rate",
+                "0.5",
+                "--resume",
+            ]
+        )
+    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v0' vs now 'math-trio-v0'"):
+        main(
+            [
+                "train",
+                "--output-dir",
+                str(run),
+                "--model",
+                tiny_path,
+                "--iterations",
+                "2",
+                *BUDGET,
+                "--env",
+                "math-trio-v0",
+                "--max-new-tokens-per-agent",
+                "{}",
+                "--resume",
+            ]
+        )
+    assert (run / "config.json").read_bytes() == before
+    main(
+        [
+            "train",
+            "--output-dir",
+            str(run),
+            "--model",
+            tiny_path,
+            "--iterations",
+            "1",
+            *BUDGET,
+            "--overwrite",
+        ]
+    )
+    assert [r["iteration"] for r in records(run)] == [0, 1]
+
+
+def test_custom_env_trains_and_evaluates_from_the_command_line(tiny_path, tmp_path, user_package):
+    run = tmp_path / "triage"
+    result = main(
+        [
+            "train",
+            "--env",
+            "user_envs.triage:triage-v0",
+            "--output-dir",
+            str(run),
+            "--model",
+            tiny_path,
+            "--iterations",
+            "1",
+            *BUDGET,
+        ]
+    )
+    config = json.loads((run / "config.json").read_text())
+    assert (
+        config["run"]["env"]["id"] == "triage-v0"
+        and config["run"]["env_id"] == "user_envs.triage:triage-v0"
+    )
+    assert config["max_new_tokens_per_agent"] is None  # the math preset's actor cap does not apply
+    metrics = main(["eval", str(run / "checkpoint-1")])
+    assert metrics["eval/accuracy"] == result["evals"][-1]["eval/accuracy"]
+    assert metrics["eval/action_tokens_mean"] == result["evals"][-1]["eval/action_tokens_mean"]
+
+
+def test_export_adapters_and_merged_models(tiny_path, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from marft_algos.policy import MultiAgentPolicy
+
+    run = tmp_path / "run"
+    main(
+        [
+            "train",
+            "--output-dir",
+            str(run),
+            "--model",
+            tiny_path,
+            "--iterations",
+            "1",
+            *BUDGET,
+            "--learning-rate",
+            "0.05",
+        ]
+    )
+    index = main(["export", str(run), "--merge"])
+    policy = MultiAgentPolicy.from_checkpoint(str(run / "checkpoint-1"))
+    ids = torch.tensor([[1, 5, 9, 14, 3]])
+    for agent in ("reasoner", "actor"):
+        entry = index["agents"][agent]
+        merged = AutoModelForCausalLM.from_pretrained(run / "export" / entry["merged"])
+        base = AutoModelForCausalLM.from_pretrained(tiny_path)
+        peft_model = PeftModel.from_pretrained(base, str(run / "export" / entry["adapter"]))
+        with torch.no_grad(), policy.acting(agent) as model:
+            trained = model(ids).logits
+            assert torch.allclose(merged(ids).logits, trained, atol=1e-4)
+            assert torch.allclose(peft_model(ids).logits, trained, atol=1e-5)
+        with torch.no_grad(), policy.acting(agent, reference=True) as model:
+            assert not torch.allclose(
+                model(ids).logits, trained, atol=1e-4
+            )  # the adapter changed something
+    assert (
+        json.loads((run / "export" / "marft_export.json").read_text())["agents"]["actor"]["adapter"]
+        == "actor/adapter"
+    )
+
+
+def test_command_errors_are_one_line_without_a_traceback(tmp_path):
+    proc = command("train", "--threads", "0", cwd=tmp_path)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert "marft train: error: --threads 0: torch needs at least one thread" in err
+    assert "Traceback" not in err
