@@ -33,7 +33,7 @@ from marft_envs.code.grading import Grade, extract_program, grade_result, no_cod
 from marft_envs.code.profiles import DUAL_PROFILES, SINGLE_PROFILES
 from marft_envs.code.sandbox import Sandbox, SandboxLimits, SandboxResult, default_sandbox
 from marft_envs.core.dependency import DependencyFunction
-from marft_envs.core.env import FlexPOMDPEnv, Transition
+from marft_envs.core.env import FlexPOMDPEnv, Transition, pick_row
 from marft_envs.core.profiles import AgentProfile
 
 __all__ = ["TEAMS", "CodeEnv"]
@@ -147,17 +147,8 @@ class CodeEnv(FlexPOMDPEnv):
         return grade_result(result, partial_credit=self.partial_credit)
 
     def _reset_task(self, options: Mapping[str, Any] | None) -> None:
-        options = options or {}
         self._pending.clear()
-        if "index" in options:
-            index = int(options["index"])
-            if not 0 <= index < len(self.dataset):
-                raise IndexError(
-                    f"options['index']={index} is outside the dataset (size {len(self.dataset)})."
-                )
-            self.problem = self.dataset[index]
-        else:
-            self.problem = self.dataset.sample(self.np_random)
+        self.problem = pick_row(self.dataset, options, self.np_random)
 
     def _route_context(self) -> Mapping[str, Any]:
         assert self.problem is not None

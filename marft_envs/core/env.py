@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
+import numpy as np
 from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
@@ -34,7 +35,7 @@ from marft_envs.core.dependency import Chain, DependencyFunction, RoundState, Tu
 from marft_envs.core.profiles import AgentProfile, as_profiles
 from marft_envs.core.spaces import ChatSpace, TextSpace
 
-__all__ = ["FlexPOMDPEnv", "RoundRecord", "Transition"]
+__all__ = ["FlexPOMDPEnv", "RoundRecord", "Transition", "pick_row"]
 
 logger = logging.getLogger(__name__)
 
@@ -344,3 +345,15 @@ class FlexPOMDPEnv(AECEnv):
             self.agent_selection = self.agents[0]
         else:
             self._start_round()
+
+
+def pick_row(dataset: Any, options: Mapping[str, Any] | None, rng: np.random.Generator) -> Any:
+    """The task of a dataset-backed env's episode: row ``options["index"]`` if given (pinned
+    evaluation), else one drawn with the env's ``rng`` (``dataset.sample(rng)``)."""
+    options = options or {}
+    if "index" not in options:
+        return dataset.sample(rng)
+    index = int(options["index"])
+    if not 0 <= index < len(dataset):
+        raise IndexError(f"options['index']={index} is outside the dataset (size {len(dataset)}).")
+    return dataset[index]

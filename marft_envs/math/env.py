@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from marft_envs.core.dependency import DependencyFunction
-from marft_envs.core.env import FlexPOMDPEnv, Transition
+from marft_envs.core.env import FlexPOMDPEnv, Transition, pick_row
 from marft_envs.core.profiles import AgentProfile
 from marft_envs.math.data import MathDataset, MathProblem, load_dataset
 from marft_envs.math.grading import extract_answer, grade_answer
@@ -88,16 +88,7 @@ class MathEnv(FlexPOMDPEnv):
         self.problem: MathProblem | None = None
 
     def _reset_task(self, options: Mapping[str, Any] | None) -> None:
-        options = options or {}
-        if "index" in options:
-            index = int(options["index"])
-            if not 0 <= index < len(self.dataset):
-                raise IndexError(
-                    f"options['index']={index} is outside the dataset (size {len(self.dataset)})."
-                )
-            self.problem = self.dataset[index]
-        else:
-            self.problem = self.dataset.sample(self.np_random)
+        self.problem = pick_row(self.dataset, options, self.np_random)
 
     def _route_context(self) -> Mapping[str, Any]:
         assert self.problem is not None
