@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from marft_algos.cli.data import plan_data
-from marft_algos.cli.parsing import UsageError, build_parser, parse_with, pick
+from marft_algos.cli.parsing import UsageError, parse_run_command
 
 __all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main"]
 
@@ -156,16 +156,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from rich.table import Table
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(
-        [EvalArguments],
+    args, values = parse_run_command(
+        EvalArguments,
+        argv,
         prog="marft eval",
         description="Greedy held-out accuracy of a trained team, settings read from the run.",
     )
-    parser.add_argument(
-        "run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder."
-    )
-    values, _ = parse_with(parser, argv)
-    args = EvalArguments(**pick(values, EvalArguments))
     checkpoint = find_checkpoint(values["run"])
     metrics = evaluate_checkpoint(checkpoint, args)
     text = json.dumps(metrics, indent=2)

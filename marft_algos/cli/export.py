@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marft_algos.cli.parsing import UsageError, build_parser, parse_with, pick
+from marft_algos.cli.parsing import UsageError, parse_run_command
 
 __all__ = ["ExportArguments", "export_checkpoint", "main"]
 
@@ -104,16 +104,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from marft_algos.cli.evaluate import find_checkpoint
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(
-        [ExportArguments],
+    args, values = parse_run_command(
+        ExportArguments,
+        argv,
         prog="marft export",
         description="Export each agent's adapter (and, with --merge, a merged model).",
     )
-    parser.add_argument(
-        "run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder."
-    )
-    values, _ = parse_with(parser, argv)
-    args = ExportArguments(**pick(values, ExportArguments))
     checkpoint = find_checkpoint(values["run"])
     run_root = (
         checkpoint.parent

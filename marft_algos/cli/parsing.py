@@ -238,3 +238,12 @@ def _given_fields(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[s
         if flag in by_flag:
             given.add(by_flag[flag])
     return given
+
+
+def parse_run_command(klass: type, argv: Sequence[str], *, prog: str, description: str) -> tuple[Any, dict[str, Any]]:
+    """Parse ``PROG RUN_OR_CHECKPOINT [flags]`` into an instance of the dataclass ``klass`` and
+    the raw values (``values["run"]`` is the positional folder)."""
+    parser = build_parser([klass], prog=prog, description=description)
+    parser.add_argument("run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder.")
+    values, _ = parse_with(parser, argv)
+    return klass(**pick(values, klass)), values
