@@ -70,8 +70,10 @@ def test_comparison_runs_and_summarises(tmp_path: Path) -> None:
         assert row["seeds"] == [0, 1] and len(row["values"]) == 2
         assert 0.0 <= row["accuracy_mean"] <= 1.0
     # Every team row (untuned too) carries the noise-reasoner check; single-agent rows cannot.
-    for name in ("dual-untuned", "dual-action-marft", "dual-grpo"):
+    for name in ("dual-action-marft", "dual-grpo"):
         assert len(summary["rows"][name]["noise_reasoner_values"]) == 2
+    # The untuned row: one check per trained team run (3 team settings x 2 seeds).
+    assert len(summary["rows"]["dual-untuned"]["noise_reasoner_values"]) == 6
     assert "noise_reasoner_values" not in summary["rows"]["single-ppo-action"]
     assert "dual-untuned > single-untuned" in summary["goal_checks"]
     assert (
