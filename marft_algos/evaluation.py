@@ -9,12 +9,13 @@ never draws (training seeds are below ``2**31 - 1``), so the held-out episodes a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import random
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from marft_algos.rollout import Episode, EpisodeRequest, GenerationSettings, RolloutCollector
 
-__all__ = ["EVAL_SEED_OFFSET", "evaluation_requests", "summarize_episodes"]
+__all__ = ["EVAL_SEED_OFFSET", "NoisyMessages", "evaluation_requests", "summarize_episodes"]
 
 #: First reset seed of held-out episodes of envs without a dataset (outside the training range).
 EVAL_SEED_OFFSET = 2**31
@@ -53,11 +54,69 @@ def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, An
         metrics[f"{prefix}/accuracy/{agent}"] = sum(oks) / len(oks)
     decisions = [d for e in episodes for d in e.decisions]
     if decisions:
-        metrics[f"{prefix}/action_tokens_mean"] = sum(len(d.action_ids) for d in decisions) / len(decisions)
-        metrics[f"{prefix}/action_cut_fraction"] = sum(not d.finished for d in decisions) / len(decisions)
+        metrics[f"{prefix}/action_tokens_mean"] = sum(len(d.action_ids) for d in decisions) / len(
+            decisions
+        )
+        metrics[f"{prefix}/action_cut_fraction"] = sum(not d.finished for d in decisions) / len(
+            decisions
+        )
     return metrics
 
 
 def greedy(settings: GenerationSettings) -> GenerationSettings:
     """The same settings with greedy decoding."""
     return dataclasses.replace(settings, top_p=1.0, top_k=0, do_sample=False)
+
+
+class NoisyMessages:
+    """A policy whose chosen agents' messages reach the env as seeded noise (an ablation).
+
+    Wraps anything with the policy's ``generate(agent, messages_batch, **kwargs)``. For the agents
+    in ``agents`` every generated message keeps its length, but each character is drawn from
+    ``charset`` (by default digits, spaces, ``+ - =`` and newlines: text shaped like worked steps
+    that carries nothing). The token ids and log-probs are left as generated: only what the env
+    and the later agents read changes. Use it for evaluation, never for training. If a team's
+    accuracy with an agent's messages replaced stays where it was, the others do not use them.
+
+    Example::
+
+        collector = RolloutCollector.from_factory(NoisyMessages(policy, ["reasoner"]), env_fn, 100, settings)
+
+    Args:
+        policy: The policy to wrap (e.g. a :class:`~marft_algos.policy.MultiAgentPolicy`).
+        agents: The agents whose messages are replaced.
+        seed: Seed of the noise.
+        charset: Characters the noise is drawn from.
+
+    Raises:
+        ValueError: ``agents`` or ``charset`` is empty.
+    """
+
+    DEFAULT_CHARSET = "0123456789 +-=\n"
+
+    def __init__(
+        self, policy: Any, agents: Iterable[str], seed: int = 0, charset: str = DEFAULT_CHARSET
+    ) -> None:
+        self.policy = policy
+        self.agents = frozenset(agents)
+        if not self.agents:
+            raise ValueError(
+                "NoisyMessages needs at least one agent whose messages to replace, got none."
+            )
+        if not charset:
+            raise ValueError("NoisyMessages needs a non-empty charset to draw the noise from.")
+        self.charset = charset
+        self.rng = random.Random(seed)
+
+    def generate(self, agent: str, messages_batch: Sequence[Any], **kwargs: Any) -> list[Any]:
+        """The wrapped policy's generations, with noise for the text of the chosen agents."""
+        out = list(self.policy.generate(agent, messages_batch, **kwargs))
+        if agent not in self.agents:
+            return out
+        return [
+            g._replace(text="".join(self.rng.choice(self.charset) for _ in g.text)) for g in out
+        ]
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything but generate (agents' names, tokenizers, ...) is the wrapped policy's.
+        return getattr(self.policy, name)

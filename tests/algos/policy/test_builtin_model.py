@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import marft_envs
-from marft_algos.evaluation import evaluation_requests, summarize_episodes
+from marft_algos.evaluation import NoisyMessages, evaluation_requests, summarize_episodes
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.pretrained import BUILTIN_MODELS, resolve_model
 from marft_algos.rollout import GenerationSettings, RolloutCollector
@@ -56,7 +56,9 @@ def test_loads_offline_with_transformers(monkeypatch: pytest.MonkeyPatch) -> Non
         assert len(tokenizer.encode(number, add_special_tokens=False)) == 1, number
     assert len(tokenizer.encode("1234567", add_special_tokens=False)) == 3
     text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Problem: Compute 2 + 3."}], add_generation_prompt=True, tokenize=False
+        [{"role": "user", "content": "Problem: Compute 2 + 3."}],
+        add_generation_prompt=True,
+        tokenize=False,
     )
     assert text.endswith("<|im_start|>assistant\n")
     ids = tokenizer("Problem: Compute 2 + 3.", return_tensors="pt").input_ids
@@ -70,9 +72,32 @@ def test_untuned_dual_team_is_neither_useless_nor_perfect() -> None:
     env_fn = lambda: marft_envs.make("math-dual-v0", dataset=dataset)  # noqa: E731
     policy = MultiAgentPolicy.from_pretrained(NAME, env_fn().possible_agents, seed=0)
     # The reasoner's worked steps are at most 25 tokens and the actor's \\boxed{} 5.
-    settings = GenerationSettings(max_new_tokens=32, max_new_tokens_per_agent={"actor": 8}, do_sample=False)
+    settings = GenerationSettings(
+        max_new_tokens=32, max_new_tokens_per_agent={"actor": 8}, do_sample=False
+    )
     collector = RolloutCollector.from_factory(policy, env_fn, NUM_PROBLEMS, settings)
     episodes = collector.collect(evaluation_requests(collector, NUM_PROBLEMS))
     accuracy = summarize_episodes(episodes, "eval")["eval/accuracy"]
     assert len(episodes) == NUM_PROBLEMS
     assert 0.0 < accuracy < 1.0, accuracy
+
+
+def _accuracy(policy: object, env_id: str, dataset: object, settings: GenerationSettings) -> float:
+    env_fn = lambda: marft_envs.make(env_id, dataset=dataset)  # noqa: E731
+    collector = RolloutCollector.from_factory(policy, env_fn, NUM_PROBLEMS, settings)
+    episodes = collector.collect(evaluation_requests(collector, NUM_PROBLEMS))
+    return summarize_episodes(episodes, "eval")["eval/accuracy"]
+
+
+def test_a_24_token_budget_gives_the_team_an_edge_that_comes_from_the_reasoner() -> None:
+    # The comparison's task (docs/builtin_model.md): a three-step solution with its \\boxed{} line
+    # needs 28-29 tokens, its steps alone at most 24. The team splits them over two messages.
+    dataset = load_dataset("builtin:test", levels=LEVELS, subjects=SUBJECTS)
+    settings = GenerationSettings(max_new_tokens=24, do_sample=False)
+    dual = MultiAgentPolicy.from_pretrained(NAME, ["reasoner", "actor"], seed=0)
+    single = MultiAgentPolicy.from_pretrained(NAME, ["actor"], seed=0)
+    team = _accuracy(dual, "math-dual-v0", dataset, settings)
+    alone = _accuracy(single, "math-single-v0", dataset, settings)
+    noisy = _accuracy(NoisyMessages(dual, ["reasoner"]), "math-dual-v0", dataset, settings)
+    assert team > alone, (team, alone)
+    assert noisy <= alone < team, (noisy, alone, team)
