@@ -34,7 +34,7 @@ class PPOConfig(ActorCriticConfig):
 
 
 class PPOTrainer(ActorCriticTrainer):
-    """PPO for a one-agent env (e.g. ``math-single-v0``)."""
+    """PPO for a one-agent env (e.g. ``math-single-v1``)."""
 
     algorithm: ClassVar[str] = "ppo"
     config_class: ClassVar[type[TrainerConfig]] = PPOConfig

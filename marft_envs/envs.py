@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marft_envs.registration import register
+from marft_envs.registration import register, retire
 
 # --- toy tasks that exercise the core -------------------------------------------------------
 register(
@@ -23,30 +23,39 @@ register(
 )
 
 # --- math teams (paper §5): built-in problems by default; dataset=... loads MATH/GSM8K/tables --
+# v0 is retired, not kept: its grader rewarded some wrong answers (see marft_envs/math/env.py), and
+# keeping a copy of that grader would keep the hole. make("math-dual-v0") names the v1 id.
 register(
-    "math-single-v0",
+    "math-single-v1",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor solves a math problem; reward 1 for an equivalent \\boxed{} answer.",
 )
 register(
-    "math-dual-v0",
+    "math-dual-v1",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual"},
     description="Reasoner -> actor (the paper's dual team); the actor's \\boxed{} answer is graded.",
 )
 register(
-    "math-trio-v0",
+    "math-trio-v1",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "trio"},
     description="Reasoner -> actor -> verifier; the verifier's \\boxed{} answer is graded.",
 )
 register(
-    "math-dual-retry-v0",
+    "math-dual-retry-v1",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual team with up to 3 attempts; wrong answers come back as feedback.",
 )
+
+_GRADER_FIX = (
+    "its grader accepted some wrong answers (a value-changing word after the number, e.g. "
+    "5\\text{{ thousand}} for 5). Use {new}: the same prompts and data, graded by the fixed grader."
+)
+for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
+    retire(f"{_name}-v0", _GRADER_FIX.format(new=f"{_name}-v1"))
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.code.sandbox) -----
 register(

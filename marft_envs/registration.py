@@ -1,6 +1,6 @@
 """The environment registry: versioned ids mapped to lazy entry points.
 
-A registration is data: an id ending in a version (``math-dual-v0``), an entry point (a class, a
+A registration is data: an id ending in a version (``math-dual-v1``), an entry point (a class, a
 callable, or a lazy ``"module:attr"`` string) and default keyword arguments. :func:`make` merges
 overrides into the defaults, builds the env, stamps the resulting :class:`EnvSpec` on it
 (``env.unwrapped.spec``, as gymnasium does) and wraps it so that API misuse fails loudly.
@@ -48,6 +48,8 @@ __all__ = [
     "pprint_registry",
     "register",
     "registry",
+    "retire",
+    "retired",
     "spec",
     "split_env_id",
 ]
@@ -199,6 +201,16 @@ class EnforcedOrder(OrderEnforcingWrapper):
 
 
 registry: dict[str, EnvSpec] = {}
+#: Ids that existed and were withdrawn, with the reason and the id to use instead.
+retired: dict[str, str] = {}
+
+
+def retire(id: str, reason: str) -> None:
+    """Withdraw an id whose behaviour cannot be kept (as gymnasium deprecates old versions):
+    :func:`make` then raises :class:`UnknownEnvError` with ``reason`` instead of a bare
+    "not registered"."""
+    registry.pop(id, None)
+    retired[id] = reason
 """All registered environments, by id."""
 
 
@@ -213,7 +225,7 @@ def register(
     """Register an environment under a versioned id.
 
     Args:
-        id: ``[namespace/]name-vN``, e.g. ``"math-dual-v0"`` or ``"myorg/triage-v1"``.
+        id: ``[namespace/]name-vN``, e.g. ``"math-dual-v1"`` or ``"myorg/triage-v1"``.
         entry_point: Env class, callable returning an ``AECEnv``, or ``"module:attr"`` (imported at
             :func:`make`, so registering costs nothing).
         kwargs: Default constructor arguments.
@@ -225,7 +237,7 @@ def register(
     """
     if not isinstance(id, str) or not _ID_PATTERN.match(id):
         raise ValueError(
-            f"Env id {id!r} must look like 'name-vN' or 'namespace/name-vN' (e.g. 'math-dual-v0'); "
+            f"Env id {id!r} must look like 'name-vN' or 'namespace/name-vN' (e.g. 'math-dual-v1'); "
             f"the version suffix is required so behaviour changes get new ids."
         )
     if not (isinstance(entry_point, str) or callable(entry_point)):
@@ -304,6 +316,8 @@ def spec(id: str) -> EnvSpec:
         pass
     if load_plugins() and id in registry:
         return registry[id]
+    if isinstance(id, str) and id in retired:
+        raise UnknownEnvError(f"Environment {id!r} was retired: {retired[id]}")
     match = _ID_PATTERN.match(id) if isinstance(id, str) else None
     if match is not None:
         base = id[: id.rfind("-v")]
@@ -321,7 +335,7 @@ def make(id: str, **overrides: Any) -> AECEnv:
     """Build a registered environment.
 
     Args:
-        id: A registered id, e.g. ``"math-dual-v0"``.
+        id: A registered id, e.g. ``"math-dual-v1"``.
         **overrides: Constructor arguments that replace the registered defaults
             (e.g. ``dataset=...``, ``dependency=...``, ``render_mode="ansi"``).
     """

@@ -48,10 +48,10 @@ def test_help_documents_every_option(monkeypatch):
 @pytest.mark.parametrize(
     ("algo", "env", "extra"),
     [
-        ("action-marft", "math-dual-v0", []),
-        ("token-marft", "math-dual-v0", []),
-        ("ppo", "math-single-v0", ["--level", "token"]),
-        ("grpo", "math-dual-v0", ["--num-generations", "2"]),
+        ("action-marft", "math-dual-v1", []),
+        ("token-marft", "math-dual-v1", []),
+        ("ppo", "math-single-v1", ["--level", "token"]),
+        ("grpo", "math-dual-v1", ["--num-generations", "2"]),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
@@ -82,11 +82,11 @@ def test_stop_resume_and_evaluate(model_path, tmp_path):
 
 def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     out = tmp_path / "single"
-    run("train_math.py", "--env", "math-single-v0", "--model", model_path, "--iterations", "1",
+    run("train_math.py", "--env", "math-single-v1", "--model", model_path, "--iterations", "1",
         "--output-dir", str(out), "--no-plot", *TINY)
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "evaluate.py"), str(out / "checkpoint-1"),
-         "--env", "math-dual-v0", "--episodes", "2"],
+         "--env", "math-dual-v1", "--episodes", "2"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
     )
