@@ -11,11 +11,13 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from marft_algos.policy.config import LoraSettings
+from marft_algos.policy.gguf import convert_gguf
 from marft_algos.policy.pretrained import resolve_model
 
 __all__ = ["Backbone", "load_backbone"]
@@ -208,11 +210,13 @@ def load_backbone(
     log-probs the policy reports.
 
     Args:
-        name_or_path: Hub id, local folder, or a built-in model's short name (see
+        name_or_path: Hub id, local folder, ``.gguf`` file, or a built-in model's short name (see
             :func:`~marft_algos.policy.pretrained.resolve_model`).
         dtype: Weight dtype (``torch.float32`` default, ``"auto"`` for the checkpoint's dtype).
         device: Device for the weights.
-        model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments.
+        model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments. ``gguf_file``
+            (as in transformers) names a GGUF file inside the local folder ``name_or_path``; it is
+            converted once to a cached folder (:func:`~marft_algos.policy.gguf.convert_gguf`).
 
     Returns:
         The loaded :class:`Backbone` (in eval mode, base parameters frozen).
@@ -222,8 +226,17 @@ def load_backbone(
     dev = torch.device(device)
     kwargs = dict(model_kwargs or {})
     kwargs.setdefault("dtype", dtype if dtype is not None else torch.float32)
-    # Short names of packaged models ("marft-tiny-math") map to their folder; the rest pass through.
-    path = resolve_model(name_or_path)
+    gguf_file = kwargs.pop("gguf_file", None)
+    if gguf_file is not None:
+        if not Path(name_or_path).is_dir():
+            raise ValueError(
+                f"model_kwargs['gguf_file']={gguf_file!r} names a file inside a local folder, but "
+                f"{name_or_path!r} is not a folder; pass the folder, or the .gguf path as the model."
+            )
+        path = str(convert_gguf(Path(name_or_path) / gguf_file))
+    else:
+        # Short names ("marft-tiny-math") and .gguf files map to a folder; the rest pass through.
+        path = resolve_model(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model.to(dev)
