@@ -7,10 +7,13 @@
     python examples/train_math.py --dataset math500.jsonl --model Qwen/Qwen2.5-0.5B-Instruct
     python examples/train_math.py --output-dir runs/demo --resume       # continue a stopped run
 
+    python examples/train_math.py --model smollm2-135m-instruct --dataset ../shared/data/gsm8k_test.jsonl
+
 Writes metrics.jsonl, config.json, checkpoints and learning_curve.png to --output-dir, and prints
-held-out accuracy before and after training. The defaults below are a CPU demo preset for the
-built-in model (see docs/training.md); the library's config classes keep the paper's defaults,
-which --paper-defaults restores.
+held-out accuracy before and after training. The defaults come from a preset chosen by the model
+(--preset overrides it; the script prints which one it applied): ``cpu-demo`` for the built-in
+model, ``smollm2-cpu`` for SmolLM2-135M-Instruct, ``pretrained`` for any other model. The library's
+config classes keep the paper's defaults, which ``--preset paper`` (or --paper-defaults) restores.
 """
 
 from __future__ import annotations
@@ -50,6 +53,51 @@ DEMO_DEFAULTS = {
     "num_generations": 4,
 }
 
+#: A real pretrained instruct LLM of 0.1-1B parameters: the CPU demo preset's learning rate (1e-3)
+#: and two passes per batch blow such a model up after one update (approx-KL ~1e5 measured on
+#: SmolLM2-135M), so LoRA-sized steps, one pass per batch, and a budget that fits whole solutions.
+PRETRAINED_DEFAULTS = {
+    "iterations": 20,
+    "episodes_per_iteration": 16,
+    "rollout_threads": 16,
+    "max_new_tokens": 256,
+    "learning_rate": 2e-5,
+    "critic_learning_rate": 1e-4,
+    "ppo_epochs": 1,
+    "num_iterations": 1,
+    "entropy_coef": 0.0,
+    "eval_every": 5,
+    "eval_episodes": 64,
+    "num_generations": 4,
+}
+
+#: SmolLM2-135M-Instruct on a CPU: the setting of benchmarks/real_model (RESULTS.md), where RL
+#: visibly improves held-out accuracy in minutes on one core. Short actions (the model writes
+#: long, mostly wrong derivations; a 48-token budget and a 24-token actor keep rollouts cheap) and
+#: a learning rate LoRA tolerates on this model.
+SMOLLM2_DEFAULTS = {
+    **PRETRAINED_DEFAULTS,
+    "iterations": 12,
+    "episodes_per_iteration": 32,
+    "rollout_threads": 32,
+    "max_new_tokens": 48,
+    "max_new_tokens_per_agent": {"actor": 24},
+    "learning_rate": 1e-4,
+    "eval_every": 0,
+    "eval_episodes": 100,
+}
+
+#: Preset name -> script defaults; "paper" keeps every config class's own (paper Table 3) defaults.
+PRESETS = {
+    "cpu-demo": DEMO_DEFAULTS,
+    "smollm2-cpu": SMOLLM2_DEFAULTS,
+    "pretrained": PRETRAINED_DEFAULTS,
+    "paper": {},
+}
+
+#: The preset a model gets when --preset is not given (any other model: "pretrained").
+MODEL_PRESETS = {"marft-tiny-math": "cpu-demo", "smollm2-135m-instruct": "smollm2-cpu"}
+
 DEFAULT_MODEL = "marft-tiny-math"
 
 #: The built-in problems the built-in model was trained on (applied to built-in data only): the
@@ -80,11 +128,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora-alpha", type=float, default=16, help="LoRA alpha (default: 16).")
     parser.add_argument("--threads", type=int, default=1, help="Torch CPU threads; small models run fastest on one, a large model wants more (default: 1).")
     parser.add_argument("--device", default="cpu", help="Torch device (default: cpu).")
-    parser.add_argument("--paper-defaults", action="store_true", help="Use the config classes' paper defaults instead of the CPU demo preset.")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None, help="Script defaults: cpu-demo (built-in model), smollm2-cpu (smollm2-135m-instruct), pretrained (any other model), paper (the config classes' defaults) (default: chosen by --model).")
+    parser.add_argument("--paper-defaults", action="store_true", help="Same as --preset paper.")
     parser.add_argument("--no-plot", action="store_true", help="Do not write learning_curve.png.")
     config_classes = [config for config, _ in ALGORITHMS.values()]
+    # --help shows the built-in model's preset; the preset actually applied is printed at start.
     add_config_arguments(parser, config_classes, skip=("output_dir",), defaults=DEMO_DEFAULTS)
     return parser.parse_args(argv)
+
+
+def choose_preset(model: str, preset: str | None, paper_defaults: bool = False) -> str:
+    """The preset to apply: the one asked for, else the model's own, else ``pretrained``."""
+    if paper_defaults:
+        if preset not in (None, "paper"):
+            raise SystemExit(f"--paper-defaults contradicts --preset {preset}; pass one of them.")
+        return "paper"
+    return preset or MODEL_PRESETS.get(model, "pretrained")
 
 
 def data_filters(dataset: str, levels, subjects) -> dict:
@@ -115,7 +174,8 @@ def main(argv: list[str] | None = None) -> dict:
     console = Console()
     torch.set_num_threads(args.threads)
     config_class, _ = ALGORITHMS[args.algo]
-    defaults = {} if args.paper_defaults else dict(DEMO_DEFAULTS)
+    preset = choose_preset(args.model, args.preset, args.paper_defaults)
+    defaults = dict(PRESETS[preset])
     defaults["output_dir"] = args.output_dir
 
     train_set, eval_set = datasets(args)
@@ -123,10 +183,11 @@ def main(argv: list[str] | None = None) -> dict:
     eval_env_fn = lambda: marft_envs.make(args.env, dataset=eval_set)  # noqa: E731
     agents = env_fn().possible_agents
     if len(agents) == 1 and args.max_new_tokens_per_agent is None:
-        # The demo's short cap is for a team's actor, which only writes \boxed{}; a lone agent
+        # The presets' short cap is for a team's actor, which only writes \boxed{}; a lone agent
         # writes the whole solution.
         defaults.pop("max_new_tokens_per_agent", None)
     config = config_from_args(config_class, args, defaults)
+    console.print(f"preset [bold]{preset}[/] ({'--preset' if args.preset or args.paper_defaults else 'for ' + args.model}); flags you set override it")
     console.print(
         f"[bold]{args.algo}[/] on [bold]{args.env}[/] (agents: {', '.join(agents)}), model "
         f"[bold]{args.model}[/], {len(train_set)} training / {len(eval_set)} held-out problems"
