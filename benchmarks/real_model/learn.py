@@ -3,12 +3,12 @@
 The setting (chosen from measurements of the untuned model, see RESULTS.md): single-digit
 arithmetic chains from the built-in generator (``digits`` family, one or two operations), the
 ``math-single-v0`` env with a one-line actor profile that shows the ``\\boxed{}`` format, short
-actions (24 tokens), rollouts sampled at temperature 0.6 (at 1.0 this 135M model's samples are
-mostly off-topic and never solve a problem), and LoRA on every linear layer. Held-out accuracy is
-greedy, on the built-in test split (problem texts never in the training split), before and after
-training, for every seed.
+actions (32 tokens), rollouts sampled at temperature 0.5 (at 1.0 this 135M model's samples are
+mostly off-topic and never solve a problem), GRPO with groups of 8, and LoRA (r 8) on every linear
+layer. Held-out accuracy is greedy, on the built-in test split (problem texts never in the training
+split), before and after training, for every seed.
 
-Run (one thread; about 10 minutes a seed on a shared 2-core machine)::
+Run (one thread; about 10 minutes a seed on a shared, busy 2-core machine)::
 
     python benchmarks/real_model/learn.py --seeds 0 1 --json benchmarks/real_model/learn.json
 """
@@ -29,8 +29,8 @@ from marft_envs import AgentProfile
 from marft_envs.math.data import load_dataset
 
 #: The actor's profile: math-single-v0's instruction plus an example of the answer format and a
-#: request for brevity (the untuned model greedily solves 9% of held-out problems with it, 0% with
-#: the env's default profile, which it answers with long derivations and an empty ``\boxed{}``).
+#: request for brevity (the untuned model greedily solves 6% of 50 held-out problems with it, 0% of
+#: 32 with the env's default profile, which it answers with long derivations and rarely a box).
 PROFILE = AgentProfile(
     "actor",
     "Solve the math problem. Give the final answer in \\boxed{}, for example \\boxed{42}. Be brief.",
@@ -42,13 +42,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algo", choices=sorted(ALGORITHMS), default="grpo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--iterations", type=int, default=12)
-    parser.add_argument("--episodes-per-iteration", type=int, default=32)
-    parser.add_argument("--num-generations", type=int, default=4, help="GRPO group size")
-    parser.add_argument("--max-new-tokens", type=int, default=24)
-    parser.add_argument("--temperature", type=float, default=0.6)
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
-    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--episodes-per-iteration", type=int, default=48)
+    parser.add_argument("--num-generations", type=int, default=8, help="GRPO group size")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=0.5)
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--eval-episodes", type=int, default=60)
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--model", default="smollm2-135m-instruct")

@@ -111,6 +111,32 @@ def rollout(policy, agents, prompts, max_new_tokens, seed):
     return time.perf_counter() - start, slots, tokens, gens_by_agent
 
 
+def base_rollout(policy, agent, prompts, max_new_tokens, seed):
+    """The same generation on the base model with the adapters switched off (no LoRA layers
+    in the compute): what un-merged LoRA costs a rollout. Returns (seconds, decode slots)."""
+    from marft_algos.policy.backbone import seeded_rng
+    from marft_algos.policy.forward import left_pad
+
+    backbone = policy.backbone(agent)
+    ids, mask = left_pad(prompts, backbone.pad_id, backbone.device)
+    start = time.perf_counter()
+    with (
+        seeded_rng(seed, backbone.device),
+        torch.no_grad(),
+        policy.acting(agent, reference=True) as model,
+    ):
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=True,
+            top_k=0,
+            use_cache=True,
+        )
+    secs = time.perf_counter() - start
+    return secs, (out.shape[1] - ids.shape[1]) * len(prompts)
+
+
 def update(policy, gens_by_agent):
     """Forward + backward of every agent's actions; return (seconds, real tokens)."""
     tokens = 0
@@ -203,6 +229,22 @@ def main() -> None:
                 "update_limit_tokens_per_s": upd_limit,
                 "update_fraction": utokens / usecs / upd_limit,
             }
+            if n == 1:
+                base = min(
+                    (
+                        base_rollout(policy, team[0], prompts, args.max_new_tokens, r)
+                        for r in range(args.repeats)
+                    ),
+                    key=lambda t: t[0] / t[1],
+                )
+                row["base_model_slots_per_s"] = base[1] / base[0]
+                row["lora_rollout_cost"] = (
+                    row["base_model_slots_per_s"] / row["rollout_slots_per_s"] - 1
+                )
+                print(
+                    f"  same batch on the base model (adapters off): {row['base_model_slots_per_s']:.1f} "
+                    f"slots/s; LoRA costs the rollout {100 * row['lora_rollout_cost']:+.0f}%"
+                )
             rows.append(row)
             print(
                 f"agents {n} batch {batch:3d}: rollout {row['rollout_slots_per_s']:7.1f} slots/s "

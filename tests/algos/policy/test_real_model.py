@@ -74,6 +74,19 @@ def test_missing_gguf_file_is_named(tmp_path):
         resolve_model(missing)
 
 
+def test_converting_without_the_gguf_package_says_how_to_install_it(tmp_path, monkeypatch):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"GGUF")
+    real_find_spec = gguf_module.importlib.util.find_spec
+    monkeypatch.setattr(
+        gguf_module.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gguf" else real_find_spec(name, *a),
+    )
+    with pytest.raises(ImportError, match="pip install gguf"):
+        gguf_module.convert_gguf(fake, cache=tmp_path / "cache")
+
+
 def test_env_system_prompt_replaces_the_templates_default(policy):
     """SmolLM2's template adds "You are a helpful AI assistant named SmolLM, ..." only when a
     transcript has no system turn; the math envs always send the agent's profile as one."""
