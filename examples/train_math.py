@@ -69,6 +69,9 @@ PRETRAINED_DEFAULTS = {
     "eval_every": 5,
     "eval_episodes": 64,
     "num_generations": 4,
+    # A whole batch's forward + backward at once needs tens of GB on a 135M model (64 rows of
+    # ~130 tokens were killed at 22 GB measured); four chunks give the same gradient.
+    "gradient_accumulation_steps": 4,
 }
 
 #: SmolLM2-135M-Instruct on a CPU (measured in benchmarks/real_model/RESULTS.md): rollouts at

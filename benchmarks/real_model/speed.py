@@ -229,6 +229,15 @@ def main() -> None:
                 "update_limit_tokens_per_s": upd_limit,
                 "update_fraction": utokens / usecs / upd_limit,
             }
+            rows.append(row)
+            print(
+                f"agents {n} batch {batch:3d}: rollout {row['rollout_slots_per_s']:7.1f} slots/s "
+                f"({row['rollout_action_tokens_per_s']:6.1f} action tok/s), limit {roll_limit:7.1f} "
+                f"({row['rollout_bound']}-bound) -> {100 * row['rollout_fraction']:5.1f}%; update "
+                f"{row['update_tokens_per_s']:7.1f} tok/s, limit {upd_limit:7.1f} -> "
+                f"{100 * row['update_fraction']:5.1f}%",
+                flush=True,
+            )
             if n == 1:
                 base = min(
                     (
@@ -245,15 +254,6 @@ def main() -> None:
                     f"  same batch on the base model (adapters off): {row['base_model_slots_per_s']:.1f} "
                     f"slots/s; LoRA costs the rollout {100 * row['lora_rollout_cost']:+.0f}%"
                 )
-            rows.append(row)
-            print(
-                f"agents {n} batch {batch:3d}: rollout {row['rollout_slots_per_s']:7.1f} slots/s "
-                f"({row['rollout_action_tokens_per_s']:6.1f} action tok/s), limit {roll_limit:7.1f} "
-                f"({row['rollout_bound']}-bound) -> {100 * row['rollout_fraction']:5.1f}%; update "
-                f"{row['update_tokens_per_s']:7.1f} tok/s, limit {upd_limit:7.1f} -> "
-                f"{100 * row['update_fraction']:5.1f}%",
-                flush=True,
-            )
     if args.json:
         args.json.write_text(
             json.dumps(
