@@ -108,7 +108,8 @@ def test_real_model_trains_on_gsm8k_with_its_own_preset_and_evaluates(smollm2_pa
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["iteration"] == 1 and records[-1]["train/approx_kl"] < 1e-6
     evaluated = run("evaluate.py", "--checkpoint", str(out / "checkpoint-1"), "--dataset", gsm8k,
-                    "--episodes", "2", "--max-new-tokens", "6", "--json")
+                    "--episodes", "2", "--max-new-tokens", "6", "--max-new-tokens-per-agent", '{"actor": 6}',
+                    "--json")
     metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert 0.0 <= metrics["eval/accuracy"] <= 1.0 and metrics["eval/action_tokens_mean"] <= 6
 
