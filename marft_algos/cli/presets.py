@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEFAULT_MODEL", "DEMO_DATA", "DEMO_DEFAULTS", "preset_for"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEMO_DATA",
+    "DEMO_DEFAULTS",
+    "MODEL_PRESETS",
+    "PRESETS",
+    "PRETRAINED_DEFAULTS",
+    "SMOLLM2_DEFAULTS",
+    "choose_preset",
+    "preset_for",
+]
 
 DEFAULT_MODEL = "marft-tiny-math"
 
@@ -34,21 +44,78 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "num_generations": 4,
 }
 
+#: A real pretrained instruct LLM of 0.1-1B parameters: the CPU demo preset's learning rate (1e-3)
+#: and two passes per batch blow such a model up after one update (approx-KL ~1e5 measured on
+#: SmolLM2-135M), so LoRA-sized steps, one pass per batch, and a budget that fits whole solutions.
+PRETRAINED_DEFAULTS: dict[str, Any] = {
+    "iterations": 20,
+    "episodes_per_iteration": 16,
+    "rollout_threads": 16,
+    "max_new_tokens": 256,
+    "learning_rate": 2e-5,
+    "critic_learning_rate": 1e-4,
+    "ppo_epochs": 1,
+    "num_iterations": 1,
+    "entropy_coef": 0.0,
+    "eval_every": 5,
+    "eval_episodes": 64,
+    "num_generations": 4,
+    # A whole batch's forward + backward at once needs tens of GB on a 135M model (64 rows of
+    # ~130 tokens were killed at 22 GB measured); four chunks give the same gradient.
+    "gradient_accumulation_steps": 4,
+}
+
+#: SmolLM2-135M-Instruct on a CPU (measured in benchmarks/real_model/RESULTS.md): rollouts at
+#: temperature 0.5 (at 1.0 this 135M model's samples are mostly off-topic and never solve a
+#: problem), short actions (it writes long derivations; 48 tokens, the actor 24, keep rollouts
+#: cheap), groups of 8 for GRPO, and a learning rate LoRA tolerates on this model.
+SMOLLM2_DEFAULTS: dict[str, Any] = {
+    **PRETRAINED_DEFAULTS,
+    "iterations": 12,
+    "episodes_per_iteration": 48,
+    "rollout_threads": 48,
+    "max_new_tokens": 48,
+    "max_new_tokens_per_agent": {"actor": 24},
+    "temperature": 0.5,
+    "learning_rate": 1e-4,
+    "eval_every": 0,
+    "num_generations": 8,
+}
+
+#: Preset name -> command-line defaults; "paper" keeps every config class's own (paper Table 3) defaults.
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu-demo": DEMO_DEFAULTS,
+    "smollm2-cpu": SMOLLM2_DEFAULTS,
+    "pretrained": PRETRAINED_DEFAULTS,
+    "paper": {},
+}
+
+#: The preset a model gets when --preset is not given (any other model: "pretrained").
+MODEL_PRESETS: dict[str, str] = {"marft-tiny-math": "cpu-demo", "smollm2-135m-instruct": "smollm2-cpu"}
+
 #: The built-in problems the built-in model was trained on (applied to built-in data only): the
 #: ``digits`` family (single-digit operands, one to three operations), see docs/builtin_model.md.
 DEMO_DATA: dict[str, Any] = {"levels": [1, 2, 3], "subjects": ["digits"]}
 
 
-def preset_for(model: str, *, paper_defaults: bool = False) -> dict[str, Any]:
+def choose_preset(model: str, preset: str | None = None, *, paper_defaults: bool = False) -> str:
+    """The preset's name: the one asked for, else the model's own, else ``"pretrained"``."""
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"--preset {preset!r} is not a preset; choose one of {sorted(PRESETS)}.")
+    if paper_defaults:
+        if preset not in (None, "paper"):
+            raise ValueError(f"--paper-defaults contradicts --preset {preset}; pass one of them.")
+        return "paper"
+    return preset or MODEL_PRESETS.get(model, "pretrained")
+
+
+def preset_for(model: str, *, paper_defaults: bool = False, preset: str | None = None) -> dict[str, Any]:
     """The config defaults the command line uses for ``model`` (empty: the paper's defaults).
 
     Args:
         model: The ``--model`` value.
         paper_defaults: ``--paper-defaults``: keep the config classes' defaults.
+        preset: ``--preset``: a preset by name instead of the model's own.
     """
-    if paper_defaults:
-        return {}
-    return {
-        **DEMO_DEFAULTS,
-        "max_new_tokens_per_agent": dict(DEMO_DEFAULTS["max_new_tokens_per_agent"]),
-    }
+    chosen = PRESETS[choose_preset(model, preset, paper_defaults=paper_defaults)]
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in chosen.items()}

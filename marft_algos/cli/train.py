@@ -19,7 +19,7 @@ from typing import Any, Literal
 from marft_algos.cli.algorithms import ALGORITHMS, build_trainer, owners_of
 from marft_algos.cli.data import load_part, plan_data
 from marft_algos.cli.parsing import UsageError, build_parser, load_config_file, parse_with, pick
-from marft_algos.cli.presets import DEFAULT_MODEL, preset_for
+from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for
 from marft_algos.run_dir import ConfigMismatchError, RunDirectory, RunExistsError
 
 __all__ = ["TrainArguments", "main"]
@@ -74,7 +74,10 @@ class TrainArguments:
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Weight dtype; default float32 on CPU, bfloat16 on GPU."""
     paper_defaults: bool = False
-    """Use the config classes' paper defaults instead of the CLI preset for the model."""
+    """Use the config classes' paper defaults instead of the CLI preset for the model (--preset paper)."""
+    preset: str | None = None
+    """Defaults to start from: cpu-demo (the built-in model), smollm2-cpu (smollm2-135m-instruct),
+    pretrained (any other model), paper (the config classes' defaults); default: chosen by --model."""
     plot: bool = True
     """Write learning_curve.png (--no-plot to skip)."""
     progress: Literal["auto", "rich", "plain", "off"] = "auto"
@@ -131,10 +134,15 @@ def parse_train_args(
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--model")
     pre.add_argument("--paper-defaults", "--paper_defaults", action="store_true")
+    pre.add_argument("--preset")
     known, _ = pre.parse_known_args(list(argv))
     model = known.model or file_values.get("model") or DEFAULT_MODEL
     paper = known.paper_defaults or bool(file_values.get("paper_defaults"))
-    merged = {**preset_for(model, paper_defaults=paper), **dict(defaults or {}), **file_values}
+    preset = known.preset or file_values.get("preset")
+    try:
+        merged = {**preset_for(model, paper_defaults=paper, preset=preset), **dict(defaults or {}), **file_values}
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     types = [TrainArguments, config_class]
     parser = build_parser(
         types,
@@ -364,6 +372,11 @@ def main(
         f"[bold]{args.algo}[/] on [bold]{args.env}[/] (agents: {', '.join(plan.agents)}), model "
         f"[bold]{args.model}[/], output {config.output_dir}"
         + (f", {dist.world_size} processes" if dist.enabled else "")
+    )
+    preset = choose_preset(args.model, args.preset, paper_defaults=args.paper_defaults)
+    console.print(
+        f"preset [bold]{preset}[/] ({'--preset' if args.preset or args.paper_defaults else 'for ' + args.model}); "
+        f"flags you set override it"
     )
     policy = MultiAgentPolicy.from_pretrained(
         args.model,

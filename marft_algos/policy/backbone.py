@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from marft_algos.policy.config import LoraSettings
+from marft_algos.policy.gguf import convert_gguf
 from marft_algos.policy.pretrained import resolve_model
 
 __all__ = ["Backbone", "load_backbone"]
@@ -245,11 +246,13 @@ def load_backbone(
     log-probs the policy reports.
 
     Args:
-        name_or_path: Hub id, local folder, or a built-in model's short name (see
+        name_or_path: Hub id, local folder, ``.gguf`` file, or a built-in model's short name (see
             :func:`~marft_algos.policy.pretrained.resolve_model`).
         dtype: Weight dtype (``torch.float32`` default, ``"auto"`` for the checkpoint's dtype).
         device: Device for the weights.
-        model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments.
+        model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments. ``gguf_file``
+            (as in transformers) names a GGUF file inside the local folder ``name_or_path``; it is
+            converted once to a cached folder (:func:`~marft_algos.policy.gguf.convert_gguf`).
 
     Returns:
         The loaded :class:`Backbone` (in eval mode, base parameters frozen).
@@ -259,8 +262,17 @@ def load_backbone(
     dev = torch.device(device)
     kwargs = dict(model_kwargs or {})
     kwargs.setdefault("dtype", dtype if dtype is not None else torch.float32)
-    # Short names of packaged models ("marft-tiny-math") map to their folder; the rest pass through.
-    path = resolve_model(name_or_path)
+    gguf_file = kwargs.pop("gguf_file", None)
+    if gguf_file is not None:
+        if not Path(name_or_path).is_dir():
+            raise ValueError(
+                f"model_kwargs['gguf_file']={gguf_file!r} names a file inside a local folder, but "
+                f"{name_or_path!r} is not a folder; pass the folder, or the .gguf path as the model."
+            )
+        path = str(convert_gguf(Path(name_or_path) / gguf_file))
+    else:
+        # Short names ("marft-tiny-math") and .gguf files map to a folder; the rest pass through.
+        path = resolve_model(name_or_path)
     check_model_path(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -269,7 +281,8 @@ def load_backbone(
         raise ModelLoadError(
             f"Could not load model {str(name_or_path)!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}. "
             f"Pass a local folder with config.json, weights and tokenizer files, a built-in short name "
-            f"(marft-tiny-math), or a Hub id of a causal LM that is in the local cache (no network at run time)."
+            f"(marft-tiny-math, smollm2-135m-instruct), a .gguf file, or a Hub id of a causal LM that is in "
+            f"the local cache (no network at run time)."
         ) from exc
     if not getattr(tokenizer, "chat_template", None):
         logger.warning(

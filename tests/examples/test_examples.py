@@ -12,6 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--max-new-tokens", "6", "--eval-episodes", "4", "--episodes-per-iteration", "4", "--rollout-threads", "4"]
+# The scripts import the packages of this checkout, whatever else is installed; tiny models want
+# one thread (see tests/conftest.py).
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
 def run(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -125,3 +128,27 @@ def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
     evaluated = run("evaluate.py", str(out), "--json", "-")
     metrics = json.loads(evaluated.stdout[evaluated.stdout.index("{"):])
     assert metrics["eval/accuracy"] == records[-1]["eval/accuracy"]
+
+
+def test_real_model_trains_on_gsm8k_with_its_own_preset_and_evaluates(smollm2_path, shared_data, tmp_path):
+    out = tmp_path / "smollm2"
+    gsm8k = str(shared_data / "gsm8k_test.jsonl")
+    result = run("train_math.py", "--model", "smollm2-135m-instruct", "--dataset", gsm8k, "--iterations", "1",
+                 "--output-dir", str(out), "--no-plot", *TINY)
+    assert "preset smollm2-cpu" in result.stdout
+    config = json.loads((out / "config.json").read_text())
+    assert config["learning_rate"] == 1e-4 and config["ppo_epochs"] == 1  # not the 1M model's demo preset
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["iteration"] == 1 and records[-1]["train/approx_kl"] < 1e-6
+    # The run's own settings (the preset's 48-token messages), on two of its held-out problems.
+    evaluated = run("evaluate.py", str(out), "--episodes", "2", "--json", "-")
+    metrics = json.loads(evaluated.stdout[evaluated.stdout.index("{"):])
+    assert 0.0 <= metrics["eval/accuracy"] <= 1.0 and metrics["eval/action_tokens_mean"] <= 48
+
+
+def test_other_models_do_not_get_the_builtin_models_preset(model_path, tmp_path):
+    out = tmp_path / "other"
+    result = run("train_math.py", "--model", model_path, "--iterations", "1", "--output-dir", str(out),
+                 "--no-plot", *TINY)
+    assert "preset pretrained" in result.stdout
+    assert json.loads((out / "config.json").read_text())["learning_rate"] == 2e-5
