@@ -101,7 +101,7 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
     main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "1", *BUDGET])
     before = (run / "config.json").read_bytes()
     with pytest.raises(
-        ValueError, match=r"learning_rate: checkpoint 0.001 vs now 0.5.*--allow-config-change"
+        ValueError, match=r"learning_rate: checkpoint 2e-05 vs now 0.5.*--allow-config-change"
     ):
         main(
             [
