@@ -61,16 +61,33 @@ class ArithmeticTeamEnv(FlexPOMDPEnv):
         return Transition(reward=float(correct), terminated=True, info={"correct": correct})
 
 
-marft_envs.register("examples/arithmetic-team-v0", ArithmeticTeamEnv, description="Reader -> routed adder/multiplier.")
+marft_envs.register(
+    "examples/arithmetic-team-v0",
+    ArithmeticTeamEnv,
+    description="Reader -> routed adder/multiplier.",
+)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description="Train a team on a custom registered environment.")
-    parser.add_argument("--model", default="marft-tiny-math", help="Base model (default: marft-tiny-math).")
-    parser.add_argument("--iterations", type=int, default=10, help="Training iterations (default: 10).")
-    parser.add_argument("--episodes-per-iteration", type=int, default=16, help="Episodes per iteration (default: 16).")
-    parser.add_argument("--max-new-tokens", type=int, default=24, help="Longest action in tokens (default: 24).")
-    parser.add_argument("--output-dir", default=None, help="Run directory (default: none, nothing written).")
+    parser.add_argument(
+        "--model", default="marft-tiny-math", help="Base model (default: marft-tiny-math)."
+    )
+    parser.add_argument(
+        "--iterations", type=int, default=10, help="Training iterations (default: 10)."
+    )
+    parser.add_argument(
+        "--episodes-per-iteration",
+        type=int,
+        default=16,
+        help="Episodes per iteration (default: 16).",
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=24, help="Longest action in tokens (default: 24)."
+    )
+    parser.add_argument(
+        "--output-dir", default=None, help="Run directory (default: none, nothing written)."
+    )
     parser.add_argument("--seed", type=int, default=0, help="Random seed (default: 0).")
     args = parser.parse_args(argv)
 
@@ -89,10 +106,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         output_dir=args.output_dir,
         seed=args.seed,
     )
-    trainer = ActionMARFTTrainer(policy, env_fn, config, critic=Critic(policy, seed=args.seed), eval_env_fn=env_fn)
+    trainer = ActionMARFTTrainer(
+        policy, env_fn, config, critic=Critic(policy, seed=args.seed), eval_env_fn=env_fn
+    )
     records = trainer.train(progress=True)
     evals = [r for r in records if "eval/accuracy" in r]
-    print(f"held-out accuracy: before {evals[0]['eval/accuracy']:.3f}, after {evals[-1]['eval/accuracy']:.3f}")
+    print(
+        f"held-out accuracy: before {evals[0]['eval/accuracy']:.3f}, after {evals[-1]['eval/accuracy']:.3f}"
+    )
     return records
 
 

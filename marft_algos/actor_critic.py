@@ -103,7 +103,9 @@ class ActorCriticConfig(TrainerConfig):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
         if self.epsilon <= 0 or (self.epsilon_high is not None and self.epsilon_high <= 0):
-            raise ValueError(f"epsilon and epsilon_high must be > 0; got {self.epsilon}, {self.epsilon_high}.")
+            raise ValueError(
+                f"epsilon and epsilon_high must be > 0; got {self.epsilon}, {self.epsilon_high}."
+            )
         for name in ("ppo_epochs", "num_minibatches", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
@@ -119,7 +121,9 @@ class ActorCriticConfig(TrainerConfig):
                 f"logprob_normalization must be 'none', 'token' or 'word', got {self.logprob_normalization!r}."
             )
         if self.agent_by_agent_interval < 0:
-            raise ValueError(f"agent_by_agent_interval must be >= 0, got {self.agent_by_agent_interval}.")
+            raise ValueError(
+                f"agent_by_agent_interval must be >= 0, got {self.agent_by_agent_interval}."
+            )
         if self.trust_region_kl is not None and self.trust_region_kl <= 0:
             raise ValueError(f"trust_region_kl must be > 0 or None, got {self.trust_region_kl}.")
 
@@ -162,8 +166,15 @@ class ActorCriticTrainer(Trainer):
             raise ValueError(
                 f"{type(self).__name__} needs a critic: e.g. Critic(policy) from marft_algos.policy."
             )
-        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn, distributed=distributed,
-                         rollout_backend=rollout_backend)
+        super().__init__(
+            policy,
+            env_fn,
+            config,
+            critic=critic,
+            eval_env_fn=eval_env_fn,
+            distributed=distributed,
+            rollout_backend=rollout_backend,
+        )
         self.critic_optimizer = torch.optim.Adam(
             list(critic.parameters()), lr=config.critic_learning_rate, eps=config.adam_eps
         )
@@ -250,16 +261,22 @@ class ActorCriticTrainer(Trainer):
         batch = self.rollout_batch(episodes)
         critic_prompts = self.critic_prompt_ids(episodes)
         if critic_prompts is not None:
-            batch = batch.with_targets(advantages=torch.zeros(len(batch)), critic_prompt_ids=critic_prompts)
+            batch = batch.with_targets(
+                advantages=torch.zeros(len(batch)), critic_prompt_ids=critic_prompts
+            )
         values = self.rollout_values(batch)
         advantages, returns = level.targets(episodes, values, c)
         if c.normalize_advantages:
             mask = level.mask(batch)
             if c.normalize_advantages_per_agent:
-                advantages = normalize_by_agent(advantages, mask, batch.agents, self.dist, self.agents)
+                advantages = normalize_by_agent(
+                    advantages, mask, batch.agents, self.dist, self.agents
+                )
             else:
                 advantages = normalize(advantages, mask, self.dist)
-        return batch.with_targets(advantages=advantages, values=values, returns=returns, critic_prompt_ids=critic_prompts)
+        return batch.with_targets(
+            advantages=advantages, values=values, returns=returns, critic_prompt_ids=critic_prompts
+        )
 
     # ------------------------------------------------------------------ the update
     def agents_to_train(self) -> list[str]:
@@ -279,14 +296,19 @@ class ActorCriticTrainer(Trainer):
         first: dict[str, float] = {}
         counts = {"skipped_trust_region": 0, "skipped_nonfinite": 0}
         for epoch in range(c.ppo_epochs):
-            for mb_index, minibatch in enumerate(batch.minibatches(self.rng, c.num_minibatches, len(episodes))):
+            for mb_index, minibatch in enumerate(
+                batch.minibatches(self.rng, c.num_minibatches, len(episodes))
+            ):
                 stats["train/value_loss"].append(self.critic_step(minibatch))
                 rows = [k for k, a in enumerate(minibatch.agents) if a in train_agents]
                 if not self.dist.sum([len(rows)])[0]:  # no rank has a decision to train on
                     continue
                 result = self.policy_step(step, minibatch[rows], train_agents)
                 if epoch == 0 and mb_index == 0:
-                    first = {"approx_kl": result["approx_kl"], "clip_fraction": result["clip_fraction"]}
+                    first = {
+                        "approx_kl": result["approx_kl"],
+                        "clip_fraction": result["clip_fraction"],
+                    }
                 for key in ("policy_loss", "entropy", "ratio_mean"):
                     stats[f"train/{key}"].append(result[key])
                 stats["train/approx_kl_last"].append(result["approx_kl"])
@@ -305,7 +327,11 @@ class ActorCriticTrainer(Trainer):
         assert batch.values is not None and batch.advantages is not None
         mask = self._granularity().mask(batch)
         values, advantages, count = self.dist.sum(
-            [float(batch.values[mask].sum()), float(batch.advantages[mask].abs().sum()), float(mask.sum())]
+            [
+                float(batch.values[mask].sum()),
+                float(batch.advantages[mask].abs().sum()),
+                float(mask.sum()),
+            ]
         )
         metrics["train/value_mean"] = values / count if count else float("nan")
         metrics["train/advantage_abs_mean"] = advantages / count if count else float("nan")
@@ -331,8 +357,12 @@ class ActorCriticTrainer(Trainer):
             mask = None if width is None else chunk.action_mask[:, :width].to(new.device)
             units = level.units(chunk)
             loss = value_loss(
-                new, old.to(new.device), target.to(new.device), mask,
-                huber_delta=c.huber_delta if c.value_loss == "huber" else None, clip_range=c.value_clip,
+                new,
+                old.to(new.device),
+                target.to(new.device),
+                mask,
+                huber_delta=c.huber_delta if c.value_loss == "huber" else None,
+                clip_range=c.value_clip,
             )
             scaled = c.value_loss_coef * loss * (units / total_units)
             if not torch.isfinite(scaled):
@@ -343,7 +373,10 @@ class ActorCriticTrainer(Trainer):
         params = [p for g in optimizer.param_groups for p in g["params"]]
         loss_value, all_finite = self.dist.sum([loss_value if finite else 0.0, float(finite)])
         if all_finite < self.dist.world_size:
-            logger.warning("Skipping a critic update at iteration %d: the value loss is not finite.", self.iteration)
+            logger.warning(
+                "Skipping a critic update at iteration %d: the value loss is not finite.",
+                self.iteration,
+            )
             optimizer.zero_grad(set_to_none=True)
             return float("nan")
         self.dist.sum_gradients(params)

@@ -77,7 +77,9 @@ class RunFolderMixin:
                 self.run_dir.clear()
         self._continuing = True
         if self.dist.is_main:
-            write_atomic(self.run_dir.config_path, json.dumps(self.describe(), indent=2, default=str))
+            write_atomic(
+                self.run_dir.config_path, json.dumps(self.describe(), indent=2, default=str)
+            )
         self.dist.barrier()
 
     def close(self) -> None:
@@ -106,7 +108,9 @@ class RunFolderMixin:
                 {
                     "eval_rng": self.eval_collector.rng.bit_generator.state,
                     "eval_generator": self.eval_collector.generator.get_state().tolist(),
-                    "eval_generators": self.dist.gather(self.eval_collector.generator.get_state().tolist()),
+                    "eval_generators": self.dist.gather(
+                        self.eval_collector.generator.get_state().tolist()
+                    ),
                 }
                 if self.eval_collector is not None
                 else {}
@@ -132,15 +136,25 @@ class RunFolderMixin:
         else:
             # Another world size: the tasks continue from the shared RNG; each rank's sampling is
             # reseeded from the run seed and the iteration.
-            self.collector.generator.manual_seed(self.dist.rank_seed(self.config.seed + 7919 * self.iteration))
-            logger.info("Resumed a %d-process run on %d processes: sampling reseeded per rank.", len(per_rank), world)
+            self.collector.generator.manual_seed(
+                self.dist.rank_seed(self.config.seed + 7919 * self.iteration)
+            )
+            logger.info(
+                "Resumed a %d-process run on %d processes: sampling reseeded per rank.",
+                len(per_rank),
+                world,
+            )
         if self.eval_collector is not None and "eval_rng" in state:
             self.eval_collector.rng.bit_generator.state = state["eval_rng"]
             eval_states = state.get("eval_generators") or [state["eval_generator"]]
             if same_world:
-                self.eval_collector.generator.set_state(torch.tensor(eval_states[rank], dtype=torch.uint8))
+                self.eval_collector.generator.set_state(
+                    torch.tensor(eval_states[rank], dtype=torch.uint8)
+                )
             else:
-                self.eval_collector.generator.manual_seed(self.dist.rank_seed(self.config.seed + 104729 * self.iteration))
+                self.eval_collector.generator.manual_seed(
+                    self.dist.rank_seed(self.config.seed + 104729 * self.iteration)
+                )
         self._entropy_baseline = list(state.get("entropy_baseline", []))
         self._nonfinite_streak = int(state.get("nonfinite_streak", 0))
 
@@ -149,7 +163,9 @@ class RunFolderMixin:
         from marft_algos.policy.critic import Critic
         from marft_algos.policy.multi_agent import MultiAgentPolicy
 
-        if not isinstance(self.policy, MultiAgentPolicy) or not (self.critic is None or isinstance(self.critic, Critic)):
+        if not isinstance(self.policy, MultiAgentPolicy) or not (
+            self.critic is None or isinstance(self.critic, Critic)
+        ):
             raise TypeError(
                 f"Checkpoints store a MultiAgentPolicy and a Critic (peft adapters, value head); this "
                 f"trainer has a {type(self.policy).__name__} and a {type(self.critic).__name__}. "
@@ -201,7 +217,9 @@ class RunFolderMixin:
                 f"(allow_config_change=True) to continue it under the new ones."
             )
         policy, critic = self._checkpointable()
-        state = load_checkpoint(directory, policy, critic=critic, optimizers=self._checkpointed_optimizers())
+        state = load_checkpoint(
+            directory, policy, critic=critic, optimizers=self._checkpointed_optimizers()
+        )
         self.load_trainer_state(state)
 
     def resume(

@@ -63,8 +63,14 @@ class DistributedContext:
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
             return cls()
         local = int(os.environ.get("LOCAL_RANK", str(dist.get_rank())))
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local, device=device)
+        device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend() == "nccl"
+            else torch.device("cpu")
+        )
+        return cls(
+            rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local, device=device
+        )
 
     @property
     def enabled(self) -> bool:
@@ -95,7 +101,11 @@ class DistributedContext:
     def _backend_device(self) -> torch.device:
         import torch.distributed as dist
 
-        return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        return (
+            torch.device("cuda", torch.cuda.current_device())
+            if dist.get_backend() == "nccl"
+            else torch.device("cpu")
+        )
 
     def sum(self, values: Sequence[float]) -> list[float]:
         """Element-wise sum of a list of numbers over ranks (float64)."""
@@ -103,7 +113,9 @@ class DistributedContext:
             return [float(v) for v in values]
         import torch.distributed as dist
 
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._backend_device())
+        t = torch.tensor(
+            [float(v) for v in values], dtype=torch.float64, device=self._backend_device()
+        )
         dist.all_reduce(t)
         return [float(v) for v in t.cpu()]
 
@@ -113,7 +125,9 @@ class DistributedContext:
             return [float(v) for v in values]
         import torch.distributed as dist
 
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._backend_device())
+        t = torch.tensor(
+            [float(v) for v in values], dtype=torch.float64, device=self._backend_device()
+        )
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return [float(v) for v in t.cpu()]
 
@@ -133,7 +147,9 @@ class DistributedContext:
         device = self._backend_device()
         flat = torch.cat(
             [
-                (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(device, torch.float32)
+                (p.grad if p.grad is not None else torch.zeros_like(p))
+                .reshape(-1)
+                .to(device, torch.float32)
                 for p in params
             ]
         )
@@ -186,7 +202,9 @@ class DistributedContext:
             dist.barrier()
 
 
-def init_distributed(device: str | torch.device | None = None, *, backend: str | None = None) -> DistributedContext:
+def init_distributed(
+    device: str | torch.device | None = None, *, backend: str | None = None
+) -> DistributedContext:
     """Join the process group a launcher set up, or describe the single process.
 
     Reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` as torchrun and ``accelerate launch`` set
@@ -213,7 +231,9 @@ def init_distributed(device: str | torch.device | None = None, *, backend: str |
             dev = torch.device("cuda", local)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device={str(device)!r} asks for CUDA, but torch sees no GPU; use --device cpu.")
+            raise ValueError(
+                f"device={str(device)!r} asks for CUDA, but torch sees no GPU; use --device cpu."
+            )
         torch.cuda.set_device(dev)
     if world <= 1:
         return DistributedContext(device=dev)

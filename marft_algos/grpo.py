@@ -33,7 +33,12 @@ __all__ = ["GRPOConfig", "GRPOTrainer"]
 logger = logging.getLogger(__name__)
 
 _LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-_NORMALIZERS: dict[str, Normalizer] = {"grpo": "sequence", "bnpo": "token", "dapo": "token", "dr_grpo": "constant"}
+_NORMALIZERS: dict[str, Normalizer] = {
+    "grpo": "sequence",
+    "bnpo": "token",
+    "dapo": "token",
+    "dr_grpo": "constant",
+}
 
 
 @dataclass
@@ -71,7 +76,9 @@ class GRPOConfig(TrainerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (a group needs a baseline), got {self.num_generations}.")
+            raise ValueError(
+                f"num_generations must be >= 2 (a group needs a baseline), got {self.num_generations}."
+            )
         if self.episodes_per_iteration % self.num_generations:
             raise ValueError(
                 f"episodes_per_iteration={self.episodes_per_iteration} must be a multiple of "
@@ -81,9 +88,13 @@ class GRPOConfig(TrainerConfig):
         if self.loss_type not in _LOSS_TYPES:
             raise ValueError(f"loss_type must be one of {_LOSS_TYPES}, got {self.loss_type!r}.")
         if self.scale_rewards not in ("group", "batch", "none"):
-            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}.")
+            raise ValueError(
+                f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}."
+            )
         if self.reward_source not in ("team", "agent"):
-            raise ValueError(f"reward_source must be 'team' or 'agent', got {self.reward_source!r}.")
+            raise ValueError(
+                f"reward_source must be 'team' or 'agent', got {self.reward_source!r}."
+            )
         if self.beta < 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}.")
         if self.num_iterations < 1 or self.gradient_accumulation_steps < 1:
@@ -137,7 +148,11 @@ class GRPOTrainer(Trainer):
             by_group[int(e.group or 0)].append(e)
         for group, members in by_group.items():
             for agent in self.agents:
-                rewards = {self._rewards(e, agent) for e in members if any(d.agent == agent for d in e.decisions)}
+                rewards = {
+                    self._rewards(e, agent)
+                    for e in members
+                    if any(d.agent == agent for d in e.decisions)
+                }
                 if len(rewards) > 1:
                     keep.add(group)
                     break
@@ -171,7 +186,9 @@ class GRPOTrainer(Trainer):
             rounds += 1
         wanted = set(sorted(kept)[: c.groups_per_iteration])
         if not wanted:
-            logger.warning("Dynamic sampling found no group with differing rewards; this iteration has nothing to learn.")
+            logger.warning(
+                "Dynamic sampling found no group with differing rewards; this iteration has nothing to learn."
+            )
         stats = {"rollout/groups_dropped": dropped, "rollout/resample_rounds": rounds}
         return [e for e in pool if e.group in wanted], stats
 
@@ -201,11 +218,18 @@ class GRPOTrainer(Trainer):
 
     def _acting_pairs(self, episodes: list[Episode]) -> list[tuple[int, str]]:
         return [
-            (row, agent) for row, e in enumerate(episodes) for agent in self.agents if any(d.agent == agent for d in e.decisions)
+            (row, agent)
+            for row, e in enumerate(episodes)
+            for agent in self.agents
+            if any(d.agent == agent for d in e.decisions)
         ]
 
-    def _group_rewards(self, episodes: list[Episode], keys: list[tuple[int, str]]) -> tuple[torch.Tensor, list[tuple[int, str]]]:
-        rewards = torch.tensor([self._rewards(episodes[row], agent) for row, agent in keys], dtype=torch.float32)
+    def _group_rewards(
+        self, episodes: list[Episode], keys: list[tuple[int, str]]
+    ) -> tuple[torch.Tensor, list[tuple[int, str]]]:
+        rewards = torch.tensor(
+            [self._rewards(episodes[row], agent) for row, agent in keys], dtype=torch.float32
+        )
         groups = [(int(episodes[row].group or 0), agent) for row, agent in keys]
         return rewards, groups
 
@@ -223,19 +247,43 @@ class GRPOTrainer(Trainer):
         table = self.advantages(episodes)
         trained = [a for a in self.agents if a in self._optimizer_of]
         batch = build_rollout_batch(
-            episodes, agents=trained, token_caps=c.max_new_tokens_per_agent, default_cap=c.max_new_tokens
+            episodes,
+            agents=trained,
+            token_caps=c.max_new_tokens_per_agent,
+            default_cap=c.max_new_tokens,
         )
         if not self.dist.sum([len(batch)])[0]:
             return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
         advantages = torch.tensor(
-            [table.get((int(row), agent), 0.0) for row, agent in zip(batch.episode, batch.agents, strict=True)]
+            [
+                table.get((int(row), agent), 0.0)
+                for row, agent in zip(batch.episode, batch.agents, strict=True)
+            ]
         )  # (N,)
         batch = batch.with_targets(advantages=advantages)
         # Zero-advantage rows add nothing to the surrogate; without entropy or KL terms they need no forward.
-        active = torch.ones(len(batch), dtype=torch.bool) if c.beta > 0 or c.entropy_coef > 0 else advantages != 0
-        present = self.dist.sum([float(any(on and a == agent for a, on in zip(batch.agents, active.tolist(), strict=True))) for agent in self.agents])
-        agents = [agent for agent, n in zip(self.agents, present, strict=True) if n]  # same list on every rank
-        if not agents:  # every group had equal rewards: nothing to learn, and no statistics to report
+        active = (
+            torch.ones(len(batch), dtype=torch.bool)
+            if c.beta > 0 or c.entropy_coef > 0
+            else advantages != 0
+        )
+        present = self.dist.sum(
+            [
+                float(
+                    any(
+                        on and a == agent
+                        for a, on in zip(batch.agents, active.tolist(), strict=True)
+                    )
+                )
+                for agent in self.agents
+            ]
+        )
+        agents = [
+            agent for agent, n in zip(self.agents, present, strict=True) if n
+        ]  # same list on every rank
+        if (
+            not agents
+        ):  # every group had equal rewards: nothing to learn, and no statistics to report
             return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
 
         step = self.policy_gradient()

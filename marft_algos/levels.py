@@ -45,7 +45,9 @@ class Level:
         """Critic values of the batch (differentiable if the critic is)."""
         raise NotImplementedError
 
-    def targets(self, episodes: Sequence[Any], values: Tensor, settings: GAESettings) -> tuple[Tensor, Tensor]:
+    def targets(
+        self, episodes: Sequence[Any], values: Tensor, settings: GAESettings
+    ) -> tuple[Tensor, Tensor]:
         """``(advantages, returns)`` shaped like ``values``, for every decision of ``episodes``
         in episode order (the order of :func:`~marft_algos.common.batch.build_rollout_batch`)."""
         raise NotImplementedError
@@ -67,9 +69,13 @@ class ActionLevel(Level):
     def values(self, critic: CriticLike, batch: RolloutBatch) -> Tensor:
         return critic.action_values(batch.critic_prompts()).float()  # (N,)
 
-    def targets(self, episodes: Sequence[Any], values: Tensor, settings: GAESettings) -> tuple[Tensor, Tensor]:
+    def targets(
+        self, episodes: Sequence[Any], values: Tensor, settings: GAESettings
+    ) -> tuple[Tensor, Tensor]:
         layout = decision_layout(episodes)
-        rows, cols = (list(x) for x in zip(*layout.index, strict=True)) if layout.index else ([], [])
+        rows, cols = (
+            (list(x) for x in zip(*layout.index, strict=True)) if layout.index else ([], [])
+        )
         grid = torch.zeros(layout.rewards.shape)
         grid[rows, cols] = values.detach().cpu()
         adv, ret = action_level_gae(
@@ -99,7 +105,9 @@ class TokenLevel(Level):
         values = critic.token_values(batch.critic_prompts(), batch.action_lists()).float()
         return values[:, :width]  # (N, T), 0 past each action
 
-    def targets(self, episodes: Sequence[Any], values: Tensor, settings: GAESettings) -> tuple[Tensor, Tensor]:
+    def targets(
+        self, episodes: Sequence[Any], values: Tensor, settings: GAESettings
+    ) -> tuple[Tensor, Tensor]:
         layout = token_layout(episodes)
         rows = [values[k, :n] for k, (_, _, n) in enumerate(layout.spans)]
         shape = (int(layout.rewards.shape[0]), int(layout.rewards.shape[1]))
@@ -157,7 +165,9 @@ def normalize_by_agent(
     return out
 
 
-def normalize(advantages: Tensor, mask: Tensor, distributed: DistributedContext | None = None) -> Tensor:
+def normalize(
+    advantages: Tensor, mask: Tensor, distributed: DistributedContext | None = None
+) -> Tensor:
     """:func:`~marft_algos.common.advantages.normalize_advantages` over the valid entries of every
     rank (mean and population std of the global batch; all-equal batches give zeros)."""
     if distributed is None or not distributed.enabled:

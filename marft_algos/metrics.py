@@ -80,7 +80,10 @@ class MetricsLogger:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 if number == len(lines):
-                    logger.warning("Dropping the torn last line of %s (the run was killed while writing it).", self.path)
+                    logger.warning(
+                        "Dropping the torn last line of %s (the run was killed while writing it).",
+                        self.path,
+                    )
                     continue
                 raise ValueError(
                     f"Line {number} of {self.path} is not JSON ({line[:80]!r}); the file was edited or "
@@ -91,7 +94,11 @@ class MetricsLogger:
     def truncate_after(self, step: int) -> None:
         """Keep only records up to ``step`` (a resumed run rewrites the iterations after its
         checkpoint); the file is replaced atomically and :attr:`records` reloaded from it."""
-        kept = [r for r in (self.read() if self.path is not None else self.records) if r["iteration"] <= step]
+        kept = [
+            r
+            for r in (self.read() if self.path is not None else self.records)
+            if r["iteration"] <= step
+        ]
         self.records = kept
         if self.path is not None and self.path.exists():
             from marft_algos.run_dir import write_atomic

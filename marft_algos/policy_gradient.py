@@ -136,11 +136,19 @@ class PolicyGradient:
     def _weights(self, chunk: RolloutBatch, mask: Tensor, totals: tuple[float, float]) -> Tensor:
         normalizer = "sequence" if self.objective.level == "action" else self.objective.normalizer
         return sequence_weights(
-            mask, normalizer, total_tokens=totals[0], total_sequences=totals[1], caps=chunk.token_caps.to(mask.device)
+            mask,
+            normalizer,
+            total_tokens=totals[0],
+            total_sequences=totals[1],
+            caps=chunk.token_caps.to(mask.device),
         )
 
     def backward(
-        self, batch: RolloutBatch, *, active: Tensor | None = None, agents: Sequence[str] | None = None
+        self,
+        batch: RolloutBatch,
+        *,
+        active: Tensor | None = None,
+        agents: Sequence[str] | None = None,
     ) -> dict[str, float]:
         """Back-propagate the objective of ``batch`` into the agents' adapters (no optimizer step).
 
@@ -173,18 +181,26 @@ class PolicyGradient:
                 lp = self._log_probs(agent, chunk, with_entropy=True)
                 mask = lp.mask
                 weights = self._weights(chunk, mask, totals)  # (B, T)
-                new, old, adv, entry_mask, entry_w = self._entries(lp.log_probs, mask, chunk, weights)
+                new, old, adv, entry_mask, entry_w = self._entries(
+                    lp.log_probs, mask, chunk, weights
+                )
                 per_entry, terms = clipped_surrogate(
                     new, old, adv, entry_mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high
                 )
                 policy_loss = (per_entry * entry_w).sum()
                 assert lp.entropy is not None  # requested above
                 entropy = (lp.entropy * weights).sum()
-                objective = policy_loss - o.entropy_coef * entropy if o.entropy_coef else policy_loss
+                objective = (
+                    policy_loss - o.entropy_coef * entropy if o.entropy_coef else policy_loss
+                )
                 if o.beta > 0:
                     with torch.no_grad():
-                        ref = self._log_probs(agent, chunk, with_entropy=False, reference=True).log_probs
-                    kl = (torch.where(mask, kl_k3(lp.log_probs, ref), torch.zeros_like(ref)) * weights).sum()
+                        ref = self._log_probs(
+                            agent, chunk, with_entropy=False, reference=True
+                        ).log_probs
+                    kl = (
+                        torch.where(mask, kl_k3(lp.log_probs, ref), torch.zeros_like(ref)) * weights
+                    ).sum()
                     objective = objective + o.beta * kl
                     out["kl"] += float(kl.detach())
                 if torch.isfinite(objective):
@@ -196,9 +212,13 @@ class PolicyGradient:
                 m = terms["mask"]
                 sums["entries"] += float(m.sum())
                 for name in _STATS:
-                    sums[name] += float(torch.where(m, terms[name], torch.zeros_like(terms[name])).sum())
+                    sums[name] += float(
+                        torch.where(m, terms[name], torch.zeros_like(terms[name])).sum()
+                    )
         if self.dist.enabled:
-            self.dist.sum_gradients(self.parameters(self.policy.agents if agents is None else agents))
+            self.dist.sum_gradients(
+                self.parameters(self.policy.agents if agents is None else agents)
+            )
             keys = list(out) + list(sums)
             reduced = self.dist.sum([*out.values(), *sums.values()])
             merged = dict(zip(keys, reduced, strict=True))
@@ -219,9 +239,13 @@ class PolicyGradient:
                 lp = self._log_probs(agent, chunk, with_entropy=False)
                 weights = self._weights(chunk, lp.mask, (1.0, 1.0))
                 new, old, adv, entry_mask, _ = self._entries(lp.log_probs, lp.mask, chunk, weights)
-                _, terms = clipped_surrogate(new, old, adv, entry_mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high)
+                _, terms = clipped_surrogate(
+                    new, old, adv, entry_mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high
+                )
                 m = terms["mask"]
-                total += float(torch.where(m, terms["approx_kl"], torch.zeros_like(terms["approx_kl"])).sum())
+                total += float(
+                    torch.where(m, terms["approx_kl"], torch.zeros_like(terms["approx_kl"])).sum()
+                )
                 count += int(m.sum())
         total, entries = self.dist.sum([total, float(count)])
         return total / entries if entries else 0.0

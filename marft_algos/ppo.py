@@ -50,8 +50,15 @@ class PPOTrainer(ActorCriticTrainer):
         distributed: DistributedContext | None = None,
         rollout_backend: RolloutBackend | None = None,
     ) -> None:
-        super().__init__(policy, env_fn, config, critic=critic, eval_env_fn=eval_env_fn, distributed=distributed,
-                         rollout_backend=rollout_backend)
+        super().__init__(
+            policy,
+            env_fn,
+            config,
+            critic=critic,
+            eval_env_fn=eval_env_fn,
+            distributed=distributed,
+            rollout_backend=rollout_backend,
+        )
         self.level = config.level  # type: ignore[misc]  # the granularity is this run's choice
         if len(self.agents) != 1:
             raise ValueError(

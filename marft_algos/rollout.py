@@ -51,7 +51,6 @@ class GenerationSettings:
         return int((self.max_new_tokens_per_agent or {}).get(agent, self.max_new_tokens))
 
 
-
 @dataclass
 class Decision:
     """One agent action: one AEC step of one env copy.
@@ -228,9 +227,17 @@ class RolloutCollector:
                 for env_index, generation in zip(env_indices, generations, strict=True):
                     # Lets slow transitions (e.g. sandboxed programs) of all copies run in parallel.
                     _unwrapped(self.envs[env_index]).prepare_step(generation.text)
-                for env_index, generation, observed in zip(env_indices, generations, messages, strict=True):
+                for env_index, generation, observed in zip(
+                    env_indices, generations, messages, strict=True
+                ):
                     finished = self._step(
-                        env_index, running[env_index], agent, generation, observed, results, round_buffer
+                        env_index,
+                        running[env_index],
+                        agent,
+                        generation,
+                        observed,
+                        results,
+                        round_buffer,
                     )
                     if finished:
                         del running[env_index]

@@ -116,17 +116,36 @@ class TrainerConfig:
     iterations and stop with an error if they differ (0: never)."""
 
     def __post_init__(self) -> None:
-        positive = ("iterations", "episodes_per_iteration", "rollout_threads", "max_new_tokens", "eval_episodes")
+        positive = (
+            "iterations",
+            "episodes_per_iteration",
+            "rollout_threads",
+            "max_new_tokens",
+            "eval_episodes",
+        )
         for name in positive:
             if getattr(self, name) < 1:
-                raise ValueError(f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("eval_every", "checkpoint_every", "top_k", "sync_check_every", "keep_checkpoints", "max_nonfinite_iterations"):
+                raise ValueError(
+                    f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}."
+                )
+        for name in (
+            "eval_every",
+            "checkpoint_every",
+            "top_k",
+            "sync_check_every",
+            "keep_checkpoints",
+            "max_nonfinite_iterations",
+        ):
             if getattr(self, name) < 0:
-                raise ValueError(f"{type(self).__name__}.{name} must be >= 0, got {getattr(self, name)}.")
+                raise ValueError(
+                    f"{type(self).__name__}.{name} must be >= 0, got {getattr(self, name)}."
+                )
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}.")
+            raise ValueError(
+                f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}."
+            )
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
         epsilon, epsilon_high = getattr(self, "epsilon", None), getattr(self, "epsilon_high", None)
@@ -191,7 +210,9 @@ class Trainer(RunFolderMixin, ABC):
         rollout_backend: RolloutBackend | None = None,
     ) -> None:
         if not isinstance(config, self.config_class):
-            raise TypeError(f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}.")
+            raise TypeError(
+                f"{type(self).__name__} needs a {self.config_class.__name__}, got {type(config).__name__}."
+            )
         self.policy = policy
         self.config = config
         self.critic = critic
@@ -208,7 +229,11 @@ class Trainer(RunFolderMixin, ABC):
         # on the world size); sampling uses a per-rank generator derived from the run seed.
         self.rollout_backend = rollout_backend
         self.collector = RolloutCollector.from_factory(
-            rollout_backend or policy, env_fn, config.rollout_threads, config.generation, seed=config.seed
+            rollout_backend or policy,
+            env_fn,
+            config.rollout_threads,
+            config.generation,
+            seed=config.seed,
         )
         self.collector.generator.manual_seed(self.dist.rank_seed(config.seed))
         self.agents: list[str] = list(self.collector.envs[0].possible_agents)
@@ -219,7 +244,9 @@ class Trainer(RunFolderMixin, ABC):
                 f"Build the policy with the env's agents: MultiAgentPolicy.from_pretrained(model, env.possible_agents)."
             )
         self.eval_collector = (
-            RolloutCollector.from_factory(policy, eval_env_fn, config.rollout_threads, config.generation, seed=config.seed)
+            RolloutCollector.from_factory(
+                policy, eval_env_fn, config.rollout_threads, config.generation, seed=config.seed
+            )
             if eval_env_fn is not None
             else None
         )
@@ -245,7 +272,9 @@ class Trainer(RunFolderMixin, ABC):
         self.run_dir = RunDirectory(config.output_dir) if config.output_dir is not None else None
         if self.run_dir is not None and self.dist.is_main:
             self.run_dir.acquire()
-        self.logger = MetricsLogger(config.output_dir if self.dist.is_main else None, tensorboard=config.tensorboard)
+        self.logger = MetricsLogger(
+            config.output_dir if self.dist.is_main else None, tensorboard=config.tensorboard
+        )
         self._entropy_baseline: list[float] = []
         self._last_good: dict[str, Any] | None = None
         self._continuing = False  # set by resume(): the folder's run is this one
@@ -259,7 +288,9 @@ class Trainer(RunFolderMixin, ABC):
     @property
     def cfg(self) -> Any:
         """Deprecated alias of :attr:`config`."""
-        warnings.warn("Trainer.cfg is deprecated; use Trainer.config.", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "Trainer.cfg is deprecated; use Trainer.config.", DeprecationWarning, stacklevel=2
+        )
         return self.config
 
     def _checkpointed_optimizers(self) -> dict[str, Any]:
@@ -281,10 +312,14 @@ class Trainer(RunFolderMixin, ABC):
             if key is None:
                 key = agent
                 seen[id(params[0])] = key
-                optimizers[key] = torch.optim.Adam(params, lr=self.config.learning_rate, eps=self.config.adam_eps)
+                optimizers[key] = torch.optim.Adam(
+                    params, lr=self.config.learning_rate, eps=self.config.adam_eps
+                )
             self._optimizer_of[agent] = key
         if not optimizers:
-            raise ValueError("No agent has trainable parameters: every agent is frozen, so there is nothing to train.")
+            raise ValueError(
+                "No agent has trainable parameters: every agent is frozen, so there is nothing to train."
+            )
         return optimizers
 
     def trainable_agents(self) -> list[str]:
@@ -341,7 +376,11 @@ class Trainer(RunFolderMixin, ABC):
         self._steps["tried"] += 1
         if not math.isfinite(result["loss"]):
             self._steps["skipped"] += 1
-            logger.warning("Skipping a policy update at iteration %d: the loss is %s.", self.iteration, result["loss"])
+            logger.warning(
+                "Skipping a policy update at iteration %d: the loss is %s.",
+                self.iteration,
+                result["loss"],
+            )
             self.zero_grad()
             return {**result, "skipped_nonfinite": 1}
         limit = self.trust_region_kl
@@ -350,7 +389,9 @@ class Trainer(RunFolderMixin, ABC):
         self._steps["skipped"] += int(not applied)
         result = {**result, "grad_norm": grad_norm, "skipped_nonfinite": int(not applied)}
         if applied and before is not None and limit is not None:
-            kl = step.approx_kl(batch if active is None else batch[active.nonzero().flatten().tolist()])  # global
+            kl = step.approx_kl(
+                batch if active is None else batch[active.nonzero().flatten().tolist()]
+            )  # global
             result["approx_kl_after"] = kl
             if not kl <= limit:
                 self._restore(before)
@@ -480,7 +521,9 @@ class Trainer(RunFolderMixin, ABC):
         """
         self._prepare_run_dir()
         records: list[dict[str, Any]] = []
-        bar = TrainingProgress(progress if self.dist.is_main else False, self.config.iterations, self.iteration)
+        bar = TrainingProgress(
+            progress if self.dist.is_main else False, self.config.iterations, self.iteration
+        )
         with bar:
             if self.iteration == 0:
                 self.logger.truncate_after(-1)  # a fresh run starts with no records
@@ -493,7 +536,8 @@ class Trainer(RunFolderMixin, ABC):
                 metrics = self.train_iteration()
                 every = self.config.eval_every
                 if self.eval_collector is not None and (
-                    (every and self.iteration % every == 0) or self.iteration == self.config.iterations
+                    (every and self.iteration % every == 0)
+                    or self.iteration == self.config.iterations
                 ):
                     metrics.update(self.evaluate())
                 self.logger.log(self.iteration, metrics)
@@ -503,7 +547,10 @@ class Trainer(RunFolderMixin, ABC):
                 if self.dist.enabled and every_sync and self.iteration % every_sync == 0:
                     self.check_in_sync()
                 if self.run_dir is not None and (
-                    (self.config.checkpoint_every and self.iteration % self.config.checkpoint_every == 0)
+                    (
+                        self.config.checkpoint_every
+                        and self.iteration % self.config.checkpoint_every == 0
+                    )
                     or self.iteration == self.config.iterations
                 ):
                     self.save_checkpoint(self.run_dir.path / f"checkpoint-{self.iteration}")
@@ -538,18 +585,29 @@ class Trainer(RunFolderMixin, ABC):
             return
         logger.warning(
             "Entropy blow-up at iteration %d: train/entropy %.3f > %.1f x early average %.3f.",
-            self.iteration, entropy, factor, baseline,
+            self.iteration,
+            entropy,
+            factor,
+            baseline,
         )
         if self.config.rollback_on_blowup and self._last_good is not None:
             self._restore(self._last_good)
             metrics["train/rolled_back"] = 1
-            logger.warning("Rolled back adapters, critic and optimizers to the last good iteration.")
+            logger.warning(
+                "Rolled back adapters, critic and optimizers to the last good iteration."
+            )
 
     def _modules_state(self, agents: Sequence[str] | None = None) -> dict[str, Any]:
         """Copies of the trainable parameters: every adapter and the critic, or some agents' adapters."""
-        chosen = self.trainable_agents() if agents is None else [a for a in agents if a in self._optimizer_of]
+        chosen = (
+            self.trainable_agents()
+            if agents is None
+            else [a for a in agents if a in self._optimizer_of]
+        )
         state: dict[str, Any] = {
-            "policy": {a: [p.detach().clone() for p in self.policy.trainable_parameters(a)] for a in chosen}
+            "policy": {
+                a: [p.detach().clone() for p in self.policy.trainable_parameters(a)] for a in chosen
+            }
         }
         if agents is None and self.critic is not None:
             state["critic"] = [p.detach().clone() for p in self.critic.parameters()]
@@ -564,7 +622,10 @@ class Trainer(RunFolderMixin, ABC):
             keys = {self._optimizer_of[a] for a in agents if a in self._optimizer_of}
             optimizers = {k: self.optimizers[k] for k in keys}
             params = self._modules_state(agents)
-        return {"params": params, "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in optimizers.items()}}
+        return {
+            "params": params,
+            "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in optimizers.items()},
+        }
 
     def _restore(self, snapshot: Mapping[str, Any]) -> None:
         with torch.no_grad():
@@ -572,7 +633,9 @@ class Trainer(RunFolderMixin, ABC):
                 for p, saved in zip(self.policy.trainable_parameters(agent), tensors, strict=True):
                     p.copy_(saved)
             if self.critic is not None and "critic" in snapshot["params"]:
-                for p, saved in zip(self.critic.parameters(), snapshot["params"]["critic"], strict=True):
+                for p, saved in zip(
+                    self.critic.parameters(), snapshot["params"]["critic"], strict=True
+                ):
                     p.copy_(saved)
         optimizers = self._checkpointed_optimizers()
         for key, state in snapshot["optimizers"].items():

@@ -41,7 +41,9 @@ class GymnasiumEnv(gymnasium.Env):
         self.metadata = dict(getattr(env, "metadata", {}))
         self.render_mode = getattr(env.unwrapped, "render_mode", None)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict]:
         super().reset(seed=seed)
         self.aec.reset(seed=seed, options=options)
         observation, _, _, _, info = self.aec.last()

@@ -59,7 +59,9 @@ logger = logging.getLogger(__name__)
 #: Entry-point group through which installed packages register their envs.
 ENTRY_POINT_GROUP = "marft_envs.envs"
 
-_ID_PATTERN = re.compile(r"^(?:(?P<namespace>[A-Za-z0-9_.\-]+)/)?(?P<name>[A-Za-z0-9_.\-]+?)-v(?P<version>\d+)$")
+_ID_PATTERN = re.compile(
+    r"^(?:(?P<namespace>[A-Za-z0-9_.\-]+)/)?(?P<name>[A-Za-z0-9_.\-]+?)-v(?P<version>\d+)$"
+)
 
 
 class UnknownEnvError(LookupError):
@@ -137,7 +139,9 @@ class EnvSpec:
         try:
             env = factory(**kwargs)
         except TypeError as exc:
-            raise TypeError(f"Could not build {self.id!r} with arguments {sorted(kwargs)}: {exc}") from exc
+            raise TypeError(
+                f"Could not build {self.id!r} with arguments {sorted(kwargs)}: {exc}"
+            ) from exc
         if not isinstance(env, AECEnv):
             raise EntryPointError(
                 f"Entry point of {self.id!r} returned {type(env).__name__}, not a PettingZoo AECEnv."
@@ -157,14 +161,23 @@ class EnvSpec:
         except (TypeError, ValueError):
             return False
         if name in params:
-            return params[name].kind in (params[name].POSITIONAL_OR_KEYWORD, params[name].KEYWORD_ONLY)
+            return params[name].kind in (
+                params[name].POSITIONAL_OR_KEYWORD,
+                params[name].KEYWORD_ONLY,
+            )
         return False
 
     def to_json(self) -> dict[str, Any]:
         """The spec as JSON-ready data: id, entry point and kwargs (values JSON cannot hold are
         written as ``{"repr": ...}`` so a reader sees them but cannot mistake them for data)."""
-        entry = self.entry_point if isinstance(self.entry_point, str) else _qualname(self.entry_point)
-        return {"id": self.id, "entry_point": entry, "kwargs": {k: _jsonable(v) for k, v in self.kwargs.items()}}
+        entry = (
+            self.entry_point if isinstance(self.entry_point, str) else _qualname(self.entry_point)
+        )
+        return {
+            "id": self.id,
+            "entry_point": entry,
+            "kwargs": {k: _jsonable(v) for k, v in self.kwargs.items()},
+        }
 
 
 def _own_copy(value: Any) -> Any:
@@ -211,6 +224,8 @@ def retire(id: str, reason: str) -> None:
     "not registered"."""
     registry.pop(id, None)
     retired[id] = reason
+
+
 """All registered environments, by id."""
 
 
@@ -241,9 +256,13 @@ def register(
             f"the version suffix is required so behaviour changes get new ids."
         )
     if not (isinstance(entry_point, str) or callable(entry_point)):
-        raise TypeError(f"entry_point of {id!r} must be a class, a callable or 'module:attr', got {entry_point!r}.")
+        raise TypeError(
+            f"entry_point of {id!r} must be a class, a callable or 'module:attr', got {entry_point!r}."
+        )
     if id in registry:
-        warnings.warn(f"Overriding environment {id!r} already in the registry.", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"Overriding environment {id!r} already in the registry.", UserWarning, stacklevel=2
+        )
     new = EnvSpec(
         id=id,
         entry_point=entry_point,
@@ -277,7 +296,9 @@ def load_plugins() -> list[str]:
                 target()
         except Exception as exc:  # a broken third-party plugin must not break make() of others
             warnings.warn(
-                f"Could not load marft env plugin {entry.name!r} ({entry.value}): {exc}", UserWarning, stacklevel=2
+                f"Could not load marft env plugin {entry.name!r} ({entry.value}): {exc}",
+                UserWarning,
+                stacklevel=2,
             )
             continue
         loaded.append(entry.name)
@@ -323,7 +344,9 @@ def spec(id: str) -> EnvSpec:
         base = id[: id.rfind("-v")]
         versions = sorted(s.id for s in registry.values() if s.name == base)
         if versions:
-            raise UnknownEnvError(f"Environment {id!r} is not registered; available versions: {versions}.")
+            raise UnknownEnvError(
+                f"Environment {id!r} is not registered; available versions: {versions}."
+            )
     close = difflib.get_close_matches(str(id), list(registry), n=3, cutoff=0.5)
     hint = f" Did you mean {close}?" if close else ""
     raise UnknownEnvError(
@@ -347,7 +370,9 @@ def pprint_registry(*, print_output: bool = True) -> str:
     load_plugins()
     width = max((len(i) for i in registry), default=2)
     lines = [f"{'id':<{width}}  description", f"{'-' * width}  -----------"]
-    lines += [f"{s.id:<{width}}  {s.description}" for s in sorted(registry.values(), key=lambda s: s.id)]
+    lines += [
+        f"{s.id:<{width}}  {s.description}" for s in sorted(registry.values(), key=lambda s: s.id)
+    ]
     text = "\n".join(lines)
     if print_output:
         print(text)

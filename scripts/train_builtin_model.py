@@ -117,7 +117,15 @@ def tokenizer_corpus(problems: Sequence[MathProblem]) -> list[str]:
     prompts = [p.system_prompt for p in (*SINGLE_PROFILES, *DUAL_PROFILES, *TRIO_PROFILES)]
     corpus = prompts * 50
     # The chat template's role names and the env's message framing appear in every prompt.
-    framing = ["system\n", "user\n", "assistant\n", "Problem: ", "[reasoner]\n", "[actor]\n", "\\boxed{"]
+    framing = [
+        "system\n",
+        "user\n",
+        "assistant\n",
+        "Problem: ",
+        "[reasoner]\n",
+        "[actor]\n",
+        "\\boxed{",
+    ]
     corpus += [*framing, "Attempt 1: the team answered 7, which is incorrect."] * 50
     corpus += [f"Problem: {p.problem}" for p in problems]
     corpus += [p.solution for p in problems]
@@ -252,8 +260,10 @@ def train(model: Any, examples: list, pad_id: int, args: argparse.Namespace) -> 
         if step % 50 == 0 or step == args.steps - 1:
             # Wall time depends on what else the machine runs; process CPU time does not.
             wall, cpu = time.time() - start, time.process_time() - cpu_start
-            print(f"step {step:5d}  loss {running:.4f}  lr {lr_at(step):.2e}  wall {wall:5.0f}s  cpu {cpu:5.0f}s",
-                  flush=True)
+            print(
+                f"step {step:5d}  loss {running:.4f}  lr {lr_at(step):.2e}  wall {wall:5.0f}s  cpu {cpu:5.0f}s",
+                flush=True,
+            )
     model.eval()
 
 
@@ -286,7 +296,9 @@ def _settings(caps: dict[str, int], **kwargs: Any) -> GenerationSettings:
     """Generation settings with a length cap per agent where the collector supports one."""
     fields = getattr(GenerationSettings, "__dataclass_fields__", {})
     if "max_new_tokens_per_agent" in fields:
-        return GenerationSettings(max_new_tokens=max(caps.values()), max_new_tokens_per_agent=caps, **kwargs)
+        return GenerationSettings(
+            max_new_tokens=max(caps.values()), max_new_tokens_per_agent=caps, **kwargs
+        )
     return GenerationSettings(max_new_tokens=max(caps.values()), **kwargs)
 
 
@@ -319,7 +331,11 @@ def evaluate(
                 if prefix and mode == "sampled":
                     continue
                 collector = RolloutCollector.from_factory(
-                    pol, lambda env_id=env_id: marft_envs.make(env_id, dataset=dataset), num_envs, settings, seed=seed
+                    pol,
+                    lambda env_id=env_id: marft_envs.make(env_id, dataset=dataset),
+                    num_envs,
+                    settings,
+                    seed=seed,
                 )
                 t0 = time.time()
                 episodes = collector.collect(evaluation_requests(collector, num_problems))
@@ -344,23 +360,38 @@ def evaluate(
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--output", default="marft_algos/policy/pretrained/marft-tiny-math")
     p.add_argument("--levels", default="1,2,3", help="generator levels to train and evaluate on")
-    p.add_argument("--families", default="digits", help="comma-separated generator families (empty: all)")
+    p.add_argument(
+        "--families", default="digits", help="comma-separated generator families (empty: all)"
+    )
     p.add_argument("--train-size", type=int, default=8000, help="problems drawn from builtin:train")
-    p.add_argument("--mix", default="reasoner=1,actor=0.6,single=0.25",
-                   help="fraction of problems giving an example for each role")
-    p.add_argument("--long-style", type=float, default=0.8,
-                   help="fraction of product problems whose reasoner and single-actor targets use the long style")
+    p.add_argument(
+        "--mix",
+        default="reasoner=1,actor=0.6,single=0.25",
+        help="fraction of problems giving an example for each role",
+    )
+    p.add_argument(
+        "--long-style",
+        type=float,
+        default=0.8,
+        help="fraction of product problems whose reasoner and single-actor targets use the long style",
+    )
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=0)
     p.add_argument("--intermediate", type=int, default=512)
     p.add_argument("--vocab", type=int, default=1536)
-    p.add_argument("--number-digits", type=int, default=3,
-                   help="numbers are cut into pieces of up to this many digits, each one token (1: every digit)")
+    p.add_argument(
+        "--number-digits",
+        type=int,
+        default=3,
+        help="numbers are cut into pieces of up to this many digits, each one token (1: every digit)",
+    )
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
@@ -372,7 +403,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-only", action="store_true", help="evaluate --output without training")
     p.add_argument("--no-sampled", action="store_true", help="skip the sampled evaluation")
     p.add_argument("--max-new-tokens", default="reasoner=32,actor=8,single=32")
-    p.add_argument("--results", default="", help="also write the evaluation results to this JSON file")
+    p.add_argument(
+        "--results", default="", help="also write the evaluation results to this JSON file"
+    )
     return p.parse_args(argv)
 
 
@@ -393,28 +426,45 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if not args.eval_only:
         t0 = time.time()
-        train_set = load_dataset("builtin:train", size=args.train_size, levels=levels, subjects=families)
+        train_set = load_dataset(
+            "builtin:train", size=args.train_size, levels=levels, subjects=families
+        )
         problems = list(train_set)
         print(f"train problems: {len(problems)} from builtin:train", flush=True)
         tokenizer = build_tiny_tokenizer(
-            vocab_size=args.vocab, corpus=tokenizer_corpus(problems), number_digits=args.number_digits
+            vocab_size=args.vocab,
+            corpus=tokenizer_corpus(problems),
+            number_digits=args.number_digits,
         )
         examples = build_examples(
-            tokenizer, problems, train_set, _kv(args.mix, float), random.Random(args.seed), long_style=args.long_style
+            tokenizer,
+            problems,
+            train_set,
+            _kv(args.mix, float),
+            random.Random(args.seed),
+            long_style=args.long_style,
         )
         counts: dict[str, list[int]] = {}
         for _prompt, target, role in examples:
             counts.setdefault(role, []).append(len(target))
         for role, lengths in counts.items():
-            print(f"  {role:8s} examples {len(lengths):6d}  target tokens mean {sum(lengths) / len(lengths):.1f} "
-                  f"max {max(lengths)}", flush=True)
+            print(
+                f"  {role:8s} examples {len(lengths):6d}  target tokens mean {sum(lengths) / len(lengths):.1f} "
+                f"max {max(lengths)}",
+                flush=True,
+            )
         prompt_lengths = [len(p) for p, _, _ in examples]
-        print(f"  prompt tokens mean {sum(prompt_lengths) / len(prompt_lengths):.1f} max {max(prompt_lengths)}",
-              flush=True)
+        print(
+            f"  prompt tokens mean {sum(prompt_lengths) / len(prompt_lengths):.1f} max {max(prompt_lengths)}",
+            flush=True,
+        )
         model = build_model(tokenizer, args)
         n_params = sum(p.numel() for p in model.parameters())
-        print(f"model: Llama hidden={args.hidden} layers={args.layers} heads={args.heads} "
-              f"vocab={len(tokenizer)} params={n_params:,}", flush=True)
+        print(
+            f"model: Llama hidden={args.hidden} layers={args.layers} heads={args.heads} "
+            f"vocab={len(tokenizer)} params={n_params:,}",
+            flush=True,
+        )
         train(model, examples, tokenizer.pad_token_id, args)
         out.mkdir(parents=True, exist_ok=True)
         model.to(torch.float16).save_pretrained(out)
@@ -425,12 +475,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     test_set = load_dataset("builtin:test", levels=levels, subjects=families)
     t1 = time.time()
-    results = evaluate(out, test_set, args.eval_problems, max_new_tokens=max_new, sampled=not args.no_sampled)
+    results = evaluate(
+        out, test_set, args.eval_problems, max_new_tokens=max_new, sampled=not args.no_sampled
+    )
     print(f"evaluation took {time.time() - t1:.0f}s", flush=True)
     print(json.dumps(results, indent=2))
     if args.results:
-        record = {"levels": levels, "families": families, "split": "builtin:test",
-                  "max_new_tokens": max_new, "results": results}
+        record = {
+            "levels": levels,
+            "families": families,
+            "split": "builtin:test",
+            "max_new_tokens": max_new,
+            "results": results,
+        }
         Path(args.results).write_text(json.dumps(record, indent=2) + "\n")
 
 

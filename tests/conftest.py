@@ -16,6 +16,8 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+
+
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

@@ -245,7 +245,9 @@ def make_config(
     names = {f.name for f in dataclasses.fields(config_class)}
     values = {k: v for k, v in shared.items() if k in names}
     values.update(setting.overrides)
-    values.update(seed=seed, output_dir=str(output_dir), overwrite=True)  # a rerun replaces an unfinished one
+    values.update(
+        seed=seed, output_dir=str(output_dir), overwrite=True
+    )  # a rerun replaces an unfinished one
     return config_class(**values)
 
 

@@ -34,16 +34,44 @@ def _port() -> int:
 
 
 def run(processes: int, iterations: int, out: Path, extra: list[str]) -> dict:
-    script = [str(ROOT / "examples" / "train_math.py"), "--iterations", str(iterations), "--output-dir", str(out),
-              "--eval-episodes", "1", "--eval-every", "0", "--no-plot", "--threads", "1", *extra]
+    script = [
+        str(ROOT / "examples" / "train_math.py"),
+        "--iterations",
+        str(iterations),
+        "--output-dir",
+        str(out),
+        "--eval-episodes",
+        "1",
+        "--eval-every",
+        "0",
+        "--no-plot",
+        "--threads",
+        "1",
+        *extra,
+    ]
     if processes == 1:
         cmd = [sys.executable, *script]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-               "--master_addr", "127.0.0.1", "--master_port", str(_port()), *script]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(processes),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(_port()),
+            *script,
+        ]
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    done = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"},
+    )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{processes}-process run failed:\n{done.stderr[-4000:]}")
@@ -68,7 +96,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="More train_math.py flags.")
+    parser.add_argument(
+        "--extra", nargs=argparse.REMAINDER, default=[], help="More train_math.py flags."
+    )
     args = parser.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -83,7 +113,9 @@ def main() -> None:
     (Path(__file__).parent / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"{'processes':>9} {'episodes/s':>10} {'rollout s':>9} {'update s':>8} {'speed-up':>8}")
     for r in results:
-        print(f"{r['processes']:>9} {r['episodes_per_s']:>10.2f} {r['rollout_s']:>9.2f} {r['update_s']:>8.2f} {r['speedup']:>7.2f}x")
+        print(
+            f"{r['processes']:>9} {r['episodes_per_s']:>10.2f} {r['rollout_s']:>9.2f} {r['update_s']:>8.2f} {r['speedup']:>7.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -39,26 +39,67 @@ ENV_ID = "math-single-v1"
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="marft-tiny-math", help="Base model (default: marft-tiny-math).")
-    parser.add_argument("--updates", type=int, default=30, help="Optimizer updates for each trainer (default: 30).")
-    parser.add_argument("--prompts-per-update", type=int, default=8, help="Distinct prompts per update (default: 8).")
-    parser.add_argument("--num-generations", type=int, default=4, help="Completions per prompt, G (default: 4).")
-    parser.add_argument("--max-new-tokens", type=int, default=32, help="Completion length cap (default: 32, the demo's message budget).")
-    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adapter learning rate (default: 1e-3, the demo's).")
-    parser.add_argument("--warmup-updates", type=int, default=1, help="Updates left out of the throughput window.")
     parser.add_argument(
-        "--levels", type=int, nargs="+", default=[1, 2, 3],
+        "--model", default="marft-tiny-math", help="Base model (default: marft-tiny-math)."
+    )
+    parser.add_argument(
+        "--updates", type=int, default=30, help="Optimizer updates for each trainer (default: 30)."
+    )
+    parser.add_argument(
+        "--prompts-per-update",
+        type=int,
+        default=8,
+        help="Distinct prompts per update (default: 8).",
+    )
+    parser.add_argument(
+        "--num-generations", type=int, default=4, help="Completions per prompt, G (default: 4)."
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=32,
+        help="Completion length cap (default: 32, the demo's message budget).",
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        default=1e-3,
+        help="Adapter learning rate (default: 1e-3, the demo's).",
+    )
+    parser.add_argument(
+        "--warmup-updates", type=int, default=1, help="Updates left out of the throughput window."
+    )
+    parser.add_argument(
+        "--levels",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3],
         help="Problem levels of builtin:train and builtin:test (default: 1 2 3, the built-in model's).",
     )
     parser.add_argument(
-        "--families", nargs="+", default=["digits"],
+        "--families",
+        nargs="+",
+        default=["digits"],
         help="Generator families of both splits (load_dataset subjects; default: digits, the built-in model's).",
     )
-    parser.add_argument("--eval-episodes", type=int, default=200, help="Held-out builtin:test problems (the first N).")
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=200,
+        help="Held-out builtin:test problems (the first N).",
+    )
     parser.add_argument("--seed", type=int, default=0, help="Seed of both trainers (default: 0).")
-    parser.add_argument("--torch-threads", type=int, default=1, help="torch.set_num_threads for both (default: 1).")
-    parser.add_argument("--output-dir", default=str(HERE / "runs"), help="Scratch folder (default: benchmarks/trl_grpo/runs).")
-    parser.add_argument("--results", default=str(HERE / "results.json"), help="Where to write the results JSON.")
+    parser.add_argument(
+        "--torch-threads", type=int, default=1, help="torch.set_num_threads for both (default: 1)."
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=str(HERE / "runs"),
+        help="Scratch folder (default: benchmarks/trl_grpo/runs).",
+    )
+    parser.add_argument(
+        "--results", default=str(HERE / "results.json"), help="Where to write the results JSON."
+    )
     return parser.parse_args(argv)
 
 
@@ -152,7 +193,9 @@ def run_marft(
             batches.append(episodes)
             return episodes, stats
 
-    policy = MultiAgentPolicy.from_pretrained(args.model, agents, lora=LoraSettings(), seed=args.seed)
+    policy = MultiAgentPolicy.from_pretrained(
+        args.model, agents, lora=LoraSettings(), seed=args.seed
+    )
     trainer = RecordingGRPOTrainer(policy, env_fn, config)
     records = []
     stamps = [time.perf_counter()]
@@ -175,23 +218,31 @@ def run_marft(
             env.reset(seed=e.seed, options=e.options)
             messages = env.observe(env.agent_selection)["messages"]
             gold = e.info["gold"]
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+            ids = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
             mismatched += int(list(ids) != list(e.decisions[0].prompt_ids))
             rows.append({"prompt": [dict(m) for m in messages], "gold": gold})
         updates.append(rows)
     result = {
         **throughput(stamps, batch, args.warmup_updates),
         "reward_mean_per_update": [float(r["rollout/reward_mean"]) for r in records],
-        "completion_tokens_mean": statistics.fmean(float(r["rollout/action_tokens_mean"]) for r in records),
+        "completion_tokens_mean": statistics.fmean(
+            float(r["rollout/action_tokens_mean"]) for r in records
+        ),
         "prompt_render_mismatches": mismatched,
         "rollout_s_total": sum(float(r["time/rollout_s"]) for r in records),
         "update_s_total": sum(float(r["time/update_s"]) for r in records),
-        "zero_std_fraction_mean": statistics.fmean(float(r["rollout/zero_std_fraction"]) for r in records),
+        "zero_std_fraction_mean": statistics.fmean(
+            float(r["rollout/zero_std_fraction"]) for r in records
+        ),
     }
     return result, updates
 
 
-def run_trl(args: argparse.Namespace, updates: list[list[dict[str, Any]]], adapter_dir: Path) -> dict[str, Any]:
+def run_trl(
+    args: argparse.Namespace, updates: list[list[dict[str, Any]]], adapter_dir: Path
+) -> dict[str, Any]:
     """Train with TRL's GRPOTrainer on the same prompts, in the same order."""
     import torch
     import trl
@@ -205,9 +256,13 @@ def run_trl(args: argparse.Namespace, updates: list[list[dict[str, Any]]], adapt
     rows = [row for update in updates for row in update]
     dataset = Dataset.from_list(rows)
 
-    def math_reward(completions: list[list[dict[str, str]]], gold: list[str], **_: Any) -> list[float]:
+    def math_reward(
+        completions: list[list[dict[str, str]]], gold: list[str], **_: Any
+    ) -> list[float]:
         """1.0 when the completion's final boxed answer grades equal to the gold answer."""
-        return [float(grade_answer(c[0]["content"], g)) for c, g in zip(completions, gold, strict=True)]
+        return [
+            float(grade_answer(c[0]["content"], g)) for c, g in zip(completions, gold, strict=True)
+        ]
 
     stamps: list[float] = []
 
@@ -271,7 +326,9 @@ def run_trl(args: argparse.Namespace, updates: list[list[dict[str, Any]]], adapt
         **throughput(stamps, batch, args.warmup_updates),
         "optimizer_updates": trainer.state.global_step,
         "reward_mean_per_update": [float(r["reward"]) for r in logs],
-        "completion_tokens_mean": statistics.fmean(float(r.get("completions/mean_length", float("nan"))) for r in logs),
+        "completion_tokens_mean": statistics.fmean(
+            float(r.get("completions/mean_length", float("nan"))) for r in logs
+        ),
         "trl_version": trl.__version__,
     }
 
@@ -280,7 +337,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run both trainers back to back, evaluate both adapters, write the results JSON."""
     args = parse_args(argv)
     if args.updates <= args.warmup_updates:
-        raise SystemExit(f"--updates ({args.updates}) must exceed --warmup-updates ({args.warmup_updates}) to time anything.")
+        raise SystemExit(
+            f"--updates ({args.updates}) must exceed --warmup-updates ({args.warmup_updates}) to time anything."
+        )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     import torch
     import transformers
@@ -292,7 +351,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"marft: {marft_result['episodes_per_s']:.2f} episodes/s", flush=True)
     full_result, full_updates = run_marft(args, out / "marft_full_adapter", full_updates=True)
     full_result["same_prompts_as_default_run"] = full_updates == updates
-    print(f"marft, every completion through the update: {full_result['episodes_per_s']:.2f} episodes/s", flush=True)
+    print(
+        f"marft, every completion through the update: {full_result['episodes_per_s']:.2f} episodes/s",
+        flush=True,
+    )
     trl_result = run_trl(args, updates, out / "trl_adapter")
     print(f"trl:   {trl_result['episodes_per_s']:.2f} episodes/s", flush=True)
 

@@ -240,10 +240,14 @@ def _given_fields(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[s
     return given
 
 
-def parse_run_command(klass: type, argv: Sequence[str], *, prog: str, description: str) -> tuple[Any, dict[str, Any]]:
+def parse_run_command(
+    klass: type, argv: Sequence[str], *, prog: str, description: str
+) -> tuple[Any, dict[str, Any]]:
     """Parse ``PROG RUN_OR_CHECKPOINT [flags]`` into an instance of the dataclass ``klass`` and
     the raw values (``values["run"]`` is the positional folder)."""
     parser = build_parser([klass], prog=prog, description=description)
-    parser.add_argument("run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder.")
+    parser.add_argument(
+        "run", help="A run folder (--output-dir of marft train) or a checkpoint-N folder."
+    )
     values, _ = parse_with(parser, argv)
     return klass(**pick(values, klass)), values

@@ -91,7 +91,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 #: The preset a model gets when --preset is not given (any other model: "pretrained").
-MODEL_PRESETS: dict[str, str] = {"marft-tiny-math": "cpu-demo", "smollm2-135m-instruct": "smollm2-cpu"}
+MODEL_PRESETS: dict[str, str] = {
+    "marft-tiny-math": "cpu-demo",
+    "smollm2-135m-instruct": "smollm2-cpu",
+}
 
 #: The built-in problems the built-in model was trained on (applied to built-in data only): the
 #: ``digits`` family (single-digit operands, one to three operations), see docs/builtin_model.md.
@@ -109,7 +112,9 @@ def choose_preset(model: str, preset: str | None = None, *, paper_defaults: bool
     return preset or MODEL_PRESETS.get(model, "pretrained")
 
 
-def preset_for(model: str, *, paper_defaults: bool = False, preset: str | None = None) -> dict[str, Any]:
+def preset_for(
+    model: str, *, paper_defaults: bool = False, preset: str | None = None
+) -> dict[str, Any]:
     """The config defaults the command line uses for ``model`` (empty: the paper's defaults).
 
     Args:

@@ -140,7 +140,11 @@ def parse_train_args(
     paper = known.paper_defaults or bool(file_values.get("paper_defaults"))
     preset = known.preset or file_values.get("preset")
     try:
-        merged = {**preset_for(model, paper_defaults=paper, preset=preset), **dict(defaults or {}), **file_values}
+        merged = {
+            **preset_for(model, paper_defaults=paper, preset=preset),
+            **dict(defaults or {}),
+            **file_values,
+        }
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     types = [TrainArguments, config_class]
@@ -393,7 +397,12 @@ def main(
     )
     trainer.run_info.update(record)
     trainer.run_info.update(
-        {"threads": args.threads, "device": str(dist.device), "dtype": dtype, "chat_template": template}
+        {
+            "threads": args.threads,
+            "device": str(dist.device),
+            "dtype": dtype,
+            "chat_template": template,
+        }
     )
     if args.resume:
         trainer.resume(args.resume_from, allow_config_change=args.allow_config_change)

@@ -81,7 +81,11 @@ def _prepare(
     out: dict[str, Tensor] = {}
     for name, m in markers.items():
         out[name] = _as_batch(m, name, squeeze).bool()
-    valid = torch.ones(shape, dtype=torch.bool) if valid is None else _as_batch(valid, "valid", squeeze).bool()
+    valid = (
+        torch.ones(shape, dtype=torch.bool)
+        if valid is None
+        else _as_batch(valid, "valid", squeeze).bool()
+    )
     for name, t in [("values", values), ("valid", valid), *out.items()]:
         if t.shape != shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)} but rewards has {tuple(shape)}")
@@ -94,7 +98,9 @@ def _prepare(
         boot = torch.as_tensor(bootstrap_value, device=rewards.device).detach().to(dtype)
         boot = boot.reshape(-1).expand(shape[0]) if boot.numel() == 1 else boot.reshape(-1)
         if boot.shape[0] != shape[0]:
-            raise ValueError(f"bootstrap_value must have one entry per env ({shape[0]}), got {boot.shape[0]}")
+            raise ValueError(
+                f"bootstrap_value must have one entry per env ({shape[0]}), got {boot.shape[0]}"
+            )
     return squeeze, rewards, values, out, boot, valid
 
 
@@ -323,7 +329,11 @@ def flatten_action_tokens(
         raise ValueError(f"token_mask must be (B, T, L), got {tuple(token_mask.shape)}")
     mask = token_mask.bool()
     batch, steps, length = mask.shape
-    dec_valid = torch.ones(batch, steps, dtype=torch.bool, device=mask.device) if valid is None else valid.bool()
+    dec_valid = (
+        torch.ones(batch, steps, dtype=torch.bool, device=mask.device)
+        if valid is None
+        else valid.bool()
+    )
     counts = mask.sum(-1)  # (B, T)
     empty = dec_valid & (counts == 0)
     if empty.any():
@@ -382,7 +392,9 @@ def discounted_returns(
     """
     _, ret = action_level_gae(
         rewards,
-        torch.zeros_like(rewards, dtype=rewards.dtype if rewards.is_floating_point() else torch.float32),
+        torch.zeros_like(
+            rewards, dtype=rewards.dtype if rewards.is_floating_point() else torch.float32
+        ),
         round_end,
         dones,
         bootstrap_value,
@@ -405,14 +417,18 @@ def _group_index(group_ids: Tensor | Sequence[object], n: int, device: torch.dev
     if len(labels) != n:
         raise ValueError(f"group_ids has {len(labels)} entries but rewards has {n}")
     index: dict[object, int] = {}
-    return torch.tensor([index.setdefault(g, len(index)) for g in labels], dtype=torch.long, device=device)
+    return torch.tensor(
+        [index.setdefault(g, len(index)) for g in labels], dtype=torch.long, device=device
+    )
 
 
 def _group_stats(rewards: Tensor, inverse: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per-sample group mean, unbiased group std (0 for singleton groups) and group size."""
     n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
     counts = torch.bincount(inverse, minlength=n_groups).to(rewards.dtype)  # (G,)
-    sums = torch.zeros(n_groups, dtype=rewards.dtype, device=rewards.device).index_add_(0, inverse, rewards)
+    sums = torch.zeros(n_groups, dtype=rewards.dtype, device=rewards.device).index_add_(
+        0, inverse, rewards
+    )
     mean = (sums / counts)[inverse]  # (N,)
     sq = torch.zeros_like(sums).index_add_(0, inverse, (rewards - mean) ** 2)
     var = torch.where(counts > 1, sq / (counts - 1).clamp(min=1), torch.zeros_like(sq))
@@ -474,8 +490,12 @@ def zero_std_group_mask(rewards: Tensor, group_ids: Tensor | Sequence[object]) -
         return torch.zeros(0, dtype=torch.bool)
     inverse = _group_index(group_ids, r.numel(), r.device)
     n_groups = int(inverse.max().item()) + 1
-    lo = torch.full((n_groups,), float("inf"), device=r.device).scatter_reduce(0, inverse, r, "amin")
-    hi = torch.full((n_groups,), float("-inf"), device=r.device).scatter_reduce(0, inverse, r, "amax")
+    lo = torch.full((n_groups,), float("inf"), device=r.device).scatter_reduce(
+        0, inverse, r, "amin"
+    )
+    hi = torch.full((n_groups,), float("-inf"), device=r.device).scatter_reduce(
+        0, inverse, r, "amax"
+    )
     return (lo == hi)[inverse]
 
 

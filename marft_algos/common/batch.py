@@ -80,11 +80,15 @@ class RolloutBatch:
 
     def action_lists(self) -> list[list[int]]:
         """Generated ids of each decision without padding (what the policy's forward takes)."""
-        return [row[: int(n)].tolist() for row, n in zip(self.action_ids, self.lengths, strict=True)]
+        return [
+            row[: int(n)].tolist() for row, n in zip(self.action_ids, self.lengths, strict=True)
+        ]
 
     def critic_prompts(self) -> list[list[int]]:
         """Prompt ids for the critic: re-rendered in its tokenizer where that differs."""
-        return list(self.critic_prompt_ids if self.critic_prompt_ids is not None else self.prompt_ids)
+        return list(
+            self.critic_prompt_ids if self.critic_prompt_ids is not None else self.prompt_ids
+        )
 
     def __getitem__(self, index: Sequence[int] | Tensor | np.ndarray) -> RolloutBatch:
         """The decisions at ``index`` as a batch of the same type (token columns kept)."""
@@ -110,7 +114,9 @@ class RolloutBatch:
     ) -> RolloutBatch:
         """A copy with advantages (and values, returns, critic prompts) filled in."""
         if advantages.shape[0] != len(self):
-            raise ValueError(f"advantages has {advantages.shape[0]} rows for {len(self)} decisions.")
+            raise ValueError(
+                f"advantages has {advantages.shape[0]} rows for {len(self)} decisions."
+            )
         return replace(
             self,
             advantages=advantages,
@@ -135,7 +141,11 @@ class RolloutBatch:
             num_minibatches: Groups to split the episodes into.
             num_episodes: Episodes the batch was built from (default: the highest row + 1).
         """
-        rows = num_episodes if num_episodes is not None else (int(self.episode.max()) + 1 if len(self) else 0)
+        rows = (
+            num_episodes
+            if num_episodes is not None
+            else (int(self.episode.max()) + 1 if len(self) else 0)
+        )
         order = np.arange(rows)
         rng.shuffle(order)
         episode = self.episode.numpy()
@@ -173,7 +183,10 @@ def build_rollout_batch(
     """
     keep = None if agents is None else set(agents)
     rows: list[tuple[int, _Decision]] = [
-        (row, d) for row, e in enumerate(episodes) for d in e.decisions if keep is None or d.agent in keep
+        (row, d)
+        for row, e in enumerate(episodes)
+        for d in e.decisions
+        if keep is None or d.agent in keep
     ]
     width = max((len(d.action_ids) for _, d in rows), default=0)
     n = len(rows)
@@ -198,6 +211,10 @@ def build_rollout_batch(
         action_mask=action_mask,
         old_log_probs=old,
         episode=torch.tensor([row for row, _ in rows], dtype=torch.long),
-        word_counts=torch.tensor([max(1, len(d.text.split())) for _, d in rows], dtype=torch.float32),
-        token_caps=torch.tensor([int(caps.get(d.agent, default_cap)) for _, d in rows], dtype=torch.long),
+        word_counts=torch.tensor(
+            [max(1, len(d.text.split())) for _, d in rows], dtype=torch.float32
+        ),
+        token_caps=torch.tensor(
+            [int(caps.get(d.agent, default_cap)) for _, d in rows], dtype=torch.long
+        ),
     )

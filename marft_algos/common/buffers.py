@@ -119,7 +119,9 @@ def token_layout(episodes: Sequence[_Episode]) -> TokenLayout:
     return TokenLayout(rewards, action_end, round_end, dones, valid, spans)
 
 
-def scatter_rows(values: Sequence[Tensor], spans: Sequence[tuple[int, int, int]], shape: tuple[int, int]) -> Tensor:
+def scatter_rows(
+    values: Sequence[Tensor], spans: Sequence[tuple[int, int, int]], shape: tuple[int, int]
+) -> Tensor:
     """Place per-decision token vectors into a ``(E, L)`` token-layout tensor (inverse of slicing)."""
     out = torch.zeros(shape)
     for v, (row, col, n) in zip(values, spans, strict=True):
@@ -140,4 +142,8 @@ def pad_rows(rows: Sequence[Sequence[float]]) -> tuple[Tensor, Tensor]:
 
 def chunk_indices(items: Sequence[int], n: int) -> list[list[int]]:
     """Split ``items`` into at most ``n`` contiguous, non-empty, near-equal chunks."""
-    return [list(c) for c in np.array_split(np.asarray(items, dtype=np.int64), min(n, len(items))) if len(c)]
+    return [
+        list(c)
+        for c in np.array_split(np.asarray(items, dtype=np.int64), min(n, len(items)))
+        if len(c)
+    ]

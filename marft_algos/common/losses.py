@@ -146,7 +146,9 @@ def action_log_prob(
         return total / m.sum(-1).clamp(min=1.0)
     if normalization == "word":
         if word_counts is None:
-            raise ValueError("normalization='word' needs word_counts, the number of words of each action")
+            raise ValueError(
+                "normalization='word' needs word_counts, the number of words of each action"
+            )
         return total / word_counts.to(total.dtype).clamp(min=1.0)
     raise ValueError(f"normalization must be 'none', 'token' or 'word', got {normalization!r}")
 
@@ -178,7 +180,11 @@ def aggregate_loss(
     """
     if per_token.dim() == 1:
         per_token = per_token.unsqueeze(-1)  # (B, 1)
-    valid = torch.ones_like(per_token, dtype=torch.bool) if mask is None else mask.reshape(per_token.shape).bool()
+    valid = (
+        torch.ones_like(per_token, dtype=torch.bool)
+        if mask is None
+        else mask.reshape(per_token.shape).bool()
+    )
     m = valid.to(per_token.dtype)
     kept = torch.where(valid, per_token, torch.zeros_like(per_token))  # (B, L)
     total = kept.sum()
@@ -258,7 +264,13 @@ def ppo_clip_loss(
     return loss, stats
 
 
-_SURROGATE_STATS = ("approx_kl", "clip_fraction", "clip_low_fraction", "clip_high_fraction", "ratio_mean")
+_SURROGATE_STATS = (
+    "approx_kl",
+    "clip_fraction",
+    "clip_low_fraction",
+    "clip_high_fraction",
+    "ratio_mean",
+)
 
 
 def clipped_surrogate(
@@ -291,10 +303,16 @@ def clipped_surrogate(
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     if epsilon < 0 or eps_high < 0:
-        raise ValueError(f"clip ranges must be >= 0, got epsilon={epsilon}, epsilon_high={epsilon_high}")
+        raise ValueError(
+            f"clip ranges must be >= 0, got epsilon={epsilon}, epsilon_high={epsilon_high}"
+        )
     if log_probs.shape != old_log_probs.shape:
-        raise ValueError(f"log_probs {tuple(log_probs.shape)} and old_log_probs {tuple(old_log_probs.shape)} differ")
-    lp = log_probs if log_probs.dim() == 2 else log_probs.reshape(-1, 1)  # (B, L); L = 1 action-level
+        raise ValueError(
+            f"log_probs {tuple(log_probs.shape)} and old_log_probs {tuple(old_log_probs.shape)} differ"
+        )
+    lp = (
+        log_probs if log_probs.dim() == 2 else log_probs.reshape(-1, 1)
+    )  # (B, L); L = 1 action-level
     old = old_log_probs.reshape(lp.shape)
     adv = advantages
     if adv.shape != log_probs.shape:
@@ -409,7 +427,9 @@ def value_loss(
         if huber_delta is None:
             return 0.5 * err**2
         abs_err = err.abs()
-        return torch.where(abs_err <= huber_delta, 0.5 * err**2, huber_delta * (abs_err - 0.5 * huber_delta))
+        return torch.where(
+            abs_err <= huber_delta, 0.5 * err**2, huber_delta * (abs_err - 0.5 * huber_delta)
+        )
 
     loss = elementwise(values)
     if clip_range is not None:

@@ -49,7 +49,10 @@ class LoraSettings:
             else list(self.target_modules)
         )
         # peft's stubs say int / a Literal list; it accepts any float alpha and init name it knows.
-        settings: dict[str, Any] = {"lora_alpha": self.alpha, "init_lora_weights": self.init_lora_weights}
+        settings: dict[str, Any] = {
+            "lora_alpha": self.alpha,
+            "init_lora_weights": self.init_lora_weights,
+        }
         return LoraConfig(
             r=self.r,
             lora_dropout=self.dropout,

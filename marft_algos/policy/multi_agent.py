@@ -452,11 +452,16 @@ class MultiAgentPolicy:
         # The processed scores generate() samples from (temperature, top-k, top-p applied) give the
         # rollout log-probs without a second forward pass; keeping them costs B x T x vocab floats,
         # so large batches recompute instead.
-        keep_logits = len(prompts) * max_new_tokens * len(backbone.tokenizer) * 4 <= self.generation_logits_bytes
+        keep_logits = (
+            len(prompts) * max_new_tokens * len(backbone.tokenizer) * 4
+            <= self.generation_logits_bytes
+        )
         if keep_logits:
             gen_kwargs.update(output_scores=True, return_dict_in_generate=True)
         # Greedy decoding samples nothing: its log-probs follow the policy temperature, uncut.
-        dist_temp, dist_k, dist_p = (temp, top_k, top_p) if do_sample else (self.temperature, 0, 1.0)
+        dist_temp, dist_k, dist_p = (
+            (temp, top_k, top_p) if do_sample else (self.temperature, 0, 1.0)
+        )
         with seeded_rng(seed, backbone.device), torch.no_grad(), self.acting(agent) as model:
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
         sequences = out.sequences if keep_logits else out  # (B, P + T_gen)
@@ -472,7 +477,9 @@ class MultiAgentPolicy:
             if keep_logits:
                 lengths = torch.tensor([len(a) for a in actions], device=new_ids.device)  # (B,)
                 width = int(lengths.max())
-                scores = torch.stack(out.scores[:width], dim=1)  # (B, T_act, vocab), already processed
+                scores = torch.stack(
+                    out.scores[:width], dim=1
+                )  # (B, T_act, vocab), already processed
                 mask = torch.arange(width, device=new_ids.device) < lengths[:, None]  # (B, T_act)
                 if not do_sample:  # no warper ran: scale by the policy temperature here
                     scores = scores / self.temperature

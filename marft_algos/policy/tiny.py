@@ -44,6 +44,7 @@ CHATML_TEMPLATE = (
 
 _SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
+
 def _pretokenize_regex(number_digits: int) -> str:
     """Qwen2's pre-tokenisation pattern, with numbers cut into pieces of up to ``number_digits``."""
     numbers = r"\p{N}" if number_digits == 1 else rf"\p{{N}}{{1,{number_digits}}}"
@@ -110,7 +111,9 @@ def build_tiny_tokenizer(
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_pretokenize_regex(number_digits)), behavior="isolated", invert=False),
+            pre_tokenizers.Split(
+                Regex(_pretokenize_regex(number_digits)), behavior="isolated", invert=False
+            ),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )

@@ -21,15 +21,21 @@ __all__ = ["CREDIT_RULES", "CreditRule", "assign_credit", "resolve_credit"]
 CreditRule = Callable[[float, Sequence[str], Mapping[str, AgentProfile]], Mapping[str, float]]
 
 
-def _team(reward: float, acted: Sequence[str], profiles: Mapping[str, AgentProfile]) -> dict[str, float]:
+def _team(
+    reward: float, acted: Sequence[str], profiles: Mapping[str, AgentProfile]
+) -> dict[str, float]:
     return {agent: reward for agent in acted}
 
 
-def _graded(reward: float, acted: Sequence[str], profiles: Mapping[str, AgentProfile]) -> dict[str, float]:
+def _graded(
+    reward: float, acted: Sequence[str], profiles: Mapping[str, AgentProfile]
+) -> dict[str, float]:
     return {agent: reward for agent in acted if profiles[agent].graded}
 
 
-def _last(reward: float, acted: Sequence[str], profiles: Mapping[str, AgentProfile]) -> dict[str, float]:
+def _last(
+    reward: float, acted: Sequence[str], profiles: Mapping[str, AgentProfile]
+) -> dict[str, float]:
     return {acted[-1]: reward} if acted else {}
 
 

@@ -81,7 +81,9 @@ class RoundState:
         for name, action in self.actions:
             if name == agent:
                 return action
-        raise KeyError(f"{agent!r} has not acted in round {self.timestep}; acted: {list(self.acted)}")
+        raise KeyError(
+            f"{agent!r} has not acted in round {self.timestep}; acted: {list(self.acted)}"
+        )
 
     def dependency_matrix(self) -> np.ndarray:
         """The realised ``D_t`` as an (n_agents, n_agents) 0/1 matrix: ``D[i, j] = 1`` iff j saw i."""
@@ -135,7 +137,9 @@ class DependencyFunction(ABC):
 def _check_members(owner: str, names: Iterable[str], agents: Sequence[str]) -> None:
     unknown = [n for n in names if n not in agents]
     if unknown:
-        raise ValueError(f"{owner} names agent(s) {unknown} that are not in the team {list(agents)}.")
+        raise ValueError(
+            f"{owner} names agent(s) {unknown} that are not in the team {list(agents)}."
+        )
 
 
 class Chain(DependencyFunction):
@@ -256,7 +260,9 @@ class Router(DependencyFunction):
             return None
     """
 
-    def __init__(self, choose: Callable[[RoundState], str | Turn | None], *, visibility: str = "all") -> None:
+    def __init__(
+        self, choose: Callable[[RoundState], str | Turn | None], *, visibility: str = "all"
+    ) -> None:
         if visibility not in ("all", "last"):
             raise ValueError(f"Router(visibility=...) must be 'all' or 'last', got {visibility!r}.")
         self.choose = choose
@@ -303,23 +309,32 @@ class Orchestrator(DependencyFunction):
         if not specialists:
             raise ValueError("Orchestrator needs at least one specialist.")
         if default is not None and default not in specialists:
-            raise ValueError(f"Orchestrator(default={default!r}) must be one of specialists {list(specialists)}.")
+            raise ValueError(
+                f"Orchestrator(default={default!r}) must be one of specialists {list(specialists)}."
+            )
         self.orchestrator = orchestrator
         self.specialists = tuple(specialists)
         self.finisher = finisher
         self.default = default
         self._patterns = [
-            (name, re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", re.IGNORECASE))
+            (
+                name,
+                re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", re.IGNORECASE),
+            )
             for name in self.specialists
         ]
 
     def reset(self, agents: Sequence[str]) -> None:
-        members = [self.orchestrator, *self.specialists] + ([self.finisher] if self.finisher else [])
+        members = [self.orchestrator, *self.specialists] + (
+            [self.finisher] if self.finisher else []
+        )
         _check_members("Orchestrator", members, agents)
 
     def route(self, orchestrator_action: str) -> str | None:
         """The specialist named first in the orchestrator's action, else ``default``."""
-        found = [(m.start(), name) for name, p in self._patterns if (m := p.search(orchestrator_action))]
+        found = [
+            (m.start(), name) for name, p in self._patterns if (m := p.search(orchestrator_action))
+        ]
         return min(found)[1] if found else self.default
 
     def next_turn(self, state: RoundState) -> Turn | None:

@@ -110,7 +110,9 @@ class FlexPOMDPEnv(AECEnv):
                 f"Router(fn)), got {dependency!r}."
             )
         if not isinstance(horizon, int) or horizon < 1:
-            raise ValueError(f"horizon must be a positive integer number of rounds, got {horizon!r}.")
+            raise ValueError(
+                f"horizon must be a positive integer number of rounds, got {horizon!r}."
+            )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode={render_mode!r} is not supported; use one of "
@@ -228,7 +230,9 @@ class FlexPOMDPEnv(AECEnv):
 
     def render(self) -> str | None:
         if self.render_mode is None:
-            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi' or 'human'.")
+            gymnasium.logger.warn(
+                "render() called without a render_mode; pass render_mode='ansi' or 'human'."
+            )
             return None
         from marft_envs.core.rendering import render_transcript
 
@@ -262,7 +266,9 @@ class FlexPOMDPEnv(AECEnv):
             logger.warning(
                 "Action of %r has %d characters, more than max_action_length=%d; it is cut to that "
                 "length (raise max_action_length to keep it whole).",
-                agent, len(action), self.max_action_length,
+                agent,
+                len(action),
+                self.max_action_length,
             )
             self.infos[agent]["action_truncated"] = True
             action = action[: self.max_action_length]
@@ -305,7 +311,9 @@ class FlexPOMDPEnv(AECEnv):
         actions = dict(self._round.actions)
         result = self._transition(actions)
         if not isinstance(result, Transition):
-            raise TypeError(f"{type(self).__name__}._transition must return a Transition, got {result!r}.")
+            raise TypeError(
+                f"{type(self).__name__}._transition must return a Transition, got {result!r}."
+            )
         if isinstance(result.reward, Mapping):
             unknown = set(result.reward) - set(self.profiles)
             if unknown:

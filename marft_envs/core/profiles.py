@@ -80,11 +80,15 @@ class AgentProfile:
 
 def as_profiles(profiles: Iterable[AgentProfile | Mapping[str, Any]]) -> tuple[AgentProfile, ...]:
     """Normalise profiles given as objects or dicts, checking roles are unique and non-empty."""
-    result = tuple(p if isinstance(p, AgentProfile) else AgentProfile.from_dict(p) for p in profiles)
+    result = tuple(
+        p if isinstance(p, AgentProfile) else AgentProfile.from_dict(p) for p in profiles
+    )
     if not result:
         raise ValueError("A team needs at least one agent profile; got none.")
     roles = [p.role for p in result]
     duplicates = sorted({r for r in roles if roles.count(r) > 1})
     if duplicates:
-        raise ValueError(f"Agent roles must be unique; {duplicates} appear more than once in {roles}.")
+        raise ValueError(
+            f"Agent roles must be unique; {duplicates} appear more than once in {roles}."
+        )
     return result

@@ -31,7 +31,11 @@ def _panels(env: FlexPOMDPEnv) -> list[Panel]:
             body.append(Text(f"{agent} (sees {seen})", style="bold cyan"))
             body.append(Text(action if action else "<empty>"))
         if rewards is not None:
-            body.append(Text("rewards: " + ", ".join(f"{a}={r:g}" for a, r in rewards.items()), style="green"))
+            body.append(
+                Text(
+                    "rewards: " + ", ".join(f"{a}={r:g}" for a, r in rewards.items()), style="green"
+                )
+            )
         panels.append(Panel(Group(*body), title=f"round {timestep}", title_align="left"))
     return panels
 

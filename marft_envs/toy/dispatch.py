@@ -33,7 +33,9 @@ DISPATCH_PROFILES = (
         "You route requests. Reply with the name of the specialist who should handle the request: "
         "calculator (sums) or speller (reversing words).",
     ),
-    AgentProfile("calculator", "You are the calculator. Answer the sum with a number.", graded=True),
+    AgentProfile(
+        "calculator", "You are the calculator. Answer the sum with a number.", graded=True
+    ),
     AgentProfile("speller", "You are the speller. Write the requested word reversed.", graded=True),
 )
 
@@ -65,7 +67,11 @@ class DispatchEnv(FlexPOMDPEnv):
             self.kind, self.request, self.answer = "calculator", f"What is {a} + {b}?", str(a + b)
         else:
             word = _WORDS[int(self.np_random.integers(len(_WORDS)))]
-            self.kind, self.request, self.answer = "speller", f"Reverse the word '{word}'.", word[::-1]
+            self.kind, self.request, self.answer = (
+                "speller",
+                f"Reverse the word '{word}'.",
+                word[::-1],
+            )
 
     def _route_context(self) -> Mapping[str, Any]:
         return {"request": self.request}
@@ -76,4 +82,6 @@ class DispatchEnv(FlexPOMDPEnv):
     def _transition(self, actions: Mapping[str, str]) -> Transition:
         routed = [a for a in actions if a != "dispatcher"]
         correct = routed == [self.kind] and self.answer in actions[self.kind]
-        return Transition(reward=float(correct), terminated=True, info={"correct": correct, "routed_to": routed})
+        return Transition(
+            reward=float(correct), terminated=True, info={"correct": correct, "routed_to": routed}
+        )

@@ -37,10 +37,14 @@ def relay_profiles(n_agents: int) -> list[AgentProfile]:
         raise ValueError(f"RelayEnv needs n_agents >= 2 (a scout and a reporter), got {n_agents}.")
     team = [AgentProfile("scout", "You are the scout. Pass the secret code on, exactly.")]
     team += [
-        AgentProfile(f"messenger_{k}", "You are a messenger. Repeat the code you received, exactly.")
+        AgentProfile(
+            f"messenger_{k}", "You are a messenger. Repeat the code you received, exactly."
+        )
         for k in range(1, n_agents - 1)
     ]
-    team.append(AgentProfile("reporter", "You are the reporter. State the code you received.", graded=True))
+    team.append(
+        AgentProfile("reporter", "You are the reporter. State the code you received.", graded=True)
+    )
     return team
 
 
@@ -76,7 +80,9 @@ class RelayEnv(FlexPOMDPEnv):
 
     def _reset_task(self, options: Mapping[str, Any] | None) -> None:
         alphabet = string.ascii_uppercase + string.digits
-        self.code = "".join(alphabet[i] for i in self.np_random.integers(0, len(alphabet), self.code_length))
+        self.code = "".join(
+            alphabet[i] for i in self.np_random.integers(0, len(alphabet), self.code_length)
+        )
 
     def _observation(self, agent: str) -> str:
         clock = f"Round {self.timestep + 1} of {self.horizon}. " if self.show_round else ""

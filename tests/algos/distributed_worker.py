@@ -1,9 +1,9 @@
 """Worker for tests/algos/test_distributed.py, run as a plain process or under torchrun.
 
-    python distributed_worker.py single OUT        # collect fixed batches, one-process updates
-    torchrun --nproc_per_node 2 distributed_worker.py ranks OUT   # the same updates on two ranks,
-                                                                   # then a short run with a router
-    python distributed_worker.py resume OUT        # resume the two-rank run on one process
+python distributed_worker.py single OUT        # collect fixed batches, one-process updates
+torchrun --nproc_per_node 2 distributed_worker.py ranks OUT   # the same updates on two ranks,
+                                                               # then a short run with a router
+python distributed_worker.py resume OUT        # resume the two-rank run on one process
 """
 
 from __future__ import annotations
@@ -32,14 +32,23 @@ from marft_envs.core.dependency import Router  # noqa: E402
 KINDS = ("action", "token", "grpo")
 # Adam's first step moves every weight by about lr·sign(g), so float round-off in a near-zero gradient
 # element (sums taken in another order) moves it by up to ~lr·1e-4: a small lr keeps that below 1e-6.
-SMALL = dict(episodes_per_iteration=8, rollout_threads=4, max_new_tokens=5, learning_rate=1e-4, entropy_coef=0.1)
+SMALL = dict(
+    episodes_per_iteration=8,
+    rollout_threads=4,
+    max_new_tokens=5,
+    learning_rate=1e-4,
+    entropy_coef=0.1,
+)
 
 
 class SkipOnRankOne(FlexPOMDPEnv):
     """The writer acts only on rank 0's episodes: rank 1 never has a writer decision."""
 
     def __init__(self):
-        profiles = [AgentProfile("writer", "Write digits."), AgentProfile("answerer", "Answer.", graded=True)]
+        profiles = [
+            AgentProfile("writer", "Write digits."),
+            AgentProfile("answerer", "Answer.", graded=True),
+        ]
         skip = os.environ.get("RANK", "0") == "1"
 
         def choose(state):
@@ -61,17 +70,33 @@ class SkipOnRankOne(FlexPOMDPEnv):
 
 
 def build(kind, distributed, env_fn=lambda: DigitsEnv(team=2), **overrides):
-    policy = MultiAgentPolicy.from_pretrained(str(tiny_model_path()), ["writer", "answerer"], seed=0)
+    policy = MultiAgentPolicy.from_pretrained(
+        str(tiny_model_path()), ["writer", "answerer"], seed=0
+    )
     settings = {**SMALL, "iterations": 1, "seed": 0, **overrides}
     if kind == "grpo":
-        return GRPOTrainer(policy, env_fn, GRPOConfig(num_generations=4, **settings), distributed=distributed)
-    config_cls, trainer_cls = {"action": (ActionMARFTConfig, ActionMARFTTrainer), "token": (TokenMARFTConfig, TokenMARFTTrainer)}[kind]
+        return GRPOTrainer(
+            policy, env_fn, GRPOConfig(num_generations=4, **settings), distributed=distributed
+        )
+    config_cls, trainer_cls = {
+        "action": (ActionMARFTConfig, ActionMARFTTrainer),
+        "token": (TokenMARFTConfig, TokenMARFTTrainer),
+    }[kind]
     settings["critic_learning_rate"] = 1e-3
-    return trainer_cls(policy, env_fn, config_cls(**settings), critic=Critic(policy, seed=0), distributed=distributed)
+    return trainer_cls(
+        policy,
+        env_fn,
+        config_cls(**settings),
+        critic=Critic(policy, seed=0),
+        distributed=distributed,
+    )
 
 
 def params(trainer):
-    out = {a: [p.detach().clone() for p in trainer.policy.trainable_parameters(a)] for a in trainer.trainable_agents()}
+    out = {
+        a: [p.detach().clone() for p in trainer.policy.trainable_parameters(a)]
+        for a in trainer.trainable_agents()
+    }
     if trainer.critic is not None:
         out["critic"] = [p.detach().clone() for p in trainer.critic.parameters()]
     return out
@@ -90,24 +115,49 @@ def main(mode: str, out: Path) -> None:
     if mode == "ranks":
         for kind in KINDS:
             episodes = pickle.loads((out / f"{kind}-episodes.pkl").read_bytes())
-            share = dist.shard(len(episodes))  # contiguous: GRPO groups (4 episodes each) stay whole
+            share = dist.shard(
+                len(episodes)
+            )  # contiguous: GRPO groups (4 episodes each) stay whole
             trainer = build(kind, dist)
             metrics = trainer.update([episodes[i] for i in share])
-            torch.save({"params": params(trainer), "metrics": metrics}, out / f"{kind}-rank{dist.rank}.pt")
+            torch.save(
+                {"params": params(trainer), "metrics": metrics}, out / f"{kind}-rank{dist.rank}.pt"
+            )
         # A short run where rank 1 never sees the writer: no hang, ranks stay identical.
         for kind in ("action", "grpo"):
-            trainer = build(kind, dist, env_fn=SkipOnRankOne, iterations=2, sync_check_every=1, learning_rate=5e-3,
-                            output_dir=str(out / f"run-{kind}"), checkpoint_every=1)
+            trainer = build(
+                kind,
+                dist,
+                env_fn=SkipOnRankOne,
+                iterations=2,
+                sync_check_every=1,
+                learning_rate=5e-3,
+                output_dir=str(out / f"run-{kind}"),
+                checkpoint_every=1,
+            )
             records = trainer.train()
-            torch.save({"params": params(trainer), "records": records}, out / f"run-{kind}-rank{dist.rank}.pt")
+            torch.save(
+                {"params": params(trainer), "records": records},
+                out / f"run-{kind}-rank{dist.rank}.pt",
+            )
         return
     if mode == "resume":
-        trainer = build("action", dist, env_fn=SkipOnRankOne, iterations=3, learning_rate=5e-3,
-                        output_dir=str(out / "run-action"), checkpoint_every=1)
+        trainer = build(
+            "action",
+            dist,
+            env_fn=SkipOnRankOne,
+            iterations=3,
+            learning_rate=5e-3,
+            output_dir=str(out / "run-action"),
+            checkpoint_every=1,
+        )
         trainer.resume(out / "run-action" / "checkpoint-2")
         loaded = params(trainer)
         records = trainer.train()
-        torch.save({"loaded": loaded, "iteration": trainer.iteration, "records": records}, out / "resumed.pt")
+        torch.save(
+            {"loaded": loaded, "iteration": trainer.iteration, "records": records},
+            out / "resumed.pt",
+        )
         return
     raise SystemExit(f"unknown mode {mode!r}")
 

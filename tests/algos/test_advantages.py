@@ -136,8 +136,15 @@ def test_shape_errors_are_explained() -> None:
     with pytest.raises(ValueError, match="values has shape"):
         action_level_gae(R4, t(1, 2), END4, END4, gamma=GAMMA, lam=LAM)
     with pytest.raises(ValueError, match="one entry per env"):
-        action_level_gae(R4[None].repeat(2, 1), V4[None].repeat(2, 1), END4[None].repeat(2, 1),
-                         END4[None].repeat(2, 1), t(1, 2, 3), gamma=GAMMA, lam=LAM)
+        action_level_gae(
+            R4[None].repeat(2, 1),
+            V4[None].repeat(2, 1),
+            END4[None].repeat(2, 1),
+            END4[None].repeat(2, 1),
+            t(1, 2, 3),
+            gamma=GAMMA,
+            lam=LAM,
+        )
 
 
 # ---------------------------------------------------------------- action level: independent
@@ -149,7 +156,9 @@ def test_single_agent_matches_stable_baselines3() -> None:
 
     rng = np.random.default_rng(0)
     n_steps, n_envs, gamma, lam = 64, 5, 0.97, 0.9
-    buf = RolloutBuffer(n_steps, spaces.Box(-1, 1, (1,)), spaces.Discrete(2), "cpu", lam, gamma, n_envs)
+    buf = RolloutBuffer(
+        n_steps, spaces.Box(-1, 1, (1,)), spaces.Discrete(2), "cpu", lam, gamma, n_envs
+    )
     buf.reset()
     buf.rewards[:] = rng.normal(size=(n_steps, n_envs))
     buf.values[:] = rng.normal(size=(n_steps, n_envs))
@@ -224,7 +233,9 @@ def test_multi_agent_matches_reference_loop(intra: bool) -> None:
     flat = lambda x: torch.tensor(x.transpose(1, 0, 2).reshape(n_envs, -1), dtype=torch.float32)  # noqa: E731
     round_end = torch.zeros(n_envs, n_steps, n_agents, dtype=torch.bool)
     round_end[..., -1] = True
-    done_flat = torch.tensor(dones.T[:, :, None].repeat(n_agents, axis=2))  # done copied to every agent
+    done_flat = torch.tensor(
+        dones.T[:, :, None].repeat(n_agents, axis=2)
+    )  # done copied to every agent
     adv, ret = action_level_gae(
         flat(rewards),
         flat(values),
@@ -255,8 +266,14 @@ def test_one_token_per_action_equals_action_level() -> None:
         kw = dict(gamma=0.95, lam=0.9, valid=valid, intra_round_discount=intra)
         a_adv, a_ret = action_level_gae(rewards, values, round_end, dones, boot, **kw)
         t_adv, t_ret = token_level_gae(
-            rewards, values, torch.ones(shape, dtype=torch.bool), round_end, dones, boot,
-            gamma_token=0.3, **kw,  # never used: every token ends its action
+            rewards,
+            values,
+            torch.ones(shape, dtype=torch.bool),
+            round_end,
+            dones,
+            boot,
+            gamma_token=0.3,
+            **kw,  # never used: every token ends its action
         )
         torch.testing.assert_close(t_adv, a_adv)
         torch.testing.assert_close(t_ret, a_ret)
@@ -306,11 +323,20 @@ def test_token_level_default_keeps_reward_over_long_actions() -> None:
     action_end[-1] = True
     rewards = torch.zeros(n)
     rewards[-1] = 1.0
-    adv, _ = token_level_gae(rewards, torch.zeros(n), action_end, action_end, action_end,
-                             gamma=0.99, lam=1.0)
+    adv, _ = token_level_gae(
+        rewards, torch.zeros(n), action_end, action_end, action_end, gamma=0.99, lam=1.0
+    )
     assert adv[0].item() == pytest.approx(1.0)
-    adv99, _ = token_level_gae(rewards, torch.zeros(n), action_end, action_end, action_end,
-                               gamma=0.99, lam=1.0, gamma_token=0.99)
+    adv99, _ = token_level_gae(
+        rewards,
+        torch.zeros(n),
+        action_end,
+        action_end,
+        action_end,
+        gamma=0.99,
+        lam=1.0,
+        gamma_token=0.99,
+    )
     assert adv99[0].item() == pytest.approx(0.99**499, rel=1e-4)
 
 
@@ -319,18 +345,28 @@ def test_flatten_action_tokens_hand() -> None:
     token_mask = torch.tensor([[[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 0, 0]]], dtype=torch.bool)
     flat = flatten_action_tokens(token_mask, t(0.5, 1, 2)[None], b(0, 1, 1)[None], b(0, 0, 1)[None])
     assert flat["action_end"].reshape(3, 4).tolist() == [
-        [False, False, True, False], [False, True, False, False], [False, True, False, False]
+        [False, False, True, False],
+        [False, True, False, False],
+        [False, True, False, False],
     ]
     adv, _ = token_level_gae(
-        flat["rewards"], torch.zeros(1, 12), flat["action_end"], flat["round_end"], flat["dones"],
-        gamma=0.9, lam=1.0, valid=flat["valid"],
+        flat["rewards"],
+        torch.zeros(1, 12),
+        flat["action_end"],
+        flat["round_end"],
+        flat["dones"],
+        gamma=0.9,
+        lam=1.0,
+        valid=flat["valid"],
     )
     torch.testing.assert_close(
         adv.reshape(3, 4),
         torch.tensor([[3.02, 3.02, 3.02, 0], [2.8, 2.8, 0, 0], [2.0, 2.0, 0, 0]]),
     )
     with pytest.raises(ValueError, match="no generated token"):
-        flatten_action_tokens(torch.zeros(1, 1, 2, dtype=torch.bool), t(1)[None], b(1)[None], b(1)[None])
+        flatten_action_tokens(
+            torch.zeros(1, 1, 2, dtype=torch.bool), t(1)[None], b(1)[None], b(1)[None]
+        )
 
 
 def test_token_grid_equals_compact_sequence() -> None:
@@ -346,8 +382,14 @@ def test_token_grid_equals_compact_sequence() -> None:
     flat = flatten_action_tokens(token_mask, rewards, round_end, dones)
     kw = dict(gamma=0.95, lam=0.9, gamma_token=0.99, lam_token=0.97)
     adv, _ = token_level_gae(
-        flat["rewards"], values.reshape(n_envs, -1), flat["action_end"], flat["round_end"],
-        flat["dones"], boot, valid=flat["valid"], **kw,
+        flat["rewards"],
+        values.reshape(n_envs, -1),
+        flat["action_end"],
+        flat["round_end"],
+        flat["dones"],
+        boot,
+        valid=flat["valid"],
+        **kw,
     )
     for env in range(n_envs):
         # Compact sequence built by hand: each action's real tokens, markers on its last token.
@@ -359,8 +401,13 @@ def test_token_grid_equals_compact_sequence() -> None:
             r_end += [False] * (n - 1) + [bool(round_end[env, k])]
             d += [False] * (n - 1) + [bool(dones[env, k])]
         compact_adv, _ = token_level_gae(
-            torch.tensor(r), values[env][token_mask[env]], torch.tensor(a_end), torch.tensor(r_end),
-            torch.tensor(d), boot[env], **kw,
+            torch.tensor(r),
+            values[env][token_mask[env]],
+            torch.tensor(a_end),
+            torch.tensor(r_end),
+            torch.tensor(d),
+            boot[env],
+            **kw,
         )
         torch.testing.assert_close(adv[env][flat["valid"][env]], compact_adv)
 

@@ -28,7 +28,12 @@ def _free_port() -> int:
 
 
 def _run(args: list[str], cwd: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "PYTHONUNBUFFERED": "1",
+    }
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
@@ -39,8 +44,20 @@ def runs(tmp_path_factory):
     root = Path(__file__).parents[2]
     _run([sys.executable, str(WORKER), "single", str(out)], root)
     _run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(_free_port()), str(WORKER), "ranks", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(_free_port()),
+            str(WORKER),
+            "ranks",
+            str(out),
+        ],
         root,
     )
     _run([sys.executable, str(WORKER), "resume", str(out)], root)
@@ -61,9 +78,13 @@ def test_two_rank_update_equals_the_one_process_update(runs, kind):
     _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)  # identical across ranks
     _close(one["params"], ranks[0]["params"], atol=1e-6)  # and equal to one process
     for key in ("train/policy_loss", "train/entropy", "train/approx_kl"):
-        assert ranks[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-6), key
+        assert ranks[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-6), (
+            key
+        )
     if kind != "grpo":
-        assert ranks[0]["metrics"]["train/value_loss"] == pytest.approx(one["metrics"]["train/value_loss"], rel=1e-4)
+        assert ranks[0]["metrics"]["train/value_loss"] == pytest.approx(
+            one["metrics"]["train/value_loss"], rel=1e-4
+        )
 
 
 @pytest.mark.parametrize("kind", ["action", "grpo"])
@@ -77,7 +98,9 @@ def test_a_rank_without_an_agent_neither_hangs_nor_diverges(runs, kind):
     assert ranks[0]["records"][-1]["rollout/episodes"] == 8
     lines = (runs / f"run-{kind}" / "metrics.jsonl").read_text().splitlines()
     # One line per iteration, written once (the action run was resumed for a third iteration).
-    assert [json.loads(line)["iteration"] for line in lines] == ([1, 2, 3] if kind == "action" else [1, 2])
+    assert [json.loads(line)["iteration"] for line in lines] == (
+        [1, 2, 3] if kind == "action" else [1, 2]
+    )
 
 
 def test_a_two_rank_checkpoint_resumes_on_one_process(runs):

@@ -100,7 +100,9 @@ def test_sequence_advantage_broadcast_and_action_level_mask() -> None:
     loss, _ = ppo_clip_loss(lp, lp, t(1.0, 4.0), MASK2)
     # tokens: row 0 three times A=1, row 1 once A=4 → −(1 + 1 + 1 + 4)/4
     assert loss.item() == pytest.approx(-1.75)
-    loss, _ = ppo_clip_loss(torch.zeros(3), torch.zeros(3), t(1, 2, 30), torch.tensor([1, 1, 0]).bool())
+    loss, _ = ppo_clip_loss(
+        torch.zeros(3), torch.zeros(3), t(1, 2, 30), torch.tensor([1, 1, 0]).bool()
+    )
     assert loss.item() == pytest.approx(-1.5)
     with pytest.raises(ValueError, match="loss_type"):
         ppo_clip_loss(lp, lp, ADV2, loss_type="sum")  # type: ignore[arg-type]
@@ -112,7 +114,9 @@ def test_aggregate_loss_is_linear_so_kl_can_be_added_after() -> None:
     mask = torch.rand(4, 5, generator=gen) < 0.7
     for loss_type in ("token_mean", "grpo", "dapo", "dr_grpo"):
         together = aggregate_loss(clip_part + 0.04 * kl_part, mask, loss_type)  # type: ignore[arg-type]
-        apart = aggregate_loss(clip_part, mask, loss_type) + 0.04 * aggregate_loss(kl_part, mask, loss_type)  # type: ignore[arg-type]
+        apart = aggregate_loss(clip_part, mask, loss_type) + 0.04 * aggregate_loss(
+            kl_part, mask, loss_type
+        )  # type: ignore[arg-type]
         torch.testing.assert_close(together, apart)
     assert aggregate_loss(t(1, 2, 3)).item() == pytest.approx(2.0)
 
@@ -140,7 +144,9 @@ def test_value_loss_mse_huber_hand() -> None:
     assert huber.item() == pytest.approx(1.0)
     torch.testing.assert_close(huber, F.huber_loss(values, returns, delta=1.0))
     # mask drops the second entry
-    assert value_loss(values, values, returns, torch.tensor([True, False])).item() == pytest.approx(0.5)
+    assert value_loss(values, values, returns, torch.tensor([True, False])).item() == pytest.approx(
+        0.5
+    )
 
 
 def test_value_loss_clipped_hand() -> None:
@@ -188,11 +194,15 @@ def test_kl_k3_expectation_is_exact_kl() -> None:
 def test_approx_kl_masked() -> None:
     lp, old = torch.log(t(1.5, 0.5, 7.0)), torch.zeros(3)
     kl = approx_kl(lp, old, torch.tensor([True, True, False]))
-    assert kl.item() == pytest.approx(((0.5 - math.log(1.5)) + (-0.5 - math.log(0.5))) / 2, rel=1e-5)
+    assert kl.item() == pytest.approx(
+        ((0.5 - math.log(1.5)) + (-0.5 - math.log(0.5))) / 2, rel=1e-5
+    )
 
 
 def test_action_log_prob_normalisations_hand() -> None:
-    lps = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -99.0]])  # (B=2, L=3), last of row 1 is pad
+    lps = torch.tensor(
+        [[-1.0, -2.0, -3.0], [-4.0, -5.0, -99.0]]
+    )  # (B=2, L=3), last of row 1 is pad
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
     torch.testing.assert_close(action_log_prob(lps, mask), t(-6, -9))
     torch.testing.assert_close(action_log_prob(lps, mask, "token"), t(-6 / 3, -9 / 2))
@@ -218,13 +228,17 @@ def test_sequence_weights_hand():
     torch.testing.assert_close(token, mask.float() / 10)
     seq = sequence_weights(mask, "sequence", total_tokens=10, total_sequences=3)
     torch.testing.assert_close(seq, torch.tensor([[1 / 9, 1 / 9, 1 / 9, 0], [1 / 3, 0, 0, 0]]))
-    const = sequence_weights(mask, "constant", total_tokens=10, total_sequences=3, caps=torch.tensor([6, 2]))
+    const = sequence_weights(
+        mask, "constant", total_tokens=10, total_sequences=3, caps=torch.tensor([6, 2])
+    )
     torch.testing.assert_close(const, torch.tensor([[1 / 18, 1 / 18, 1 / 18, 0], [1 / 6, 0, 0, 0]]))
     with pytest.raises(ValueError, match="needs caps"):
         sequence_weights(mask, "constant", total_tokens=10, total_sequences=3)
 
 
-@pytest.mark.parametrize(("normalizer", "loss_type"), [("token", "dapo"), ("sequence", "grpo"), ("constant", "dr_grpo")])
+@pytest.mark.parametrize(
+    ("normalizer", "loss_type"), [("token", "dapo"), ("sequence", "grpo"), ("constant", "dr_grpo")]
+)
 def test_weighted_surrogate_equals_the_aggregated_loss_for_any_split(normalizer, loss_type):
     from marft_algos.common.losses import clipped_surrogate, sequence_weights
 
@@ -233,13 +247,22 @@ def test_weighted_surrogate_equals_the_aggregated_loss_for_any_split(normalizer,
     old = lp + torch.randn(5, 7, generator=gen) * 0.2
     adv = torch.randn(5, generator=gen)
     mask = torch.arange(7).expand(5, 7) < torch.tensor([[7], [3], [5], [1], [6]])
-    whole, _ = ppo_clip_loss(lp, old, adv, mask, loss_type=loss_type, max_completion_length=7,
-                             num_items_in_batch=float(mask.sum()))
+    whole, _ = ppo_clip_loss(
+        lp,
+        old,
+        adv,
+        mask,
+        loss_type=loss_type,
+        max_completion_length=7,
+        num_items_in_batch=float(mask.sum()),
+    )
     tokens, rows = float(mask.sum()), 5.0
     caps = torch.full((5,), 7)
     total = torch.zeros(())
     for part in (slice(0, 2), slice(2, 3), slice(3, 5)):  # any split gives the same sum
         per, _ = clipped_surrogate(lp[part], old[part], adv[part], mask[part])
-        w = sequence_weights(mask[part], normalizer, total_tokens=tokens, total_sequences=rows, caps=caps[part])
+        w = sequence_weights(
+            mask[part], normalizer, total_tokens=tokens, total_sequences=rows, caps=caps[part]
+        )
         total = total + (per * w).sum()
     torch.testing.assert_close(total, whole)

@@ -12,7 +12,13 @@ from marft_algos.metrics import MetricsLogger
 def test_jsonl_records_nonfinite_values_and_truncation(tmp_path):
     log = MetricsLogger(tmp_path)
     for step in range(4):
-        log.log(step, {"train/policy_loss": float(step), "train/approx_kl": float("nan") if step == 2 else 0.0})
+        log.log(
+            step,
+            {
+                "train/policy_loss": float(step),
+                "train/approx_kl": float("nan") if step == 2 else 0.0,
+            },
+        )
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
     assert rows[2]["train/approx_kl"] == "nan"  # JSON has no NaN: kept visible as a string

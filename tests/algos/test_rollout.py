@@ -36,7 +36,9 @@ class ScriptedPolicy:
 
 def test_every_copy_waiting_on_an_agent_is_generated_in_one_call():
     policy = ScriptedPolicy()
-    collector = RolloutCollector.from_factory(policy, lambda: marft_envs.make("relay-v0", n_agents=3), 4)
+    collector = RolloutCollector.from_factory(
+        policy, lambda: marft_envs.make("relay-v0", n_agents=3), 4
+    )
     episodes = collector.collect(4)
     assert policy.calls == [("scout", 4), ("messenger_1", 4), ("reporter", 4)]
     for episode in episodes:
@@ -52,7 +54,9 @@ def test_every_copy_waiting_on_an_agent_is_generated_in_one_call():
 
 def test_more_episodes_than_env_copies_and_multi_round_episodes():
     policy = ScriptedPolicy(lambda agent, messages: "no idea")
-    collector = RolloutCollector.from_factory(policy, lambda: marft_envs.make("relay-v0", horizon=3), 2)
+    collector = RolloutCollector.from_factory(
+        policy, lambda: marft_envs.make("relay-v0", horizon=3), 2
+    )
     episodes = collector.collect(5)
     assert len(episodes) == 5
     for episode in episodes:
@@ -71,7 +75,9 @@ def test_dynamic_turn_order_comes_from_the_env():
         return "42"
 
     policy = ScriptedPolicy(reply)
-    collector = RolloutCollector.from_factory(policy, lambda: marft_envs.make("dispatch-v0"), 8, seed=1)
+    collector = RolloutCollector.from_factory(
+        policy, lambda: marft_envs.make("dispatch-v0"), 8, seed=1
+    )
     episodes = collector.collect(8)
     routed = {e.decisions[1].agent for e in episodes}
     assert routed == {"calculator", "speller"}  # both routes occur across copies
@@ -93,7 +99,9 @@ def test_requests_with_equal_seeds_face_the_same_task_and_keep_their_order():
 def test_collector_seed_reproduces_episode_seeds():
     seeds = []
     for _ in range(2):
-        collector = RolloutCollector.from_factory(ScriptedPolicy(), lambda: marft_envs.make("relay-v0"), 2, seed=3)
+        collector = RolloutCollector.from_factory(
+            ScriptedPolicy(), lambda: marft_envs.make("relay-v0"), 2, seed=3
+        )
         seeds.append([e.seed for e in collector.collect(4)])
     assert seeds[0] == seeds[1]
 

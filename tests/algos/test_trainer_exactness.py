@@ -25,10 +25,15 @@ from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 from marft_envs import AgentProfile, FlexPOMDPEnv, Transition
 from marft_envs.core.dependency import Router
 
-MESSAGES = [[{"role": "user", "content": "Number 42."}], [{"role": "user", "content": "Say seven words now."}]]
+MESSAGES = [
+    [{"role": "user", "content": "Number 42."}],
+    [{"role": "user", "content": "Say seven words now."}],
+]
 
 
-def _reference_truncated_log_probs(logits: torch.Tensor, targets, temperature: float, top_k: int, top_p: float):
+def _reference_truncated_log_probs(
+    logits: torch.Tensor, targets, temperature: float, top_k: int, top_p: float
+):
     """An independent implementation of the sampled distribution: temperature, top-k, top-p."""
     out = []
     for row_logits, row_targets in zip(logits, targets, strict=True):
@@ -53,22 +58,47 @@ def _reference_truncated_log_probs(logits: torch.Tensor, targets, temperature: f
 
 
 @pytest.mark.parametrize(
-    ("temperature", "top_k", "top_p"), [(0.5, 0, 1.0), (1.7, 0, 1.0), (0.8, 5, 1.0), (1.0, 0, 0.6), (0.7, 8, 0.8)]
+    ("temperature", "top_k", "top_p"),
+    [(0.5, 0, 1.0), (1.7, 0, 1.0), (0.8, 5, 1.0), (1.0, 0, 0.6), (0.7, 8, 0.8)],
 )
-def test_rollout_log_probs_are_those_of_the_sampled_distribution(tiny_path, temperature, top_k, top_p):
+def test_rollout_log_probs_are_those_of_the_sampled_distribution(
+    tiny_path, temperature, top_k, top_p
+):
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["agent"], seed=0)
-    gens = policy.generate("agent", MESSAGES, max_new_tokens=6, temperature=temperature, top_k=top_k, top_p=top_p, seed=1)
-    batch = pack([g.prompt_ids for g in gens], [g.action_ids for g in gens], policy.backbone("agent").pad_id, "cpu")
+    gens = policy.generate(
+        "agent",
+        MESSAGES,
+        max_new_tokens=6,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=1,
+    )
+    batch = pack(
+        [g.prompt_ids for g in gens],
+        [g.action_ids for g in gens],
+        policy.backbone("agent").pad_id,
+        "cpu",
+    )
     with torch.no_grad(), policy.acting("agent") as model:
         logits = action_logits(model, batch)
-    expected = _reference_truncated_log_probs(logits, [g.action_ids for g in gens], temperature, top_k, top_p)
+    expected = _reference_truncated_log_probs(
+        logits, [g.action_ids for g in gens], temperature, top_k, top_p
+    )
     for gen, want in zip(gens, expected, strict=True):
         assert (gen.temperature, gen.top_k, gen.top_p) == (temperature, top_k, top_p)
         assert all(math.isfinite(x) for x in gen.log_probs)  # a sampled token is inside the cut
-        torch.testing.assert_close(torch.tensor(gen.log_probs), torch.tensor(want, dtype=torch.float32), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(gen.log_probs), torch.tensor(want, dtype=torch.float32), atol=1e-5, rtol=0
+        )
     # The update recomputes the same distribution: ratio 1 before any step.
     recomputed = policy.token_log_probs(
-        "agent", [g.prompt_ids for g in gens], [g.action_ids for g in gens], temperature=temperature, top_k=top_k, top_p=top_p
+        "agent",
+        [g.prompt_ids for g in gens],
+        [g.action_ids for g in gens],
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
     )
     for i, gen in enumerate(gens):
         got = recomputed.log_probs[i, recomputed.mask[i]]
@@ -79,14 +109,20 @@ def test_recompute_path_agrees_with_the_sampling_scores(tiny_path):
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["agent"], seed=0)
     kept = policy.generate("agent", MESSAGES, max_new_tokens=5, temperature=0.6, top_k=6, seed=4)
     policy.generation_logits_bytes = 0  # force the second forward pass
-    recomputed = policy.generate("agent", MESSAGES, max_new_tokens=5, temperature=0.6, top_k=6, seed=4)
+    recomputed = policy.generate(
+        "agent", MESSAGES, max_new_tokens=5, temperature=0.6, top_k=6, seed=4
+    )
     for a, b in zip(kept, recomputed, strict=True):
         assert a.action_ids == b.action_ids
-        torch.testing.assert_close(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-5, rtol=0
+        )
 
 
 @pytest.mark.parametrize("kind", ["action", "token", "grpo"])
-@pytest.mark.parametrize("sampling", [{"temperature": 0.5}, {"temperature": 1.3, "top_k": 6, "top_p": 0.9}])
+@pytest.mark.parametrize(
+    "sampling", [{"temperature": 0.5}, {"temperature": 1.3, "top_k": 6, "top_p": 0.9}]
+)
 def test_first_update_ratio_is_one_off_the_default_sampling(kind, sampling, tiny_path):
     trainer = build(kind, tiny_path, iterations=1, **sampling)
     record = trainer.train()[-1]
@@ -95,7 +131,9 @@ def test_first_update_ratio_is_one_off_the_default_sampling(kind, sampling, tiny
 
 
 def test_entropy_with_cut_tokens_is_finite_and_has_a_finite_gradient():
-    logits = torch.tensor([[2.0, 1.0, -math.inf, 0.5], [-math.inf, -math.inf, 3.0, 1.0]], requires_grad=True)
+    logits = torch.tensor(
+        [[2.0, 1.0, -math.inf, 0.5], [-math.inf, -math.inf, 3.0, 1.0]], requires_grad=True
+    )
     h = entropy_from_logits(logits)
     assert torch.isfinite(h).all()
     p = torch.softmax(torch.tensor([2.0, 1.0, 0.5]), -1)
@@ -107,9 +145,14 @@ def test_entropy_with_cut_tokens_is_finite_and_has_a_finite_gradient():
 def test_normalising_equal_advantages_gives_zeros_not_noise():
     noisy = torch.full((6,), 0.37) + torch.tensor([0, 3e-8, 0, -3e-8, 0, 0])
     assert torch.equal(normalize_advantages(noisy), torch.zeros(6))
-    assert torch.equal(normalize_advantages(torch.full((2, 3), -2.5), torch.ones(2, 3, dtype=torch.bool)), torch.zeros(2, 3))
+    assert torch.equal(
+        normalize_advantages(torch.full((2, 3), -2.5), torch.ones(2, 3, dtype=torch.bool)),
+        torch.zeros(2, 3),
+    )
     spread = normalize_advantages(torch.tensor([1.0, 2.0, 3.0]))
-    torch.testing.assert_close(spread, torch.tensor([-1.0, 0.0, 1.0]) * math.sqrt(1.5), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        spread, torch.tensor([-1.0, 0.0, 1.0]) * math.sqrt(1.5), atol=1e-6, rtol=0
+    )
 
 
 # ---------------------------------------------------------------------- accumulation invariance
@@ -125,7 +168,10 @@ def _grads(trainer, batch, accumulation, **objective):
     step.backward(batch, active=active)
     grads = {}
     for agent in trainer.trainable_agents():
-        grads[agent] = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in trainer.policy.trainable_parameters(agent)]
+        grads[agent] = [
+            p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+            for p in trainer.policy.trainable_parameters(agent)
+        ]
     trainer.zero_grad()
     return grads
 
@@ -136,7 +182,9 @@ def _batch(trainer):
         return trainer.prepare_batch(episodes)
     table = trainer.advantages(episodes)
     batch = trainer.rollout_batch(episodes)
-    adv = torch.tensor([table.get((int(r), a), 0.0) for r, a in zip(batch.episode, batch.agents, strict=True)])
+    adv = torch.tensor(
+        [table.get((int(r), a), 0.0) for r, a in zip(batch.episode, batch.agents, strict=True)]
+    )
     return batch.with_targets(advantages=adv)
 
 
@@ -156,8 +204,16 @@ def _batch(trainer):
     ],
 )
 def test_gradient_does_not_depend_on_accumulation_with_entropy_on(kind, team, extra, tiny_path):
-    trainer = build(kind, tiny_path, team=team, iterations=1, episodes_per_iteration=8, rollout_threads=8,
-                    entropy_coef=0.3, **extra)
+    trainer = build(
+        kind,
+        tiny_path,
+        team=team,
+        iterations=1,
+        episodes_per_iteration=8,
+        rollout_threads=8,
+        entropy_coef=0.3,
+        **extra,
+    )
     batch = _batch(trainer)
     one = _grads(trainer, batch, 1)
     for steps in (2, 3, 8):
@@ -173,13 +229,17 @@ def test_entropy_bonus_is_weighted_like_the_loss(tiny_path):
     # entropy averaged over decisions (action level), the same 1/N that weights each action's loss.
     trainer = build("action", tiny_path, iterations=1, entropy_coef=1.0)
     batch = _batch(trainer)
-    batch = batch.with_targets(advantages=torch.zeros(len(batch)), values=batch.values, returns=batch.returns)
+    batch = batch.with_targets(
+        advantages=torch.zeros(len(batch)), values=batch.values, returns=batch.returns
+    )
     result = trainer.policy_gradient().backward(batch)
     per_action = []
     for agent in dict.fromkeys(batch.agents):
         part = batch[batch.indices_of(agent)]
         with torch.no_grad():
-            out = trainer.policy.token_log_probs(agent, list(part.prompt_ids), part.action_lists(), with_entropy=True)
+            out = trainer.policy.token_log_probs(
+                agent, list(part.prompt_ids), part.action_lists(), with_entropy=True
+            )
         per_action += ((out.entropy * out.mask).sum(1) / out.mask.sum(1)).tolist()
     assert result["policy_loss"] == pytest.approx(0.0, abs=1e-7)
     assert result["loss"] == pytest.approx(-sum(per_action) / len(per_action), rel=1e-5)
@@ -188,8 +248,15 @@ def test_entropy_bonus_is_weighted_like_the_loss(tiny_path):
 
 def test_dr_grpo_constant_uses_each_agents_token_cap(tiny_path):
     caps = {"writer": 6, "answerer": 3}
-    trainer = build("grpo", tiny_path, iterations=1, loss_type="dr_grpo", max_new_tokens=6,
-                    max_new_tokens_per_agent={"answerer": 3}, entropy_coef=0.0)
+    trainer = build(
+        "grpo",
+        tiny_path,
+        iterations=1,
+        loss_type="dr_grpo",
+        max_new_tokens=6,
+        max_new_tokens_per_agent={"answerer": 3},
+        entropy_coef=0.0,
+    )
     batch = _batch(trainer)
     result = trainer.policy_gradient().backward(batch)
     trainer.zero_grad()
@@ -199,12 +266,17 @@ def test_dr_grpo_constant_uses_each_agents_token_cap(tiny_path):
         for k, agent in enumerate(batch.agents)
     )
     assert result["policy_loss"] == pytest.approx(expected, rel=1e-5, abs=1e-7)
-    assert sorted(set(zip(batch.agents, batch.token_caps.tolist(), strict=True))) == [("answerer", 3), ("writer", 6)]
+    assert sorted(set(zip(batch.agents, batch.token_caps.tolist(), strict=True))) == [
+        ("answerer", 3),
+        ("writer", 6),
+    ]
 
 
 # ---------------------------------------------------------------------- token-level λ
 def test_token_level_lambda_reaches_the_targets(tiny_path):
-    trainer = build("token", tiny_path, iterations=1, lam_token=0.5, gae_lambda=0.9, normalize_advantages=False)
+    trainer = build(
+        "token", tiny_path, iterations=1, lam_token=0.5, gae_lambda=0.9, normalize_advantages=False
+    )
     assert TokenMARFTConfig().lam_token == 1.0
     episodes = trainer.collect()
     batch = trainer.prepare_batch(episodes)
@@ -212,8 +284,19 @@ def test_token_level_lambda_reaches_the_targets(tiny_path):
     grid = torch.zeros(layout.rewards.shape)
     for k, (row, col, n) in enumerate(layout.spans):
         grid[row, col : col + n] = batch.values[k, :n]
-    adv, _ = token_level_gae(layout.rewards, grid, layout.action_end, layout.round_end, layout.dones, 0.0,
-                             gamma=0.99, lam=0.9, gamma_token=1.0, lam_token=0.5, valid=layout.valid)
+    adv, _ = token_level_gae(
+        layout.rewards,
+        grid,
+        layout.action_end,
+        layout.round_end,
+        layout.dones,
+        0.0,
+        gamma=0.99,
+        lam=0.9,
+        gamma_token=1.0,
+        lam_token=0.5,
+        valid=layout.valid,
+    )
     for k, (row, col, n) in enumerate(layout.spans):
         torch.testing.assert_close(batch.advantages[k, :n], adv[row, col : col + n])
     with pytest.raises(ValueError, match="lam_token must be in"):
@@ -223,8 +306,14 @@ def test_token_level_lambda_reaches_the_targets(tiny_path):
 # ---------------------------------------------------------------------- per-agent normalisation
 @pytest.mark.parametrize("kind", ["action", "token"])
 def test_per_agent_advantage_normalisation(kind, tiny_path):
-    trainer = build(kind, tiny_path, iterations=1, episodes_per_iteration=8, rollout_threads=8,
-                    normalize_advantages_per_agent=True)
+    trainer = build(
+        kind,
+        tiny_path,
+        iterations=1,
+        episodes_per_iteration=8,
+        rollout_threads=8,
+        normalize_advantages_per_agent=True,
+    )
     batch = trainer.prepare_batch(trainer.collect())
     for agent in ("writer", "answerer"):
         rows = batch.indices_of(agent)
@@ -242,11 +331,16 @@ def other_tokenizer_model():
 
 def test_critic_reads_foreign_agents_in_its_own_tokenizer(tiny_path, other_tokenizer_model):
     policy = MultiAgentPolicy.from_pretrained(
-        tiny_path, ["writer", "answerer"], specs={"writer": AgentSpec(model=other_tokenizer_model)}, seed=0
+        tiny_path,
+        ["writer", "answerer"],
+        specs={"writer": AgentSpec(model=other_tokenizer_model)},
+        seed=0,
     )
     assert policy.tokenizer("writer").get_vocab() != policy.tokenizer("answerer").get_vocab()
     critic = Critic(policy, model=tiny_path, seed=0)
-    config = ActionMARFTConfig(iterations=1, episodes_per_iteration=4, rollout_threads=2, max_new_tokens=6)
+    config = ActionMARFTConfig(
+        iterations=1, episodes_per_iteration=4, rollout_threads=2, max_new_tokens=6
+    )
     trainer = ActionMARFTTrainer(policy, lambda: DigitsEnv(team=2), config, critic=critic)
     episodes = trainer.collect()
     batch = trainer.prepare_batch(episodes)
@@ -265,11 +359,20 @@ def test_critic_reads_foreign_agents_in_its_own_tokenizer(tiny_path, other_token
 
 def test_token_level_refuses_a_critic_with_another_vocabulary(tiny_path, other_tokenizer_model):
     policy = MultiAgentPolicy.from_pretrained(
-        tiny_path, ["writer", "answerer"], specs={"writer": AgentSpec(model=other_tokenizer_model)}, seed=0
+        tiny_path,
+        ["writer", "answerer"],
+        specs={"writer": AgentSpec(model=other_tokenizer_model)},
+        seed=0,
     )
-    config = TokenMARFTConfig(iterations=1, episodes_per_iteration=2, rollout_threads=2, max_new_tokens=4)
-    with pytest.raises(ValueError, match=r"agents \['writer'\] use a tokenizer other than the critic's"):
-        TokenMARFTTrainer(policy, lambda: DigitsEnv(team=2), config, critic=Critic(policy, model=tiny_path))
+    config = TokenMARFTConfig(
+        iterations=1, episodes_per_iteration=2, rollout_threads=2, max_new_tokens=4
+    )
+    with pytest.raises(
+        ValueError, match=r"agents \['writer'\] use a tokenizer other than the critic's"
+    ):
+        TokenMARFTTrainer(
+            policy, lambda: DigitsEnv(team=2), config, critic=Critic(policy, model=tiny_path)
+        )
 
 
 # ---------------------------------------------------------------------- rewards of idle agents
@@ -277,10 +380,15 @@ class _SkipEnv(FlexPOMDPEnv):
     """Round 0: both act. Round 1: only the answerer acts, but the writer is paid too."""
 
     def __init__(self, pay_before_acting: bool = False):
-        profiles = [AgentProfile("writer", "Write."), AgentProfile("answerer", "Answer.", graded=True)]
+        profiles = [
+            AgentProfile("writer", "Write."),
+            AgentProfile("answerer", "Answer.", graded=True),
+        ]
 
         def choose(state):
-            order = ["answerer"] if pay_before_acting or state.timestep == 1 else ["writer", "answerer"]
+            order = (
+                ["answerer"] if pay_before_acting or state.timestep == 1 else ["writer", "answerer"]
+            )
             return order[len(state.actions)] if len(state.actions) < len(order) else None
 
         super().__init__(profiles, Router(choose), horizon=2)
@@ -292,7 +400,9 @@ class _SkipEnv(FlexPOMDPEnv):
         return "Go."
 
     def _transition(self, actions):
-        return Transition(reward={"writer": 0.25 + self.timestep, "answerer": 1.0}, terminated=self.timestep == 1)
+        return Transition(
+            reward={"writer": 0.25 + self.timestep, "answerer": 1.0}, terminated=self.timestep == 1
+        )
 
 
 def test_reward_paid_to_an_agent_that_did_not_act_reaches_its_latest_decision(tiny_path):
@@ -303,7 +413,9 @@ def test_reward_paid_to_an_agent_that_did_not_act_reaches_its_latest_decision(ti
     assert len(writer) == 1 and writer[0].timestep == 0
     # 0.25 for round 0 where it acted, plus 1.25 paid in round 1 where it did not.
     assert writer[0].reward == pytest.approx(1.5)
-    assert sum(d.reward for d in episode.decisions if d.agent == "writer") == pytest.approx(episode.agent_returns["writer"])
+    assert sum(d.reward for d in episode.decisions if d.agent == "writer") == pytest.approx(
+        episode.agent_returns["writer"]
+    )
 
 
 def test_reward_paid_to_an_agent_that_never_acted_is_refused(tiny_path):

@@ -65,7 +65,9 @@ def changed(before, after):
 def test_trainer_runs_with_finite_losses_and_changes_parameters(kind, team, tiny_path):
     trainer = build(kind, tiny_path, team=team)
     before = {a: adapter_params(trainer, a) for a in trainer.agents}
-    critic_before = [p.detach().clone() for p in trainer.critic.parameters()] if trainer.critic else []
+    critic_before = (
+        [p.detach().clone() for p in trainer.critic.parameters()] if trainer.critic else []
+    )
     records = trainer.train()
     assert [r["iteration"] for r in records] == [0, 1, 2]
     for record in records[1:]:
@@ -102,17 +104,25 @@ def test_seeded_runs_repeat_exactly(kind, tiny_path):
 
 @pytest.mark.parametrize("kind", ["action", "grpo"])
 def test_resume_continues_the_same_run(kind, tiny_path, tmp_path):
-    straight = build(kind, tiny_path, iterations=3, seed=1, output_dir=str(tmp_path / "a"), checkpoint_every=1)
+    straight = build(
+        kind, tiny_path, iterations=3, seed=1, output_dir=str(tmp_path / "a"), checkpoint_every=1
+    )
     straight.train()
-    interrupted = build(kind, tiny_path, iterations=3, seed=1, output_dir=str(tmp_path / "b"), checkpoint_every=1)
+    interrupted = build(
+        kind, tiny_path, iterations=3, seed=1, output_dir=str(tmp_path / "b"), checkpoint_every=1
+    )
     interrupted.config.iterations = 2  # stop early, as if killed after checkpoint-2
     interrupted.train()
-    resumed = build(kind, tiny_path, iterations=3, seed=1, output_dir=str(tmp_path / "b"), checkpoint_every=1)
+    resumed = build(
+        kind, tiny_path, iterations=3, seed=1, output_dir=str(tmp_path / "b"), checkpoint_every=1
+    )
     resumed.resume()
     assert resumed.iteration == 2
     resumed.train()
     for agent in straight.agents:
-        for a, b in zip(adapter_params(straight, agent), adapter_params(resumed, agent), strict=True):
+        for a, b in zip(
+            adapter_params(straight, agent), adapter_params(resumed, agent), strict=True
+        ):
             assert torch.allclose(a, b, atol=1e-6), agent
     lines = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [0, 1, 2, 3]
@@ -179,7 +189,9 @@ def test_non_finite_loss_skips_the_update_and_says_so(tiny_path, caplog, monkeyp
 
 
 def test_entropy_blowup_is_detected_and_rolled_back(tiny_path, caplog):
-    trainer = build("action", tiny_path, iterations=1, rollback_on_blowup=True, entropy_blowup_factor=2.0)
+    trainer = build(
+        "action", tiny_path, iterations=1, rollback_on_blowup=True, entropy_blowup_factor=2.0
+    )
     for _ in range(3):
         trainer._guard_entropy({"train/entropy": 1.0})
     good = adapter_params(trainer, "answerer")
@@ -215,8 +227,12 @@ def test_configs_reject_bad_settings_with_fixes():
         GRPOConfig(episodes_per_iteration=10, num_generations=4)
     with pytest.raises(ValueError, match="num_minibatches=8 exceeds"):
         ActionMARFTConfig(episodes_per_iteration=4, num_minibatches=8)
-    assert ActionMARFTConfig().checkpoint_every == 1  # every iteration by default, when output_dir is set
-    with pytest.raises(ValueError, match=r"epsilon_high=0.1 is below epsilon=0.2.*set epsilon_high >= epsilon"):
+    assert (
+        ActionMARFTConfig().checkpoint_every == 1
+    )  # every iteration by default, when output_dir is set
+    with pytest.raises(
+        ValueError, match=r"epsilon_high=0.1 is below epsilon=0.2.*set epsilon_high >= epsilon"
+    ):
         GRPOConfig(epsilon=0.2, epsilon_high=0.1)
     with pytest.raises(ValueError, match=r"epsilon_high=0.1 is below epsilon=0.2"):
         ActionMARFTConfig(epsilon=0.2, epsilon_high=0.1)
@@ -234,7 +250,9 @@ def test_ppo_refuses_teams_and_marft_needs_a_critic(tiny_path):
 
 def _sequence_log_probs(policy, agent, decisions):
     with torch.no_grad():
-        out = policy.token_log_probs(agent, [d.prompt_ids for d in decisions], [d.action_ids for d in decisions])
+        out = policy.token_log_probs(
+            agent, [d.prompt_ids for d in decisions], [d.action_ids for d in decisions]
+        )
     return (out.log_probs * out.mask).sum(1)  # (batch,)
 
 
@@ -243,8 +261,16 @@ def test_an_update_makes_better_than_average_actions_more_likely(kind, tiny_path
     # The defining property of a policy-gradient step: the change in each sampled action's
     # log-probability correlates with its advantage (sum of A * d log p > 0).
     extra = {"num_generations": 4} if kind == "grpo" else {}
-    trainer = build(kind, tiny_path, team=1, iterations=1, episodes_per_iteration=16, rollout_threads=16,
-                    entropy_coef=0.0, **extra)
+    trainer = build(
+        kind,
+        tiny_path,
+        team=1,
+        iterations=1,
+        episodes_per_iteration=16,
+        rollout_threads=16,
+        entropy_coef=0.0,
+        **extra,
+    )
     episodes = trainer.collect()
     decisions = [d for e in episodes for d in e.decisions]
     if kind == "grpo":
@@ -302,8 +328,13 @@ def test_a_rollout_backend_generates_and_is_synced_after_every_update(tiny_path)
     backend = Backend()
     assert isinstance(backend, RolloutBackend)
     config = ActionMARFTConfig(**{**SMALL, "iterations": 2})
-    trainer = ActionMARFTTrainer(policy, lambda: DigitsEnv(team=2), config, critic=Critic(policy, seed=0),
-                                 rollout_backend=backend)
+    trainer = ActionMARFTTrainer(
+        policy,
+        lambda: DigitsEnv(team=2),
+        config,
+        critic=Critic(policy, seed=0),
+        rollout_backend=backend,
+    )
     trainer.train()
     assert backend.calls > 0 and backend.synced == [1, 2]
 
@@ -312,9 +343,16 @@ def test_more_processes_than_work_is_refused_before_anything_runs(tiny_path):
     from marft_algos.distributed import DistributedContext
 
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], seed=0)
-    config = GRPOConfig(**{**{k: v for k, v in SMALL.items() if k != "critic_learning_rate"}, "num_generations": 2})
+    config = GRPOConfig(
+        **{**{k: v for k, v in SMALL.items() if k != "critic_learning_rate"}, "num_generations": 2}
+    )
     with pytest.raises(ValueError, match="4 processes share 2 groups per iteration"):
-        GRPOTrainer(policy, lambda: DigitsEnv(), config, distributed=DistributedContext(rank=0, world_size=4))
+        GRPOTrainer(
+            policy,
+            lambda: DigitsEnv(),
+            config,
+            distributed=DistributedContext(rank=0, world_size=4),
+        )
 
 
 def test_a_subclass_overriding_collect_still_trains_on_its_episodes(tiny_path):
@@ -327,8 +365,12 @@ def test_a_subclass_overriding_collect_still_trains_on_its_episodes(tiny_path):
             return episodes
 
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], seed=0)
-    trainer = Recording(policy, lambda: DigitsEnv(team=2), ActionMARFTConfig(**{**SMALL, "iterations": 1}),
-                        critic=Critic(policy, seed=0))
+    trainer = Recording(
+        policy,
+        lambda: DigitsEnv(team=2),
+        ActionMARFTConfig(**{**SMALL, "iterations": 1}),
+        critic=Critic(policy, seed=0),
+    )
     with pytest.warns(DeprecationWarning, match="Override collect_with_stats"):
         trainer.train()
     assert seen == [SMALL["episodes_per_iteration"]]

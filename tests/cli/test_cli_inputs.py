@@ -131,7 +131,10 @@ def test_model_folder_that_is_not_a_model(tmp_path):
 def test_dataset_that_is_not_utf8(tmp_path):
     data = tmp_path / "latin1.jsonl"
     data.write_bytes('{"problem": "café 1+1", "solution": "\\\\boxed{2}"}\n'.encode("latin-1"))
-    with pytest.raises(UsageError, match=r"latin1.jsonl.*byte 16 \(line 1\): not valid UTF-8.*re-encode the file as UTF-8"):
+    with pytest.raises(
+        UsageError,
+        match=r"latin1.jsonl.*byte 16 \(line 1\): not valid UTF-8.*re-encode the file as UTF-8",
+    ):
         train("--dataset", str(data), "--model", MISSING_MODEL)
 
 

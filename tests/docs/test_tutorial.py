@@ -21,7 +21,9 @@ def test_tutorial_code_runs_and_the_right_agents_act(capsys):
     namespace: dict = {}
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*(NumPy array|probably should be|recommend agents)")
+            warnings.filterwarnings(
+                "ignore", message=".*(NumPy array|probably should be|recommend agents)"
+            )
             for block in blocks:
                 exec(compile(block, str(TUTORIAL), "exec"), namespace)
         out = capsys.readouterr().out

@@ -65,7 +65,11 @@ def expected_visibility(parents: dict[str, tuple[str, ...]]):
     ("dependency", "order", "sees"),
     [
         (Chain(), TEAM, {"a": set(), "b": {"a"}, "c": {"a", "b"}, "d": {"a", "b", "c"}}),
-        (Chain(["d", "c", "b", "a"]), ["d", "c", "b", "a"], {"d": set(), "c": {"d"}, "b": {"d", "c"}, "a": {"d", "c", "b"}}),
+        (
+            Chain(["d", "c", "b", "a"]),
+            ["d", "c", "b", "a"],
+            {"d": set(), "c": {"d"}, "b": {"d", "c"}, "a": {"d", "c", "b"}},
+        ),
         (Chain(window=1), TEAM, {"a": set(), "b": {"a"}, "c": {"b"}, "d": {"c"}}),
         (Independent(), TEAM, {key: set() for key in TEAM}),
         (
@@ -147,7 +151,9 @@ def test_router_changes_the_order_every_round_and_mid_round():
 
 def test_router_visibility_last_hides_earlier_agents():
     order = ["a", "b", "c"]
-    env = probe(Router(lambda s: order[len(s.actions)] if len(s.actions) < 3 else None, visibility="last"))
+    env = probe(
+        Router(lambda s: order[len(s.actions)] if len(s.actions) < 3 else None, visibility="last")
+    )
     rounds = play(env)
     assert [(a, seen) for a, seen, _ in rounds[0]] == [("a", set()), ("b", {"a"}), ("c", {"b"})]
 
@@ -164,7 +170,11 @@ def test_orchestrator_routes_by_name_and_unrouted_specialists_do_not_act():
     assert env.agent_selection == "editor"
     assert env.infos["editor"]["visible_agents"] == ["boss", "writer"]
     env.step("final")
-    assert env.history[-1].info == {} and [a for a, _ in env.history[-1].actions] == ["boss", "writer", "editor"]
+    assert env.history[-1].info == {} and [a for a, _ in env.history[-1].actions] == [
+        "boss",
+        "writer",
+        "editor",
+    ]
     # Round 2: nobody named and no default → the specialist is skipped.
     env.step("hmm")
     assert env.agent_selection == "editor"
@@ -178,7 +188,12 @@ def test_user_defined_dependency_in_a_few_lines():
             return Turn(remaining[0], sees=state.acted[-1:]) if remaining else None
 
     rounds = play(probe(Reverse(), horizon=1))
-    assert [(a, s) for a, s, _ in rounds[0]] == [("d", set()), ("c", {"d"}), ("b", {"c"}), ("a", {"b"})]
+    assert [(a, s) for a, s, _ in rounds[0]] == [
+        ("d", set()),
+        ("c", {"d"}),
+        ("b", {"c"}),
+        ("a", {"b"}),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,10 @@ def code_of(env):
         ("team", {"scout": 1.0, "messenger_1": 1.0, "reporter": 1.0}),
         ("graded", {"scout": 0.0, "messenger_1": 0.0, "reporter": 1.0}),
         ("last", {"scout": 0.0, "messenger_1": 0.0, "reporter": 1.0}),
-        (lambda r, acted, profiles: {acted[0]: 2 * r}, {"scout": 2.0, "messenger_1": 0.0, "reporter": 0.0}),
+        (
+            lambda r, acted, profiles: {acted[0]: 2 * r},
+            {"scout": 2.0, "messenger_1": 0.0, "reporter": 0.0},
+        ),
     ],
 )
 def test_credit_rules_split_the_team_reward(credit, expected):

@@ -177,6 +177,9 @@ def test_installed_plugins_register_through_the_entry_point_group(monkeypatch, s
 
 @pytest.mark.parametrize("name", ["math-single", "math-dual", "math-trio", "math-dual-retry"])
 def test_retired_math_v0_names_the_reason_and_the_replacement(name):
-    with pytest.raises(UnknownEnvError, match=rf"'{name}-v0' was retired: its grader accepted some wrong answers.*Use {name}-v1"):
+    with pytest.raises(
+        UnknownEnvError,
+        match=rf"'{name}-v0' was retired: its grader accepted some wrong answers.*Use {name}-v1",
+    ):
         marft_envs.make(f"{name}-v0")
     assert marft_envs.spec(f"{name}-v1").kwargs["profiles"] in ("single", "dual", "trio")

@@ -21,7 +21,9 @@ def _quiet_pettingzoo_style_warnings():
     # api_test warns that text observations are not NumPy arrays and that agents are not named
     # "player_0"; both are deliberate for language environments.
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(NumPy array|probably should be|recommend agents)")
+        warnings.filterwarnings(
+            "ignore", message=".*(NumPy array|probably should be|recommend agents)"
+        )
         yield
 
 
@@ -103,6 +105,8 @@ def test_enormous_action_is_cut_with_a_flag(env_id, caplog):
     env.reset(seed=0)
     agent = env.agent_selection
     env.step("7" * 1_000_000)
-    record = env.unwrapped.round_state.actions[0] if env.agents else env.unwrapped.history[-1].actions[0]
+    record = (
+        env.unwrapped.round_state.actions[0] if env.agents else env.unwrapped.history[-1].actions[0]
+    )
     assert record[0] == agent and len(record[1]) == 1000
     assert "max_action_length" in caplog.text

@@ -11,10 +11,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--max-new-tokens", "6", "--eval-episodes", "4", "--episodes-per-iteration", "4", "--rollout-threads", "4"]
+TINY = [
+    "--max-new-tokens",
+    "6",
+    "--eval-episodes",
+    "4",
+    "--episodes-per-iteration",
+    "4",
+    "--rollout-threads",
+    "4",
+]
 # The scripts import the packages of this checkout, whatever else is installed; tiny models want
 # one thread (see tests/conftest.py).
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+}
 
 
 def run(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -41,11 +54,22 @@ def model_path():
 def test_help_documents_every_option(monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")  # one help entry per line, whatever the terminal
     out = run("train_math.py", "--help").stdout
-    for flag in ("--algo", "--env", "--model", "--iterations", "--seed", "--output-dir", "--resume", "--ppo-epochs"):
+    for flag in (
+        "--algo",
+        "--env",
+        "--model",
+        "--iterations",
+        "--seed",
+        "--output-dir",
+        "--resume",
+        "--ppo-epochs",
+    ):
         assert flag in out
     assert "(default: marft-tiny-math)" in out and "--num-generations" not in out
     grpo = run("train_math.py", "--algo", "grpo", "--help").stdout
-    assert "--num-generations" in grpo and "Episodes per task (the group size G). (default: 4)" in grpo
+    assert (
+        "--num-generations" in grpo and "Episodes per task (the group size G). (default: 4)" in grpo
+    )
 
 
 @pytest.mark.parametrize(
@@ -59,8 +83,21 @@ def test_help_documents_every_option(monkeypatch):
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
     out = tmp_path / algo
-    run("train_math.py", "--algo", algo, "--env", env, "--model", model_path, "--iterations", "1",
-        "--output-dir", str(out), *TINY, *extra)
+    run(
+        "train_math.py",
+        "--algo",
+        algo,
+        "--env",
+        env,
+        "--model",
+        model_path,
+        "--iterations",
+        "1",
+        "--output-dir",
+        str(out),
+        *TINY,
+        *extra,
+    )
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["iteration"] == 0 and "eval/accuracy" in records[0]
     assert records[-1]["iteration"] == 1 and "train/policy_loss" in records[-1]
@@ -75,30 +112,66 @@ def test_stop_resume_and_evaluate(model_path, tmp_path):
     run("train_math.py", "--iterations", "1", *common)
     resumed = run("train_math.py", "--iterations", "2", "--resume", *common, "--no-plot")
     assert "resumed at iteration 1" in resumed.stdout
-    iterations = [json.loads(line)["iteration"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    iterations = [
+        json.loads(line)["iteration"] for line in (out / "metrics.jsonl").read_text().splitlines()
+    ]
     assert iterations == [0, 1, 2]
     result = run("evaluate.py", str(out), "--json", "-")
-    metrics = json.loads(result.stdout[result.stdout.index("{"):])
+    metrics = json.loads(result.stdout[result.stdout.index("{") :])
     final = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][-1]
     assert metrics["eval/accuracy"] == final["eval/accuracy"] and "eval/accuracy/actor" in metrics
 
 
 def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     out = tmp_path / "single"
-    run("train_math.py", "--env", "math-single-v1", "--model", model_path, "--iterations", "1",
-        "--output-dir", str(out), "--no-plot", *TINY)
+    run(
+        "train_math.py",
+        "--env",
+        "math-single-v1",
+        "--model",
+        model_path,
+        "--iterations",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-plot",
+        *TINY,
+    )
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "evaluate.py"), str(out / "checkpoint-1"),
-         "--env", "math-dual-v1", "--episodes", "2"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "evaluate.py"),
+            str(out / "checkpoint-1"),
+            "--env",
+            "math-dual-v1",
+            "--episodes",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
     )
-    assert result.returncode == 2 and "do not match" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        result.returncode == 2
+        and "do not match" in result.stderr
+        and "Traceback" not in result.stderr
+    )
 
 
 def test_custom_env_example_registers_and_trains(model_path):
-    result = run("custom_env.py", "--model", model_path, "--iterations", "1", "--episodes-per-iteration", "4",
-                 "--max-new-tokens", "6")
+    result = run(
+        "custom_env.py",
+        "--model",
+        model_path,
+        "--iterations",
+        "1",
+        "--episodes-per-iteration",
+        "4",
+        "--max-new-tokens",
+        "6",
+    )
     assert "held-out accuracy: before" in result.stdout
 
 
@@ -111,10 +184,31 @@ def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
         port = s.getsockname()[1]
     out = tmp_path / "ddp"
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(port), str(ROOT / "examples" / "train_math.py"), "--model", model_path,
-         "--iterations", "2", "--checkpoint-every", "1", "--output-dir", str(out), *TINY],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            str(ROOT / "examples" / "train_math.py"),
+            "--model",
+            model_path,
+            "--iterations",
+            "2",
+            "--checkpoint-every",
+            "1",
+            "--output-dir",
+            str(out),
+            *TINY,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -123,32 +217,58 @@ def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [0, 1, 2]  # each iteration logged once
     assert all(r["rollout/episodes"] == 4 for r in records[1:])  # the global batch
-    assert (out / "checkpoint-2" / "manifest.json").exists() and (out / "learning_curve.png").exists()
+    assert (out / "checkpoint-2" / "manifest.json").exists() and (
+        out / "learning_curve.png"
+    ).exists()
     # The run's checkpoint evaluates on one process and gives the distributed run's final accuracy.
     evaluated = run("evaluate.py", str(out), "--json", "-")
-    metrics = json.loads(evaluated.stdout[evaluated.stdout.index("{"):])
+    metrics = json.loads(evaluated.stdout[evaluated.stdout.index("{") :])
     assert metrics["eval/accuracy"] == records[-1]["eval/accuracy"]
 
 
-def test_real_model_trains_on_gsm8k_with_its_own_preset_and_evaluates(smollm2_path, shared_data, tmp_path):
+def test_real_model_trains_on_gsm8k_with_its_own_preset_and_evaluates(
+    smollm2_path, shared_data, tmp_path
+):
     out = tmp_path / "smollm2"
     gsm8k = str(shared_data / "gsm8k_test.jsonl")
-    result = run("train_math.py", "--model", "smollm2-135m-instruct", "--dataset", gsm8k, "--iterations", "1",
-                 "--output-dir", str(out), "--no-plot", *TINY)
+    result = run(
+        "train_math.py",
+        "--model",
+        "smollm2-135m-instruct",
+        "--dataset",
+        gsm8k,
+        "--iterations",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-plot",
+        *TINY,
+    )
     assert "preset smollm2-cpu" in result.stdout
     config = json.loads((out / "config.json").read_text())
-    assert config["learning_rate"] == 1e-4 and config["ppo_epochs"] == 1  # not the 1M model's demo preset
+    assert (
+        config["learning_rate"] == 1e-4 and config["ppo_epochs"] == 1
+    )  # not the 1M model's demo preset
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["iteration"] == 1 and records[-1]["train/approx_kl"] < 1e-6
     # The run's own settings (the preset's 48-token messages), on two of its held-out problems.
     evaluated = run("evaluate.py", str(out), "--episodes", "2", "--json", "-")
-    metrics = json.loads(evaluated.stdout[evaluated.stdout.index("{"):])
+    metrics = json.loads(evaluated.stdout[evaluated.stdout.index("{") :])
     assert 0.0 <= metrics["eval/accuracy"] <= 1.0 and metrics["eval/action_tokens_mean"] <= 48
 
 
 def test_other_models_do_not_get_the_builtin_models_preset(model_path, tmp_path):
     out = tmp_path / "other"
-    result = run("train_math.py", "--model", model_path, "--iterations", "1", "--output-dir", str(out),
-                 "--no-plot", *TINY)
+    result = run(
+        "train_math.py",
+        "--model",
+        model_path,
+        "--iterations",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-plot",
+        *TINY,
+    )
     assert "preset pretrained" in result.stdout
     assert json.loads((out / "config.json").read_text())["learning_rate"] == 2e-5

@@ -104,7 +104,9 @@ def test_log_probs_from_sampling_logits_equal_the_recomputing_path(tiny_path):
     b = recomputed.generate("reasoner", OBSERVATIONS, max_new_tokens=8, seed=5)
     for x, y in zip(a, b, strict=True):
         assert x.action_ids == y.action_ids and x.finished == y.finished
-        assert torch.allclose(torch.tensor(x.log_probs), torch.tensor(y.log_probs), atol=LOGP_TOL, rtol=0)
+        assert torch.allclose(
+            torch.tensor(x.log_probs), torch.tensor(y.log_probs), atol=LOGP_TOL, rtol=0
+        )
 
 
 def test_log_probs_match_the_sampling_distribution(tiny_path):

@@ -76,7 +76,9 @@ def test_a_user_family_can_be_registered(monkeypatch):
 
     monkeypatch.setitem(FAMILIES, "doubling", Family("doubling", "double a number", doubling))
     problems = generate_problems(30, seed=0, families=["doubling"], levels=[2])
-    assert all(int(p.answer) % 14 and p.solution.endswith(f"\\boxed{{{p.answer}}}") for p in problems)
+    assert all(
+        int(p.answer) % 14 and p.solution.endswith(f"\\boxed{{{p.answer}}}") for p in problems
+    )
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -107,8 +109,19 @@ def _to_sympy(latex: str) -> sympy.Expr:
         text = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", r"((\1)/(\2))", text)
     text = re.sub(r"\\sqrt\[(\d+)\]\{([^{}]*)\}", r"((\2)**(1/\1))", text)
     text = re.sub(r"\\sqrt\{([^{}]*)\}", r"sqrt(\1)", text)
-    text = text.replace("\\times", "*").replace("\\div", "/").replace("^", "**").replace("{", "(").replace("}", ")")
-    return parse_expr(text, transformations=_TRANSFORMS, evaluate=True, local_dict={"x": sympy.Symbol("x"), "y": sympy.Symbol("y")})
+    text = (
+        text.replace("\\times", "*")
+        .replace("\\div", "/")
+        .replace("^", "**")
+        .replace("{", "(")
+        .replace("}", ")")
+    )
+    return parse_expr(
+        text,
+        transformations=_TRANSFORMS,
+        evaluate=True,
+        local_dict={"x": sympy.Symbol("x"), "y": sympy.Symbol("y")},
+    )
 
 
 def _answer_values(answer: str) -> list[sympy.Expr]:
@@ -117,7 +130,11 @@ def _answer_values(answer: str) -> list[sympy.Expr]:
 
 def _recompute(p: MathProblem) -> list[sympy.Expr]:
     x, y = sympy.symbols("x y")
-    body = re.sub(r"^(Compute|Simplify|Solve for x:|Solve for \(x, y\):|Find all roots of|Find all x with)\s*", "", p.problem).rstrip(".")
+    body = re.sub(
+        r"^(Compute|Simplify|Solve for x:|Solve for \(x, y\):|Find all roots of|Find all x with)\s*",
+        "",
+        p.problem,
+    ).rstrip(".")
     if p.subject in ("arithmetic", "fractions", "powers"):
         return [sympy.nsimplify(_to_sympy(body))]
     if p.subject == "linear":
@@ -127,7 +144,10 @@ def _recompute(p: MathProblem) -> list[sympy.Expr]:
         left, right = body.split("=")
         return sorted(sympy.solve(sympy.Eq(_to_sympy(left), _to_sympy(right)), x))
     if p.subject == "system":
-        eqs = [sympy.Eq(_to_sympy(a), _to_sympy(b)) for a, b in (e.split("=") for e in body.split(", "))]
+        eqs = [
+            sympy.Eq(_to_sympy(a), _to_sympy(b))
+            for a, b in (e.split("=") for e in body.split(", "))
+        ]
         solution = sympy.solve(eqs, [x, y], dict=True)[0]
         return [solution[x], solution[y]]
     if p.subject == "percent" and (m := re.fullmatch(r"What is (\d+)\\% of (\d+)\?", p.problem)):
@@ -135,7 +155,9 @@ def _recompute(p: MathProblem) -> list[sympy.Expr]:
     raise LookupError
 
 
-@pytest.mark.parametrize("family", ["arithmetic", "fractions", "powers", "linear", "system", "quadratic", "percent"])
+@pytest.mark.parametrize(
+    "family", ["arithmetic", "fractions", "powers", "linear", "system", "quadratic", "percent"]
+)
 def test_answers_match_an_independent_sympy_solution(family):
     checked = 0
     for p in generate_problems(100, seed=5, families=[family]):
@@ -143,7 +165,9 @@ def test_answers_match_an_independent_sympy_solution(family):
             expected = _recompute(p)
         except LookupError:
             continue
-        assert [sympy.simplify(a - b) for a, b in zip(_answer_values(p.answer), expected, strict=True)] == [0] * len(expected), p
+        assert [
+            sympy.simplify(a - b) for a, b in zip(_answer_values(p.answer), expected, strict=True)
+        ] == [0] * len(expected), p
         checked += 1
     assert checked >= 30
 
@@ -151,12 +175,20 @@ def test_answers_match_an_independent_sympy_solution(family):
 def test_word_problem_answers_follow_their_steps():
     # Every step "a op b = c" in a worked solution is arithmetically right.
     step = re.compile(r"^(\d+) (\+|-|\\times|\\div) (\d+) = (\d+)$")
-    ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "\\times": lambda a, b: a * b, "\\div": Fraction}
+    ops = {
+        "+": lambda a, b: a + b,
+        "-": lambda a, b: a - b,
+        "\\times": lambda a, b: a * b,
+        "\\div": Fraction,
+    }
     n_steps = 0
     for p in generate_problems(100, seed=9, families=["word", "arithmetic"]):
         for line in p.solution.splitlines():
             if m := step.match(line):
-                assert ops[m.group(2)](int(m.group(1)), int(m.group(3))) == int(m.group(4)), (p, line)
+                assert ops[m.group(2)](int(m.group(1)), int(m.group(3))) == int(m.group(4)), (
+                    p,
+                    line,
+                )
                 n_steps += 1
     assert n_steps > 100
 
@@ -176,7 +208,11 @@ def test_builtin_splits_are_fixed_and_disjoint():
     big = load_builtin("train", size=800, levels=[1], families=["arithmetic", "word"])
     assert not {p.problem for p in small} & {p.problem for p in big}
     picked = load_dataset("builtin:test", levels=[2, 3], subjects=["linear"], size=10)
-    assert len(picked) == 10 and {p.subject for p in picked} == {"linear"} and {p.level for p in picked} <= {2, 3}
+    assert (
+        len(picked) == 10
+        and {p.subject for p in picked} == {"linear"}
+        and {p.level for p in picked} <= {2, 3}
+    )
     with pytest.raises(ValueError, match="splits"):
         load_dataset("builtin:dev")
 
@@ -194,10 +230,18 @@ def test_math_problem_validates_fields():
 
 
 def test_dataset_indexing_sampling_filtering_and_splits():
-    problems = [MathProblem(f"Compute {i} + 1.", str(i + 1), level=1 + i % 5, subject="a" if i % 2 else "b") for i in range(40)]
+    problems = [
+        MathProblem(f"Compute {i} + 1.", str(i + 1), level=1 + i % 5, subject="a" if i % 2 else "b")
+        for i in range(40)
+    ]
     problems.append(problems[0])  # a duplicate text must stay on one side of a split
     ds = MathDataset(problems, name="toy", split="all")
-    assert len(ds) == 41 and ds[3] is problems[3] and isinstance(ds[2:5], MathDataset) and len(ds[2:5]) == 3
+    assert (
+        len(ds) == 41
+        and ds[3] is problems[3]
+        and isinstance(ds[2:5], MathDataset)
+        and len(ds[2:5]) == 3
+    )
     draws = [ds.sample(np.random.default_rng(4)) for _ in range(2)]
     assert draws[0] == draws[1]
     assert {ds.sample(np.random.default_rng(s)).problem for s in range(30)} != {draws[0].problem}
@@ -228,9 +272,26 @@ def _jsonl(path: Path, rows: list) -> Path:
 
 
 MATH_ROWS = [
-    {"problem": "What is $1+1$?", "solution": "It is $\\boxed{2}$.", "answer": "2", "level": "Level 1", "subject": "Algebra", "unique_id": "a/1"},
-    {"problem": "Half of 3?", "solution": "So $\\boxed{\\frac{3}{2}}$.", "level": "Level 3", "subject": "Prealgebra", "unique_id": "a/2"},
-    {"problem": "Roots?", "solution": "$\\boxed{\\{1, 2\\}}$ and more {braces}", "level": "Level ?"},
+    {
+        "problem": "What is $1+1$?",
+        "solution": "It is $\\boxed{2}$.",
+        "answer": "2",
+        "level": "Level 1",
+        "subject": "Algebra",
+        "unique_id": "a/1",
+    },
+    {
+        "problem": "Half of 3?",
+        "solution": "So $\\boxed{\\frac{3}{2}}$.",
+        "level": "Level 3",
+        "subject": "Prealgebra",
+        "unique_id": "a/2",
+    },
+    {
+        "problem": "Roots?",
+        "solution": "$\\boxed{\\{1, 2\\}}$ and more {braces}",
+        "level": "Level ?",
+    },
 ]
 
 
@@ -246,7 +307,11 @@ def test_load_math_jsonl_reads_levels_and_falls_back_to_boxed(tmp_path):
 
 def test_load_gsm8k_jsonl_parses_the_final_answer(tmp_path):
     rows = [
-        {"question": "Tom has 1,200 coins and doubles them. How many?", "answer": "1,200*2=<<1200*2=2400>>2,400 coins.\n#### 2,400", "idx": 7},
+        {
+            "question": "Tom has 1,200 coins and doubles them. How many?",
+            "answer": "1,200*2=<<1200*2=2400>>2,400 coins.\n#### 2,400",
+            "idx": 7,
+        },
         {"question": "Owe 3?", "answer": "So -3.\n#### -3"},
     ]
     ds = load_gsm8k_jsonl(_jsonl(tmp_path / "g.jsonl", rows))
@@ -259,7 +324,11 @@ def test_load_gsm8k_jsonl_parses_the_final_answer(tmp_path):
 
 
 def test_load_table_json_csv_tsv_parquet(tmp_path):
-    rows = [{"q": "One plus one?", "a": 2, "lvl": 1}, {"q": "A tenth?", "a": 0.1, "lvl": "Level 2"}, {"q": "Three?", "a": 3.0, "lvl": 3}]
+    rows = [
+        {"q": "One plus one?", "a": 2, "lvl": 1},
+        {"q": "A tenth?", "a": 0.1, "lvl": "Level 2"},
+        {"q": "Three?", "a": 3.0, "lvl": 3},
+    ]
     fields = {"problem_field": "q", "answer_field": "a", "level_field": "lvl"}
     (tmp_path / "t.json").write_text(json.dumps(rows))
     (tmp_path / "w.json").write_text(json.dumps({"data": rows}))
@@ -272,7 +341,9 @@ def test_load_table_json_csv_tsv_parquet(tmp_path):
     ds = load_table(tmp_path / "t.csv", **fields)
     assert [p.answer for p in ds] == ["3.0", "7"]  # CSV strings are kept as written
     assert ds[0].problem == "Multi\nline?" and [p.level for p in ds] == [2, None]
-    (tmp_path / "bom.csv").write_text("q,a\nSix?,6\n", encoding="utf-8-sig")  # as spreadsheets save it
+    (tmp_path / "bom.csv").write_text(
+        "q,a\nSix?,6\n", encoding="utf-8-sig"
+    )  # as spreadsheets save it
     assert load_table(tmp_path / "bom.csv", problem_field="q", answer_field="a")[0].answer == "6"
     (tmp_path / "t.tsv").write_text("q\ta\nSeven?\t7\n")
     assert load_dataset(tmp_path / "t.tsv", problem_field="q", answer_field="a")[0].answer == "7"
@@ -280,7 +351,9 @@ def test_load_table_json_csv_tsv_parquet(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    table = pa.table({"q": ["Big?", "Small?", "Half?"], "a": [10**15, 1e-7, 2.5], "lvl": [5, 4, None]})
+    table = pa.table(
+        {"q": ["Big?", "Small?", "Half?"], "a": [10**15, 1e-7, 2.5], "lvl": [5, 4, None]}
+    )
     pq.write_table(table, tmp_path / "t.parquet")
     ds = load_dataset(tmp_path / "t.parquet", **fields)
     assert [p.answer for p in ds] == ["1000000000000000", "0.0000001", "2.5"]
@@ -288,10 +361,24 @@ def test_load_table_json_csv_tsv_parquet(tmp_path):
 
 
 def test_non_string_answers_are_converted_exactly_or_rejected(tmp_path):
-    cases = [(12, "12"), (-4.0, "-4"), (1 / 3, "0.3333333333333333"), (1e21, "1000000000000000000000"), (np.int64(5), "5"), (np.float32(0.1), "0.1"), (Fraction(3, 4), "\\frac{3}{4}")]
+    cases = [
+        (12, "12"),
+        (-4.0, "-4"),
+        (1 / 3, "0.3333333333333333"),
+        (1e21, "1000000000000000000000"),
+        (np.int64(5), "5"),
+        (np.float32(0.1), "0.1"),
+        (Fraction(3, 4), "\\frac{3}{4}"),
+    ]
     records = [{"problem": f"P{i}?", "answer": value} for i, (value, _) in enumerate(cases)]
     assert [p.answer for p in load_dataset(records, validate=False)] == [text for _, text in cases]
-    for bad, why in ((float("nan"), "missing answer"), (None, "missing answer"), (True, "boolean"), (math.inf, "inf"), ([1, 2], "list")):
+    for bad, why in (
+        (float("nan"), "missing answer"),
+        (None, "missing answer"),
+        (True, "boolean"),
+        (math.inf, "inf"),
+        ([1, 2], "list"),
+    ):
         with pytest.raises(MathDataError, match=rf"<list>, item 2, field 'answer': .*{why}"):
             load_dataset([{"problem": "ok?", "answer": "1"}, {"problem": "bad?", "answer": bad}])
 
@@ -314,7 +401,13 @@ def test_malformed_rows_name_file_line_and_field(tmp_path, line, location, field
     path = tmp_path / "broken.jsonl"
     path.write_text(f"{good}\n\n{line}\n")  # the blank line 2 is skipped but still counted
     with pytest.raises(MathDataError) as info:
-        load_table(path, problem_field="problem", answer_field="answer", solution_field="solution", level_field="level")
+        load_table(
+            path,
+            problem_field="problem",
+            answer_field="answer",
+            solution_field="solution",
+            level_field="level",
+        )
     text = str(info.value)
     assert str(path) in text and location in text and message.replace("\\\\", "\\") in text
     assert info.value.location == location and info.value.field == field
@@ -336,13 +429,21 @@ def test_validation_can_be_skipped_and_csv_errors_give_lines(tmp_path):
     (tmp_path / "odd.jsonl").write_text('{"text": "x?", "target": "1"}\n')
     with pytest.raises(MathDataError, match="problem_field="):
         load_dataset(tmp_path / "odd.jsonl")
-    assert load_dataset(tmp_path / "odd.jsonl", problem_field="text", answer_field="target")[0].answer == "1"
+    assert (
+        load_dataset(tmp_path / "odd.jsonl", problem_field="text", answer_field="target")[0].answer
+        == "1"
+    )
     with pytest.raises(MathDataError, match=r"odd\.jsonl, field 'lvl': no row has this field"):
-        load_dataset(tmp_path / "odd.jsonl", problem_field="text", answer_field="target", level_field="lvl")
+        load_dataset(
+            tmp_path / "odd.jsonl", problem_field="text", answer_field="target", level_field="lvl"
+        )
 
 
 def test_load_dataset_sources_and_errors(tmp_path):
-    probs = [MathProblem("Compute 1 + 1.", "2", level=1), MathProblem("Compute 2 + 2.", "4", level=2)]
+    probs = [
+        MathProblem("Compute 1 + 1.", "2", level=1),
+        MathProblem("Compute 2 + 2.", "4", level=2),
+    ]
     ds = load_dataset(probs, split="train")
     assert list(ds) == probs and ds.split == "train"
     assert load_dataset(ds) is ds
@@ -360,7 +461,9 @@ def test_load_dataset_sources_and_errors(tmp_path):
     with pytest.raises(TypeError, match="problem_feld"):
         load_dataset(dicts, problem_feld="q")
     # Formats recognised from contents: JSON Lines under .json, JSON under an unknown extension.
-    (tmp_path / "lines.json").write_text('{"problem": "A?", "answer": "1"}\n{"problem": "B?", "answer": "2"}\n')
+    (tmp_path / "lines.json").write_text(
+        '{"problem": "A?", "answer": "1"}\n{"problem": "B?", "answer": "2"}\n'
+    )
     assert [p.answer for p in load_dataset(tmp_path / "lines.json")] == ["1", "2"]
     (tmp_path / "rows.data").write_text('\n  [{"problem": "A?", "answer": "1"}]')
     assert load_dataset(tmp_path / "rows.data")[0].answer == "1"
@@ -430,6 +533,10 @@ def test_opt_in_digits_family_is_exact_and_not_in_the_default_mix():
     assert all(p.subject != "digits" for p in load_dataset("builtin:test"))
     for level in (1, 2, 3, 4, 5):
         for p in generate_problems(30, seed=level, families=["digits"], levels=[level]):
-            expression = p.problem.removeprefix("Compute ").removesuffix(".").replace("\\times", "*")
-            assert str(eval(expression)) == p.answer  # products come first, so Python's order agrees
+            expression = (
+                p.problem.removeprefix("Compute ").removesuffix(".").replace("\\times", "*")
+            )
+            assert (
+                str(eval(expression)) == p.answer
+            )  # products come first, so Python's order agrees
             assert p.solution.count("\n") == level  # one worked step per operation, then the box
