@@ -1,7 +1,7 @@
 """Data parallelism over processes with ``torch.distributed`` (gloo on CPU, nccl on CUDA).
 
 Launch any training script with a standard launcher — ``torchrun --nproc_per_node N
-examples/train_math.py ...`` (or ``accelerate launch``) — and every rank holds the base model(s) and
+examples/train_math.py ...`` (or ``accelerate launch --multi_gpu`` on GPUs) — and every rank holds the base model(s) and
 every agent's adapter, runs its share of the iteration's episodes, and takes the same optimizer
 steps:
 
@@ -207,7 +207,7 @@ def init_distributed(
 ) -> DistributedContext:
     """Join the process group a launcher set up, or describe the single process.
 
-    Reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` as torchrun and ``accelerate launch`` set
+    Reads ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` as torchrun (and accelerate's multi-GPU launch) set
     them. Without them (or with ``WORLD_SIZE=1``) nothing is initialised and rank 0 of 1 is
     returned. The device: ``device`` if given (``"cuda"`` becomes this rank's ``cuda:LOCAL_RANK``),
     else this rank's GPU if CUDA is available, else the CPU. The backend: nccl for CUDA, gloo for
