@@ -80,8 +80,6 @@ class ActorCriticConfig(TrainerConfig):
     """Passes over each rollout batch (paper: 1)."""
     num_minibatches: int = 1
     """Minibatches per pass (paper: 1)."""
-    gradient_accumulation_steps: int = 1
-    """Chunks each agent's share of a minibatch is split into (bounds memory; same gradient)."""
     normalize_advantages: bool = True
     """Standardise advantages over the batch."""
     normalize_advantages_per_agent: bool = False
@@ -106,7 +104,7 @@ class ActorCriticConfig(TrainerConfig):
             raise ValueError(
                 f"epsilon and epsilon_high must be > 0; got {self.epsilon}, {self.epsilon_high}."
             )
-        for name in ("ppo_epochs", "num_minibatches", "gradient_accumulation_steps"):
+        for name in ("ppo_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.num_minibatches > self.episodes_per_iteration:
@@ -166,6 +164,8 @@ class ActorCriticTrainer(Trainer):
             raise ValueError(
                 f"{type(self).__name__} needs a critic: e.g. Critic(policy) from marft_algos.policy."
             )
+        self.granularity: Level = level_named(self.level_of(config))
+        """Action or token level, chosen once (see :mod:`marft_algos.levels`)."""
         super().__init__(
             policy,
             env_fn,
@@ -180,13 +180,15 @@ class ActorCriticTrainer(Trainer):
         )
         self._rerender = self._agents_needing_rerender()
 
-    def _granularity(self) -> Level:
-        return level_named(getattr(self.config, "level", None) or self.level)
+    @classmethod
+    def level_of(cls, config: ActorCriticConfig) -> str:
+        """The granularity a config trains at: the trainer's own (PPO: the config's ``level``)."""
+        return cls.level
 
     def objective(self) -> Objective:
         c = self.config
         return Objective(
-            level=self._granularity().name,
+            level=self.granularity.name,
             normalizer="token",
             epsilon=c.epsilon,
             epsilon_high=c.epsilon_high,
@@ -205,7 +207,7 @@ class ActorCriticTrainer(Trainer):
         if critic_backbone is None:
             return set()
         foreign = {a for a in self.agents if self.policy.backbone(a) is not critic_backbone}
-        if foreign and self._granularity().name == "token":
+        if foreign and self.granularity.name == "token":
             vocab = critic_backbone.tokenizer.get_vocab()
             clash = sorted(a for a in foreign if self.policy.tokenizer(a).get_vocab() != vocab)
             if clash:
@@ -219,7 +221,7 @@ class ActorCriticTrainer(Trainer):
 
     def critic_prompt_ids(self, episodes: Sequence[Episode]) -> list[list[int]] | None:
         """Every decision's observation in the critic's tokenizer (None: the agents' ids serve)."""
-        if not self._rerender or self._granularity().name == "token":
+        if not self._rerender or self.granularity.name == "token":
             return None
         tokenizer = self.critic.backbone.tokenizer
         out = []
@@ -241,7 +243,7 @@ class ActorCriticTrainer(Trainer):
     @torch.no_grad()
     def rollout_values(self, batch: RolloutBatch) -> Tensor:
         """Critic values of every decision (``(N,)``) or token (``(N, T)``), in chunks."""
-        level = self._granularity()
+        level = self.granularity
         shape = (len(batch),) if level.name == "action" else tuple(batch.action_mask.shape)
         values = torch.zeros(shape)
         start = 0
@@ -257,7 +259,7 @@ class ActorCriticTrainer(Trainer):
     def prepare_batch(self, episodes: Sequence[Episode]) -> RolloutBatch:
         """The update's batch: decisions, critic values, advantages and return targets."""
         c = self.config
-        level = self._granularity()
+        level = self.granularity
         batch = self.rollout_batch(episodes)
         critic_prompts = self.critic_prompt_ids(episodes)
         if critic_prompts is not None:
@@ -325,7 +327,7 @@ class ActorCriticTrainer(Trainer):
         metrics.update({f"train/{k}": v for k, v in counts.items()})
         metrics["train/agents"] = ",".join(sorted(train_agents))
         assert batch.values is not None and batch.advantages is not None
-        mask = self._granularity().mask(batch)
+        mask = self.granularity.mask(batch)
         values, advantages, count = self.dist.sum(
             [
                 float(batch.values[mask].sum()),
@@ -340,7 +342,7 @@ class ActorCriticTrainer(Trainer):
     def critic_step(self, batch: RolloutBatch) -> float:
         """One critic step on a minibatch (accumulated in chunks); returns the value loss."""
         c = self.config
-        level = self._granularity()
+        level = self.granularity
         optimizer = self.critic_optimizer
         optimizer.zero_grad(set_to_none=True)
         (total_units,) = self.dist.sum([level.units(batch)])  # weights from the global minibatch

@@ -62,8 +62,6 @@ class GRPOConfig(TrainerConfig):
     """Divide advantages by the group's reward std, the batch's, or not at all."""
     num_iterations: int = 1
     """Optimisation passes over each batch (μ)."""
-    gradient_accumulation_steps: int = 1
-    """Chunks each agent's share of a batch is split into (bounds memory; same gradient)."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal and sample more groups to refill the batch."""
     max_resample_rounds: int = 4
@@ -97,8 +95,8 @@ class GRPOConfig(TrainerConfig):
             )
         if self.beta < 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}.")
-        if self.num_iterations < 1 or self.gradient_accumulation_steps < 1:
-            raise ValueError("num_iterations and gradient_accumulation_steps must be >= 1.")
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
 
     @property
     def groups_per_iteration(self) -> int:

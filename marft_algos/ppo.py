@@ -39,6 +39,11 @@ class PPOTrainer(ActorCriticTrainer):
     algorithm: ClassVar[str] = "ppo"
     config_class: ClassVar[type[TrainerConfig]] = PPOConfig
 
+    @classmethod
+    def level_of(cls, config: ActorCriticConfig) -> str:
+        assert isinstance(config, PPOConfig)
+        return config.level
+
     def __init__(
         self,
         policy: PolicyLike,
@@ -59,7 +64,7 @@ class PPOTrainer(ActorCriticTrainer):
             distributed=distributed,
             rollout_backend=rollout_backend,
         )
-        self.level = config.level  # type: ignore[misc]  # the granularity is this run's choice
+        self.level = config.level  # type: ignore[misc]  # this run's granularity, for introspection
         if len(self.agents) != 1:
             raise ValueError(
                 f"PPOTrainer is the single-agent baseline; this env has agents {self.agents}. "

@@ -80,6 +80,10 @@ class TrainerConfig:
     distribution that was sampled (a token the current policy cuts has probability 0)."""
     top_k: int = 0
     """Top-k sampling for rollouts (0 disables); log-probs as for ``top_p``."""
+    gradient_accumulation_steps: int = 1
+    """Chunks each agent's share of a (mini)batch is split into for the forward and backward
+    passes: bounds memory, and leaves the gradient unchanged (every loss weight comes from the
+    whole batch)."""
     learning_rate: float = 1e-6
     """Adam learning rate of every agent's adapter (paper: 1e-6)."""
     adam_eps: float = 1e-5
@@ -122,6 +126,7 @@ class TrainerConfig:
             "rollout_threads",
             "max_new_tokens",
             "eval_episodes",
+            "gradient_accumulation_steps",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -354,7 +359,7 @@ class Trainer(RunFolderMixin, ABC):
             self.policy,
             self.objective(),
             sampling=self.config.sampling,
-            accumulation_steps=int(getattr(self.config, "gradient_accumulation_steps", 1)),
+            accumulation_steps=self.config.gradient_accumulation_steps,
             distributed=self.dist,
         )
 
