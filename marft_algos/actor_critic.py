@@ -36,7 +36,7 @@ from marft_algos.policy.rendering import render_prompt_ids
 from marft_algos.policy_gradient import Objective
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout import Episode
-from marft_algos.trainer import Trainer, TrainerConfig
+from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range
 
 __all__ = ["ActorCriticConfig", "ActorCriticTrainer"]
 
@@ -100,10 +100,7 @@ class ActorCriticConfig(TrainerConfig):
         for name in ("gamma", "gae_lambda", "gamma_token", "lam_token"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
-        if self.epsilon <= 0 or (self.epsilon_high is not None and self.epsilon_high <= 0):
-            raise ValueError(
-                f"epsilon and epsilon_high must be > 0; got {self.epsilon}, {self.epsilon_high}."
-            )
+        check_clip_range(self.epsilon, self.epsilon_high)
         for name in ("ppo_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")

@@ -26,7 +26,7 @@ from marft_algos.common.batch import build_rollout_batch
 from marft_algos.common.losses import Normalizer
 from marft_algos.policy_gradient import Objective
 from marft_algos.rollout import Episode, EpisodeRequest
-from marft_algos.trainer import Trainer, TrainerConfig
+from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]
 
@@ -73,6 +73,7 @@ class GRPOConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_clip_range(self.epsilon, self.epsilon_high)
         if self.num_generations < 2:
             raise ValueError(
                 f"num_generations must be >= 2 (a group needs a baseline), got {self.num_generations}."

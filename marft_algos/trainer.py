@@ -153,13 +153,6 @@ class TrainerConfig:
             )
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
-        epsilon, epsilon_high = getattr(self, "epsilon", None), getattr(self, "epsilon_high", None)
-        if epsilon is not None and epsilon_high is not None and epsilon_high < epsilon:
-            raise ValueError(
-                f"epsilon_high={epsilon_high} is below epsilon={epsilon}: the upper clip range must be at "
-                f"least the lower one (DAPO's clip-higher raises it, e.g. epsilon_high=0.28); set "
-                f"epsilon_high >= epsilon, or leave it unset for symmetric clipping."
-            )
 
     @property
     def generation(self) -> GenerationSettings:
@@ -180,6 +173,18 @@ class TrainerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_clip_range(epsilon: float, epsilon_high: float | None) -> None:
+    """Validate PPO's clip ranges (ε_low, ε_high) with a message that says how to fix them."""
+    if epsilon <= 0 or (epsilon_high is not None and epsilon_high <= 0):
+        raise ValueError(f"epsilon and epsilon_high must be > 0; got {epsilon}, {epsilon_high}.")
+    if epsilon_high is not None and epsilon_high < epsilon:
+        raise ValueError(
+            f"epsilon_high={epsilon_high} is below epsilon={epsilon}: the upper clip range must be at "
+            f"least the lower one (DAPO's clip-higher raises it, e.g. epsilon_high=0.28); set "
+            f"epsilon_high >= epsilon, or leave it unset for symmetric clipping."
+        )
 
 
 class Trainer(RunFolderMixin, ABC):
