@@ -34,7 +34,7 @@ from marft_envs.code.profiles import DUAL_PROFILES, SINGLE_PROFILES
 from marft_envs.code.sandbox import Sandbox, SandboxLimits, SandboxResult, default_sandbox
 from marft_envs.core.dependency import DependencyFunction
 from marft_envs.core.env import FlexPOMDPEnv, Transition, pick_row
-from marft_envs.core.profiles import AgentProfile
+from marft_envs.core.profiles import AgentProfile, check_graded, named_team
 
 __all__ = ["TEAMS", "CodeEnv"]
 
@@ -83,19 +83,9 @@ class CodeEnv(FlexPOMDPEnv):
             raise TypeError(
                 f"sandbox must be a marft_envs.code.sandbox.Sandbox, got {type(sandbox).__name__}."
             )
-        if isinstance(profiles, str):
-            if profiles not in TEAMS:
-                raise ValueError(
-                    f"Unknown code team {profiles!r}; use one of {sorted(TEAMS)} or a list of profiles."
-                )
-            profiles = TEAMS[profiles]
         kwargs.setdefault("horizon", max_attempts)
-        super().__init__(profiles, dependency, **kwargs)
-        if not any(p.graded for p in self.profiles.values()):
-            raise ValueError(
-                f"A code team needs at least one graded agent (graded=True) whose program is run; "
-                f"none of {self.possible_agents} is graded."
-            )
+        super().__init__(named_team(profiles, TEAMS, "code"), dependency, **kwargs)
+        check_graded(self.profiles, "code", "whose program is run")
         self.dataset: CodeDataset = load_dataset(
             dataset, limits=limits, **dict(dataset_kwargs or {})
         )

@@ -14,7 +14,7 @@ from typing import Any
 
 _ROLE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
-__all__ = ["AgentProfile", "as_profiles"]
+__all__ = ["AgentProfile", "as_profiles", "check_graded", "named_team"]
 
 
 @dataclass(frozen=True)
@@ -92,3 +92,27 @@ def as_profiles(profiles: Iterable[AgentProfile | Mapping[str, Any]]) -> tuple[A
             f"Agent roles must be unique; {duplicates} appear more than once in {roles}."
         )
     return result
+
+
+def named_team(
+    profiles: str | Iterable[AgentProfile | Mapping[str, Any]],
+    teams: Mapping[str, Any],
+    family: str,
+) -> Any:
+    """A task family's built-in team by name (``"dual"``), or ``profiles`` as given."""
+    if not isinstance(profiles, str):
+        return profiles
+    if profiles not in teams:
+        raise ValueError(
+            f"Unknown {family} team {profiles!r}; use one of {sorted(teams)} or a list of profiles."
+        )
+    return teams[profiles]
+
+
+def check_graded(profiles: Mapping[str, AgentProfile], family: str, graded_means: str) -> None:
+    """Refuse a team without a graded agent (nothing would be scored)."""
+    if not any(p.graded for p in profiles.values()):
+        raise ValueError(
+            f"A {family} team needs at least one graded agent (graded=True, {graded_means}); "
+            f"none of {list(profiles)} is graded."
+        )

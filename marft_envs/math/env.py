@@ -22,7 +22,7 @@ from typing import Any
 
 from marft_envs.core.dependency import DependencyFunction
 from marft_envs.core.env import FlexPOMDPEnv, Transition, pick_row
-from marft_envs.core.profiles import AgentProfile
+from marft_envs.core.profiles import AgentProfile, check_graded, named_team
 from marft_envs.math.data import MathDataset, MathProblem, load_dataset
 from marft_envs.math.grading import extract_answer, grade_answer
 from marft_envs.math.profiles import DUAL_PROFILES, SINGLE_PROFILES, TRIO_PROFILES
@@ -67,19 +67,9 @@ class MathEnv(FlexPOMDPEnv):
     ) -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}.")
-        if isinstance(profiles, str):
-            if profiles not in TEAMS:
-                raise ValueError(
-                    f"Unknown math team {profiles!r}; use one of {sorted(TEAMS)} or a list of profiles."
-                )
-            profiles = TEAMS[profiles]
         kwargs.setdefault("horizon", max_attempts)
-        super().__init__(profiles, dependency, **kwargs)
-        if not any(p.graded for p in self.profiles.values()):
-            raise ValueError(
-                f"A math team needs at least one graded agent (graded=True, the paper's with_answer); "
-                f"none of {self.possible_agents} is graded."
-            )
+        super().__init__(named_team(profiles, TEAMS, "math"), dependency, **kwargs)
+        check_graded(self.profiles, "math", "the paper's with_answer")
         self.dataset: MathDataset = load_dataset(dataset, **dict(dataset_kwargs or {}))
         if len(self.dataset) == 0:
             raise ValueError(f"The math dataset {dataset!r} is empty.")
