@@ -59,20 +59,28 @@ for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.code.sandbox) -----
 register(
-    "code-single-v0",
+    "code-single-v1",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "single"},
     description="One graded coder writes a Python program; reward 1 when every hidden test passes.",
 )
 register(
-    "code-dual-v0",
+    "code-dual-v1",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "dual"},
     description="Tester (edge cases, extra asserts) -> coder; the coder's program is graded.",
 )
 register(
-    "code-dual-retry-v0",
+    "code-dual-retry-v1",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual code team with up to 3 attempts; failing programs come back with how they failed.",
 )
+
+_SANDBOX_FIX = (
+    "programs could earn reward without solving the task (shadowing a builtin the tests call, "
+    "reading the hidden tests from disk), and failure messages were unbounded. Use {new}: the same "
+    "prompts and data; correct programs score as before."
+)
+for _name in ("code-single", "code-dual", "code-dual-retry"):
+    retire(f"{_name}-v0", _SANDBOX_FIX.format(new=f"{_name}-v1"))

@@ -195,14 +195,12 @@ def test_no_write_outside_the_working_directory(sandbox, tmp_path):
     open_dir = tmp_path / "open"
     open_dir.mkdir()
     open_dir.chmod(0o777)
-    targets = [
-        str(open_dir / "escaped"),
-        f"/tmp/marft-escape-{os.getpid()}",
-        f"/dev/shm/marft-escape-{os.getpid()}",
-    ]
+    targets = [str(open_dir / "escaped"), f"/dev/shm/marft-escape-{os.getpid()}"]
+    private = f"/tmp/marft-escape-{os.getpid()}"  # the run's own /tmp: writable, not the host's
     program = (
         "import os\n"
         f"TARGETS = {targets!r}\n"
+        f"open({private!r}, 'w').write('inside')\n"
         "def add(a, b):\n"
         "    wrote = 0\n"
         "    for path in TARGETS:\n"
@@ -218,7 +216,7 @@ def test_no_write_outside_the_working_directory(sandbox, tmp_path):
     )
     result = sandbox.run(program, ADD_TESTS)
     assert result.all_passed  # every write outside failed, the one inside worked
-    for path in targets:
+    for path in [*targets, private]:
         assert not Path(path).exists()
 
 
