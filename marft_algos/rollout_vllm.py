@@ -416,9 +416,13 @@ class VLLMRolloutBackend:
         Args:
             agents: The acting agent of each prompt.
             prompt_ids: Rendered prompt ids, one list per agent entry.
-            max_new_tokens, temperature, top_p, top_k, do_sample, generator, seed: As in
-                :meth:`MultiAgentPolicy.generate`; sampling is seeded per request from ``seed``
-                (or one draw of ``generator``), so equal seeds give equal samples.
+            max_new_tokens: Length cap of an action.
+            temperature: Sampling temperature (default: the policy's).
+            top_p: Nucleus threshold (1: off).
+            top_k: Top-k cut (0: off).
+            do_sample: False for greedy decoding.
+            generator: Seeds the sampling with one draw (same state, same samples).
+            seed: Same as ``generator`` with an explicit seed; each request gets ``seed + i``.
 
         Returns:
             One :class:`Generation` per prompt, in order.
