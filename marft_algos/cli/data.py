@@ -15,7 +15,7 @@ from typing import Any
 from marft_algos.cli.parsing import UsageError
 from marft_algos.cli.presets import DEMO_DATA
 
-__all__ = ["HELD_OUT_FRACTION", "load_part", "plan_data"]
+__all__ = ["HELD_OUT_FRACTION", "load_part", "plan_data", "split_kwargs"]
 
 #: Share of a single --dataset held out for evaluation when no --eval-dataset is given.
 HELD_OUT_FRACTION = 0.1
@@ -105,3 +105,14 @@ def _load(key: str) -> Any:
             f"with separate held-out problems."
         ) from None
     return train if part["side"] == "train" else test
+
+
+def split_kwargs(env_id: str, env_kwargs: dict[str, Any], side: str) -> dict[str, Any]:
+    """``env_kwargs`` for one side of a run (``"train"`` or ``"eval"``) of an env that generates its
+    tasks in splits (a ``split`` argument, e.g. the puzzles): ``split="train"`` to train and
+    ``split="test"`` to evaluate, unless ``--env-kwargs`` names a split itself."""
+    import marft_envs
+
+    if "split" in env_kwargs or not marft_envs.spec(env_id).accepts("split"):
+        return dict(env_kwargs)
+    return {**env_kwargs, "split": "train" if side == "train" else "test"}

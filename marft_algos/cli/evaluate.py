@@ -95,7 +95,7 @@ def evaluate_checkpoint(
     import torch
 
     import marft_envs
-    from marft_algos.cli.data import load_part
+    from marft_algos.cli.data import load_part, split_kwargs
     from marft_algos.cli.train import apply_chat_template
     from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
     from marft_algos.policy import MultiAgentPolicy
@@ -117,6 +117,7 @@ def evaluate_checkpoint(
         data = plan_data(None, o.dataset, o.levels, o.subjects)
     if data is not None and marft_envs.spec(env_id).accepts("dataset"):
         kwargs["dataset"] = load_part(data["eval"])
+    kwargs = split_kwargs(env_id, kwargs, "eval")
     env_fn = lambda: marft_envs.make(env_id, **kwargs)  # noqa: E731
     probe = env_fn()
     agents = list(probe.possible_agents)
