@@ -15,7 +15,7 @@ from typing import Any
 
 from marft_algos.cli.parsing import UsageError
 
-__all__ = ["DATA_FLAGS", "family_of", "load_part", "plan_data"]
+__all__ = ["DATA_FLAGS", "family_of", "load_part", "plan_data", "split_kwargs"]
 
 #: The data flags of marft train: sources, then the filters a family may offer.
 DATA_FLAGS = ("dataset", "eval_dataset", "levels", "subjects")
@@ -80,3 +80,14 @@ def load_part(family: Any, part: dict[str, Any]) -> Any:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = data
     return _CACHE[key]
+
+
+def split_kwargs(env_id: str, env_kwargs: Mapping[str, Any], side: str) -> dict[str, Any]:
+    """``env_kwargs`` for one side of a run (``"train"`` or ``"eval"``) of an env that generates its
+    tasks in splits (a ``split`` argument, e.g. the puzzles): ``split="train"`` to train and
+    ``split="test"`` to evaluate, unless ``--env-kwargs`` names a split itself."""
+    import marft_envs
+
+    if "split" in env_kwargs or not marft_envs.spec(env_id).accepts("split"):
+        return dict(env_kwargs)
+    return {**env_kwargs, "split": "train" if side == "train" else "test"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marft_algos.cli.data import family_of, load_part, plan_data
+from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
 
 __all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main"]
@@ -117,6 +117,7 @@ def evaluate_checkpoint(
         data = plan_data(family, None, o.dataset, {"levels": o.levels, "subjects": o.subjects})
     if data is not None and family is not None:
         kwargs["dataset"] = load_part(family, data["eval"])
+    kwargs = split_kwargs(env_id, kwargs, "eval")
     env_fn = lambda: marft_envs.make(env_id, **kwargs)  # noqa: E731
     probe = env_fn()
     agents = list(probe.possible_agents)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from marft_algos.cli.algorithms import ALGORITHMS, build_trainer, owners_of
-from marft_algos.cli.data import DATA_FLAGS, family_of, load_part, plan_data
+from marft_algos.cli.data import DATA_FLAGS, family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import (
     UsageError,
     build_parser,
@@ -222,7 +222,8 @@ class EnvPlan:
     def factories(self):
         import marft_envs
 
-        train_kwargs, eval_kwargs = dict(self.env_kwargs), dict(self.env_kwargs)
+        train_kwargs = split_kwargs(self.env_id, self.env_kwargs, "train")
+        eval_kwargs = split_kwargs(self.env_id, self.env_kwargs, "eval")
         if self.data is not None:
             family = family_of(self.env_id)
             train_kwargs["dataset"] = load_part(family, self.data["train"])
