@@ -69,7 +69,7 @@ class GRPOConfig(TrainerConfig):
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Divide advantages by the group's reward std, the batch's, or not at all."""
     num_iterations: int = 1
-    """Optimisation passes over each batch (μ)."""
+    """Optimisation passes over each batch (μ; TRL's name). Not --iterations, which counts rollout-and-update iterations."""
     num_minibatches: int = 1
     """Optimizer steps per pass: the batch's episodes are shuffled and split into this many
     minibatches (TRL's ``steps_per_generation``); each minibatch's loss is aggregated over its own

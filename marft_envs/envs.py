@@ -104,3 +104,17 @@ register(
     kwargs={"profiles": "dual"},
     description="Planner describes a route -> executor writes the graded moves, checked by simulation.",
 )
+
+# --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
+register(
+    "tool-math-single-v0",
+    "marft_envs.tools.env:ToolMathEnv",
+    kwargs={"profiles": "single"},
+    description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
+)
+register(
+    "tool-math-dual-v0",
+    "marft_envs.tools.env:ToolMathEnv",
+    kwargs={"profiles": "dual"},
+    description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
+)

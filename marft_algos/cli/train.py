@@ -18,7 +18,15 @@ from typing import Any, Literal
 
 from marft_algos.cli.algorithms import ALGORITHMS, build_trainer, owners_of
 from marft_algos.cli.data import DATA_FLAGS, family_of, load_part, plan_data, split_kwargs
-from marft_algos.cli.parsing import UsageError, build_parser, load_config_file, parse_with, pick
+from marft_algos.cli.parsing import (
+    UsageError,
+    build_parser,
+    check_config_values,
+    did_you_mean,
+    load_config_file,
+    parse_with,
+    pick,
+)
 from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for
 from marft_algos.run_dir import ConfigMismatchError, RunDirectory, RunExistsError
 
@@ -95,7 +103,7 @@ class TrainArguments:
 
 def _preparse(argv: Sequence[str]) -> tuple[dict[str, Any], str, type]:
     """The config file's values, the algorithm and its config class (needed to build the parser)."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config")
     pre.add_argument("--algo")
     known, _ = pre.parse_known_args(list(argv))
@@ -130,7 +138,7 @@ def parse_train_args(
         ``(run arguments, config class, config values, fields given explicitly)``.
     """
     file_values, algo, config_class = _preparse(argv)
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--model")
     pre.add_argument("--paper-defaults", "--paper_defaults", action="store_true")
     pre.add_argument("--preset")
@@ -161,12 +169,14 @@ def parse_train_args(
     if stray:
         where = {k: owners_of(k) for k in stray}
         detail = ", ".join(
-            f"{k} ({'--algo ' + '/'.join(v) + ' only' if v else 'unknown'})"
+            f"{k} ({'--algo ' + '/'.join(v) + ' only' if v else 'unknown' + did_you_mean(k, sorted(fields))})"
             for k, v in where.items()
         )
         raise UsageError(
             f"--config {argv_config(argv)!r} sets fields {algo} does not have: {detail}."
         )
+    checked = check_config_values(file_values, types, argv_config(argv))
+    parser.set_defaults(**checked)
     values, given = parse_with(parser, argv, unknown_hint=_unknown_hint(algo))
     args = TrainArguments(**pick(values, TrainArguments))
     return args, config_class, pick(values, config_class), given | set(file_values)
@@ -330,11 +340,10 @@ def main(
     """Run ``marft train``; returns the run's records, its evaluations and its folder."""
     import sys
 
-    import torch
     from rich.console import Console
 
     from marft_algos.distributed import init_distributed
-    from marft_algos.policy import LoraSettings, MultiAgentPolicy
+    from marft_algos.policy.pretrained import check_model_name
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args, config_class, values, given = parse_train_args(argv, defaults)
@@ -362,15 +371,42 @@ def main(
         values["output_dir"] = f"runs/{plan.env_id.split(':')[-1]}-{args.algo}"
     config = config_class(**values)
 
+    check_model_name(args.model)
     run_dir = RunDirectory(config.output_dir)
+    fresh_folder = not run_dir.path.exists()
     if dist.is_main:  # the other ranks only read the folder; rank 0 writes it
         run_dir.acquire()
+    try:
+        return _train(args, config, plan, dist, dtype, run_dir, console)
+    except BaseException:
+        if dist.is_main and fresh_folder:
+            # A run that failed before writing anything leaves no folder holding only its lock.
+            run_dir.discard_if_empty()
+        raise
+
+
+def _train(
+    args: TrainArguments,
+    config: Any,
+    plan: EnvPlan,
+    dist: Any,
+    dtype: str,
+    run_dir: RunDirectory,
+    console: Any,
+) -> dict[str, Any]:
+    import torch
+
+    from marft_algos.policy import LoraSettings, MultiAgentPolicy
+
     record = {
         "env_id": args.env,
         "env_kwargs": plan.env_kwargs,
         "data": plan.data,
         "model": args.model,
         "lora": {"r": args.lora_rank, "alpha": args.lora_alpha},
+        # Both change what the remaining iterations compute (rounding, reduction order).
+        "threads": args.threads,
+        "dtype": dtype,
     }
     if args.resume:
         _check_resume_matches(run_dir, record, args.algo, args.allow_config_change)
@@ -406,14 +442,7 @@ def main(
         args.algo, policy, train_fn, config, eval_env_fn=eval_fn, critic_seed=config.seed
     )
     trainer.run_info.update(record)
-    trainer.run_info.update(
-        {
-            "threads": args.threads,
-            "device": str(dist.device),
-            "dtype": dtype,
-            "chat_template": template,
-        }
-    )
+    trainer.run_info.update({"device": str(dist.device), "chat_template": template})
     if args.resume:
         trainer.resume(args.resume_from, allow_config_change=args.allow_config_change)
         console.print(f"resumed at iteration {trainer.iteration}")

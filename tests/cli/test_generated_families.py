@@ -17,6 +17,8 @@ FAMILY_IDS = [
     "planpath-single-v0",
     "planpath-dual-v0",
 ]
+#: Families whose problems come from the math data family (--dataset as for math envs).
+MATH_DATA_IDS = ["tool-math-single-v0", "tool-math-dual-v0"]
 REAL = [
     *["--iterations", "1", "--max-new-tokens", "4", "--eval-episodes", "2"],
     *["--episodes-per-iteration", "2", "--rollout-threads", "2", "--eval-every", "1"],
@@ -25,7 +27,7 @@ REAL = [
 ONE_ITERATION = ["--iterations", "1", *TINY, "--eval-every", "1", "--no-plot", "--progress", "off"]
 
 
-@pytest.mark.parametrize("env_id", FAMILY_IDS)
+@pytest.mark.parametrize("env_id", FAMILY_IDS + MATH_DATA_IDS)
 def test_trains_one_iteration_with_the_builtin_model(env_id, tiny_path, tmp_path):
     result = main(
         [
@@ -45,7 +47,15 @@ def test_trains_one_iteration_with_the_builtin_model(env_id, tiny_path, tmp_path
     assert train_rows and all(r["train/policy_loss"] == r["train/policy_loss"] for r in train_rows)
 
 
-@pytest.mark.parametrize("env_id", FAMILY_IDS)
+@pytest.mark.parametrize(
+    "env_id",
+    # One team id per family in the fast suite; the single-agent ids (the same env class and
+    # code path with one agent) run with -m slow, to keep the suite within its time budget.
+    [
+        pytest.param(e, marks=pytest.mark.slow) if "single" in e else e
+        for e in FAMILY_IDS + MATH_DATA_IDS
+    ],
+)
 def test_trains_one_iteration_with_the_real_model(env_id, smollm2_path, tmp_path):
     result = main(
         [
