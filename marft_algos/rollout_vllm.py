@@ -366,34 +366,15 @@ class VLLMRolloutBackend:
         self,
         agent: str,
         messages_batch: Sequence[Sequence[Mapping[str, Any]] | Mapping[str, Any]],
-        *,
-        max_new_tokens: int,
-        temperature: float | None = None,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        do_sample: bool = True,
-        generator: torch.Generator | None = None,
-        seed: int | None = None,
+        **settings: Any,
     ) -> list[Generation]:
-        """:meth:`MultiAgentPolicy.generate`, on the engine with the agent's adapter."""
+        """:meth:`MultiAgentPolicy.generate`, on the engine with the agent's adapter (the settings
+        are :meth:`generate_mixed`'s)."""
         prompts = [self.policy.render(agent, m) for m in messages_batch]
-        return self.generate_from_ids(
-            agent,
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            do_sample=do_sample,
-            generator=generator,
-            seed=seed,
-        )
+        return self.generate_mixed([agent] * len(prompts), prompts, **settings)
 
     def generate_from_ids(
-        self,
-        agent: str,
-        prompt_ids: Sequence[Sequence[int]],
-        **settings: Any,
+        self, agent: str, prompt_ids: Sequence[Sequence[int]], **settings: Any
     ) -> list[Generation]:
         """:meth:`generate` from already-rendered prompt token ids."""
         return self.generate_mixed([agent] * len(prompt_ids), prompt_ids, **settings)
