@@ -118,3 +118,11 @@ register(
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
 )
+
+# --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
+register(
+    "debate-v0",
+    "marft_envs.debate.env:DebateEnv",
+    kwargs={"profiles": "debate"},
+    description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
+)
