@@ -61,7 +61,7 @@ class TrainerConfig:
     """Settings shared by every trainer (defaults: the paper's Table 3 where it gives one)."""
 
     iterations: int = 100
-    """Training iterations (one rollout batch and its update each)."""
+    """Training iterations (one rollout batch and its update each); passes over each batch are ppo_epochs (GRPO: num_iterations)."""
     episodes_per_iteration: int = 16
     """Episodes collected per iteration."""
     rollout_threads: int = 4
@@ -184,6 +184,17 @@ def check_clip_range(epsilon: float, epsilon_high: float | None) -> None:
             f"epsilon_high={epsilon_high} is below epsilon={epsilon}: the upper clip range must be at "
             f"least the lower one (DAPO's clip-higher raises it, e.g. epsilon_high=0.28); set "
             f"epsilon_high >= epsilon, or leave it unset for symmetric clipping."
+        )
+
+
+def check_num_minibatches(num_minibatches: int, episodes_per_iteration: int) -> None:
+    """Validate a minibatch count against the episodes it splits, saying how to fix it."""
+    if num_minibatches < 1:
+        raise ValueError(f"num_minibatches must be >= 1, got {num_minibatches}.")
+    if num_minibatches > episodes_per_iteration:
+        raise ValueError(
+            f"num_minibatches={num_minibatches} exceeds episodes_per_iteration="
+            f"{episodes_per_iteration}; lower num_minibatches or collect more episodes."
         )
 
 
@@ -387,9 +398,12 @@ class Trainer(RunFolderMixin, ABC):
         if not math.isfinite(result["loss"]):
             self._steps["skipped"] += 1
             logger.warning(
-                "Skipping a policy update at iteration %d: the loss is %s.",
+                "Skipping a policy update at iteration %d: the loss is %s (policy loss %s, KL to "
+                "the reference %s).",
                 self.iteration,
                 result["loss"],
+                result.get("policy_loss"),
+                result.get("kl"),
             )
             self.zero_grad()
             return {**result, "skipped_nonfinite": 1}
@@ -491,14 +505,19 @@ class Trainer(RunFolderMixin, ABC):
         start_update = time.perf_counter()
         self._steps = {"tried": 0, "skipped": 0}
         metrics.update(self.update(episodes))
-        if self.rollout_backend is not None:
-            self.rollout_backend.sync_adapters(self.policy, self.iteration + 1)
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
         self._guard_entropy(metrics)
         self._guard_nonfinite()
+        # After the guards, which may roll the adapters back: the engine serves what trains next.
+        self.sync_rollout_backend(self.iteration + 1)
         self.iteration += 1
         return metrics
+
+    def sync_rollout_backend(self, version: int) -> None:
+        """Hand the policy's current adapters to the rollout backend, if there is one."""
+        if self.rollout_backend is not None:
+            self.rollout_backend.sync_adapters(self.policy, version)
 
     def _guard_nonfinite(self) -> None:
         """Count iterations whose policy steps were all skipped as non-finite; stop after K in a row."""

@@ -8,7 +8,7 @@
 | Action | any text; the graded agent's last fenced ```` ```python ```` block is its program |
 | Reward | 1 when every hidden test passes, else 0 (``partial_credit=True``: the share passed); credit ``graded`` |
 | Termination | when every test passes, or when ``max_attempts`` attempts were used |
-| Versions | v0: initial release (retired: a program could earn reward by shadowing a builtin the tests call or reading the hidden tests from disk); v1: the tests see the real builtins, the program sees only the interpreter's files, failure details are one printable line of at most 200 characters; prompts and data unchanged |
+| Versions | v0: initial release (retired: a program could earn reward by shadowing a builtin the tests call or reading the hidden tests from disk); v1: the tests see the real builtins, the program sees only the interpreter's files, failure details are one printable line of at most 300 characters; prompts and data unchanged |
 
 Infos after a round: ``correct``, ``tests_passed``, ``tests_total``, ``failure`` (``no_code``,
 ``syntax_error``, ``timeout``, ``memory``, ``wrong_answer``, ``runtime_error``, ``exited``, ...),
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from marft_envs.code.data import CodeDataset, CodeProblem, load_dataset
+from marft_envs.code.data import CODE_DATA, CodeDataset, CodeProblem, load_dataset
 from marft_envs.code.grading import Grade, extract_program, grade_result, no_code_grade
 from marft_envs.code.profiles import DUAL_PROFILES, SINGLE_PROFILES
 from marft_envs.code.sandbox import Sandbox, SandboxLimits, SandboxResult, default_sandbox
@@ -63,6 +63,8 @@ class CodeEnv(FlexPOMDPEnv):
     """
 
     metadata = {**FlexPOMDPEnv.metadata, "name": "code_v1"}
+    #: How command lines name and load this family's problems (``--dataset``).
+    data_family = CODE_DATA
 
     def __init__(
         self,

@@ -117,7 +117,7 @@ _HARNESS = Path(__file__).with_name("_harness.py")
 _UNSHARE = ("--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
 
 #: The longest failure detail a result carries (one line of printable characters).
-DETAIL_CHARS = 200
+DETAIL_CHARS = 300
 # Memory a run holds besides the program's: the tester process and the unshare wrapper.
 _RUN_OVERHEAD_BYTES = 48 << 20
 
@@ -531,9 +531,10 @@ def _default_workers(limits: SandboxLimits, isolation: str) -> int:
 
 
 def clean_detail(text: str) -> str:
-    """A failure message as it may be shown: printable characters on one line, at most
-    :data:`DETAIL_CHARS` long (the program controls most of it)."""
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    """A failure message as it may be shown: one line of printable characters (others, line
+    breaks included, become spaces), at most :data:`DETAIL_CHARS` long. The program controls
+    most of it, and the retry teams read it."""
+    text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
     return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 3] + "..."
 
 

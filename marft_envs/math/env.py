@@ -8,7 +8,7 @@
 | Action | any text; the graded agent's last ``\\boxed{}`` is its answer |
 | Reward | 1 when every graded agent's answer is equivalent to the gold answer, else 0 (credit ``graded``) |
 | Termination | when the answer is right, or when ``max_attempts`` attempts were used |
-| Versions | v0: initial release (retired: its grader dropped value-changing words after a number, e.g. ``5\text{ thousand}`` scored 1 for 5); v1: the grader keeps value words (multipliers, powers, negations) and compares chained relations, intervals and set-builder sets; prompts and data unchanged |
+| Versions | v0: initial release (out of date: ``make`` builds v1 and warns; its grader dropped value-changing words after a number, e.g. ``5\text{ thousand}`` scored 1 for 5); v1: the grader keeps value words (multipliers, powers, negations) and compares chained relations, intervals and set-builder sets; prompts and data unchanged |
 
 The problem comes from ``dataset`` — the built-in generator by default, or any source
 :func:`marft_envs.math.data.load_dataset` accepts (a MATH or GSM8K JSONL file, a table, a list of
@@ -23,7 +23,7 @@ from typing import Any
 from marft_envs.core.dependency import DependencyFunction
 from marft_envs.core.env import FlexPOMDPEnv, Transition, pick_row
 from marft_envs.core.profiles import AgentProfile, check_graded, named_team
-from marft_envs.math.data import MathDataset, MathProblem, load_dataset
+from marft_envs.math.data import MATH_DATA, MathDataset, MathProblem, load_dataset
 from marft_envs.math.grading import extract_answer, grade_answer
 from marft_envs.math.profiles import DUAL_PROFILES, SINGLE_PROFILES, TRIO_PROFILES
 
@@ -53,6 +53,8 @@ class MathEnv(FlexPOMDPEnv):
     """
 
     metadata = {**FlexPOMDPEnv.metadata, "name": "math_v1"}
+    #: How command lines name and load this family's problems (``--dataset``).
+    data_family = MATH_DATA
 
     def __init__(
         self,
