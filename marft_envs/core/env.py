@@ -48,6 +48,9 @@ class Transition:
     Attributes:
         reward: The round's team reward ``r_t``, split by the env's credit rule; or a mapping
             ``{agent: reward}`` that is used as is (agents not named get 0).
+        team_reward: With a mapping ``reward``: the round's team reward ``r_t`` (what
+            ``reward_mean`` and GRPO's team return count); default the mean of the mapping's
+            values, so paying each of two agents 1 for a success counts as 1, not 2.
         terminated: The episode reached a terminal state (e.g. the answer was graded as final).
         info: Extra information copied into every agent's ``infos`` (e.g. ``{"correct": True}``).
     """
@@ -55,6 +58,7 @@ class Transition:
     reward: float | Mapping[str, float] = 0.0
     terminated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    team_reward: float | None = None
 
 
 @dataclass
@@ -311,6 +315,19 @@ class FlexPOMDPEnv(AECEnv):
             "visible_agents": list(turn.sees),
         }
 
+    def _acted_in_episode(self) -> tuple[str, ...]:
+        """Every agent that acted in the episode so far, ordered by its latest action (this
+        round's last agent last): the ``acted`` a credit rule receives."""
+        order: dict[str, None] = {}
+        for record in self.history:
+            for agent, _ in record.actions:
+                order.pop(agent, None)
+                order[agent] = None
+        for agent in self._round.acted:
+            order.pop(agent, None)
+            order[agent] = None
+        return tuple(order)
+
     def _end_round(self) -> None:
         actions = dict(self._round.actions)
         result = self._transition(actions)
@@ -323,10 +340,23 @@ class FlexPOMDPEnv(AECEnv):
             if unknown:
                 raise ValueError(f"Transition reward names unknown agent(s) {sorted(unknown)}.")
             rewards = {a: float(result.reward.get(a, 0.0)) for a in self.profiles}
-            team_reward = float(sum(rewards.values()))
+            paid = [float(v) for v in result.reward.values()]
+            team_reward = (
+                float(result.team_reward)
+                if result.team_reward is not None
+                else (sum(paid) / len(paid) if paid else 0.0)
+            )
         else:
+            if result.team_reward is not None:
+                raise ValueError(
+                    f"{type(self).__name__}._transition set team_reward={result.team_reward!r} with "
+                    f"a single reward {result.reward!r}; team_reward is only for a per-agent reward "
+                    f"mapping (a single reward is the team reward)."
+                )
             team_reward = float(result.reward)
-            rewards = assign_credit(self.credit, team_reward, self._round.acted, self.profiles)
+            rewards = assign_credit(
+                self.credit, team_reward, self._acted_in_episode(), self.profiles
+            )
         self.history.append(
             RoundRecord(
                 timestep=self.timestep,
