@@ -83,6 +83,10 @@ class FlexPOMDPEnv(AECEnv):
             :class:`~marft_envs.core.dependency.Chain` over the profile order.
         horizon: Maximum number of rounds; reaching it without termination truncates the episode.
         credit: Credit-assignment rule name (``"team"``, ``"graded"``, ``"last"``) or callable.
+        credit_scope: Which agents the rule counts as having acted: ``"episode"`` (every agent
+            that acted so far, so agents idle in the final round share the outcome) or
+            ``"round"`` (only this round's agents: the behaviour before, kept for ids registered
+            with it, e.g. ``debate-v0``).
         max_action_length: Longest accepted action in characters; longer actions are cut to this
             length, with a warning and ``infos[agent]["action_truncated"] = True``.
         render_mode: ``"human"`` (rich console) or ``"ansi"`` (returns a string), or None.
@@ -104,6 +108,7 @@ class FlexPOMDPEnv(AECEnv):
         *,
         horizon: int = 1,
         credit: str | CreditRule = "graded",
+        credit_scope: str = "episode",
         max_action_length: int = 16384,
         max_observation_length: int = 262144,
         render_mode: str | None = None,
@@ -130,6 +135,12 @@ class FlexPOMDPEnv(AECEnv):
         self.horizon = horizon
         self.credit = credit
         resolve_credit(credit)  # fail now, not at the end of the first round
+        if credit_scope not in ("episode", "round"):
+            raise ValueError(
+                f"credit_scope must be 'episode' (every agent that acted so far shares a round's "
+                f"reward) or 'round' (only this round's agents), got {credit_scope!r}."
+            )
+        self.credit_scope = credit_scope
         self.max_action_length = int(max_action_length)
         self.render_mode = render_mode
 
@@ -354,9 +365,10 @@ class FlexPOMDPEnv(AECEnv):
                     f"mapping (a single reward is the team reward)."
                 )
             team_reward = float(result.reward)
-            rewards = assign_credit(
-                self.credit, team_reward, self._acted_in_episode(), self.profiles
+            acted = (
+                self._acted_in_episode() if self.credit_scope == "episode" else self._round.acted
             )
+            rewards = assign_credit(self.credit, team_reward, acted, self.profiles)
         self.history.append(
             RoundRecord(
                 timestep=self.timestep,

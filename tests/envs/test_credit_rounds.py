@@ -91,11 +91,18 @@ def test_an_explicit_team_reward_with_a_mapping():
     assert env.unwrapped.history[-1].team_reward == 0.5
 
 
-@pytest.mark.parametrize("env_id", sorted(marft_envs.registry))
+EPISODE_SCOPED = sorted(
+    i for i, spec in marft_envs.registry.items() if spec.kwargs.get("credit_scope") != "round"
+)
+
+
+@pytest.mark.parametrize("env_id", EPISODE_SCOPED)
 def test_no_registered_env_has_agents_idle_in_a_rewarded_round(env_id):
     # The credit rules now pay agents that acted in earlier rounds too. That changes nothing for
     # an env whose every round is acted by every agent that acted before: then its ids keep their
-    # versions. An env where this fails needs a new version (its rewards changed).
+    # versions. An env where this fails needs a new version (its rewards changed). debate-v0
+    # keeps the round scope (credit_scope="round") and debate-v1 is its new version, tested
+    # below (random play never asks for a rebuttal, so this check cannot see the debate's case).
     env = marft_envs.make(env_id)
     for seed in range(3):
         env.reset(seed=seed)
@@ -109,3 +116,25 @@ def test_no_registered_env_has_agents_idle_in_a_rewarded_round(env_id):
             assert before <= acted, (env_id, record.timestep, sorted(before - acted))
             before |= acted
     env.close()
+
+
+@pytest.mark.parametrize(("env_id", "solver_a"), [("debate-v0", 0.0), ("debate-v1", 1.0)])
+def test_debate_versions_differ_only_in_who_shares_a_rebuttal_round(env_id, solver_a):
+    from marft_envs.math.data import MathProblem
+
+    env = marft_envs.make(env_id, dataset=[MathProblem("What is 17 * 23?", "391")])
+    env.reset(seed=0)
+    script = {
+        "solver_a": ["\\boxed{391}"],
+        "solver_b": ["\\boxed{400}", "\\boxed{391}"],
+        "judge": ["Verdict: rebut B", "Verdict: B"],
+    }
+    final = {}
+    for agent in env.agent_iter():
+        _, reward, terminated, truncated, _ = env.last()
+        if terminated or truncated:
+            final[agent] = reward
+            env.step(None)
+            continue
+        env.step(script[agent].pop(0))
+    assert final == {"solver_a": solver_a, "solver_b": 1.0, "judge": 1.0}
