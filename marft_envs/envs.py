@@ -131,6 +131,12 @@ register(
 register(
     "debate-v0",
     "marft_envs.debate.env:DebateEnv",
-    kwargs={"profiles": "debate"},
+    kwargs={"profiles": "debate", "credit_scope": "round"},
     description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
+)
+register(
+    "debate-v1",
+    "marft_envs.debate.env:DebateEnv",
+    kwargs={"profiles": "debate"},
+    description="debate-v0 where a solver idle in the final round (after 'rebut B') shares the outcome.",
 )
