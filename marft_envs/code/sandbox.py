@@ -24,8 +24,9 @@ What the sandbox guarantees, and how:
   (default 1 GiB per process), file size, open files and processes/threads (``RLIMIT_NPROC``),
   through ``setrlimit`` in the process that runs the program. Where the host lets the sandbox
   create memory cgroups (cgroup v2 with the memory controller available, else cgroup v1), each run
-  gets one, so the program's whole process tree shares ``memory_bytes``; without one a run may
-  hold ``processes * memory_bytes``. The default worker pool is sized from the host's free memory
+  gets one, so the program's whole process tree shares ``memory_bytes``; without one, a namespaced
+  run's tester sums the tree's resident memory every 20 ms and kills the tree past
+  ``memory_bytes``, and a run with ``isolation="process"`` may hold ``processes * memory_bytes``. The default worker pool is sized from the host's free memory
   (:func:`run_memory_bound` per run).
 - *No secrets.* The environment holds ``PATH``, ``LANG``, ``HOME`` and ``TMPDIR`` only; ``-I``
   ignores every ``PYTHON*`` variable and the user's site-packages, ``-S`` all site-packages.

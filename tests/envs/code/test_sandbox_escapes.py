@@ -28,15 +28,6 @@ LIMITS = SandboxLimits(cpu_seconds=4, wall_seconds=10.0, memory_bytes=512 << 20)
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    if not namespaces_available():
-        pytest.skip("unshare may not create namespaces here")
-    box = Sandbox(LIMITS, isolation="namespaces", max_workers=2)
-    yield box
-    box.close()
-
-
 # --- 1. builtins the tests call -------------------------------------------------------------------
 
 # For each builtin that a shipped test calls, a test that only its shadow can pass for the wrong
