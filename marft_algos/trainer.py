@@ -55,7 +55,7 @@ from marft_algos.run_dir import (
     RunDirectory,
     TrainingDiverged,
 )
-from marft_algos.samples import trim_samples, write_samples
+from marft_algos.samples import transcripts_markdown, trim_samples, write_samples
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
 
@@ -492,7 +492,10 @@ class Trainer(RunFolderMixin, ABC):
         episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
         metrics = self.summarize(episodes, "eval")
         if self.run_dir is not None and self.dist.is_main and self.config.eval_samples:
-            write_samples(self.run_dir.path, self.iteration, episodes, self.config.eval_samples)
+            rows = write_samples(
+                self.run_dir.path, self.iteration, episodes, self.config.eval_samples
+            )
+            self.logger.log_text("eval/samples", transcripts_markdown(rows), self.iteration)
         if self.config.eval_sampled:
             self._phase("eval (sampled)", len(requests))
             episodes = self.eval_collector.collect(requests, self.config.generation)
