@@ -39,7 +39,12 @@ from pettingzoo import AECEnv
 from marft_algos.checkpointing import RunFolderMixin, env_spec_json
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
-from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
+from marft_algos.evaluation import (
+    evaluation_requests,
+    greedy,
+    no_signal_reason,
+    summarize_episodes,
+)
 from marft_algos.metrics import MetricsLogger
 from marft_algos.policy_gradient import Objective, PolicyGradient
 from marft_algos.progress import TrainingProgress
@@ -50,7 +55,7 @@ from marft_algos.run_dir import (
     RunDirectory,
     TrainingDiverged,
 )
-from marft_algos.samples import trim_samples, write_samples
+from marft_algos.samples import transcripts_markdown, trim_samples, write_samples
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
 
@@ -487,7 +492,10 @@ class Trainer(RunFolderMixin, ABC):
         episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
         metrics = self.summarize(episodes, "eval")
         if self.run_dir is not None and self.dist.is_main and self.config.eval_samples:
-            write_samples(self.run_dir.path, self.iteration, episodes, self.config.eval_samples)
+            rows = write_samples(
+                self.run_dir.path, self.iteration, episodes, self.config.eval_samples
+            )
+            self.logger.log_text("eval/samples", transcripts_markdown(rows), self.iteration)
         if self.config.eval_sampled:
             self._phase("eval (sampled)", len(requests))
             episodes = self.eval_collector.collect(requests, self.config.generation)
@@ -535,36 +543,16 @@ class Trainer(RunFolderMixin, ABC):
     def _warn_if_nothing_to_learn(
         self, episodes: Sequence[Episode], metrics: dict[str, Any]
     ) -> None:
-        """Say so when the iteration's rewards carry no signal: every GRPO group flat, or every
-        decision of every episode rewarded alike (then an actor-critic update moves the policy by
-        the critic's value errors alone)."""
+        """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal."""
         rewards = [d.reward for e in episodes for d in e.decisions]
         spread = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
         if self.dist.enabled:
             parts = self.dist.gather(spread)
             spread = (min(p[0] for p in parts), max(p[1] for p in parts))
-        flat_groups = metrics.get("rollout/zero_std_fraction") == 1.0
-        flat = flat_groups or spread[0] == spread[1]
-        metrics["rollout/nothing_to_learn"] = int(flat)
-        if not flat:
-            return
-        n = metrics.get("rollout/episodes", len(episodes))
-        if flat_groups:
-            why = (
-                f"in every group the {n} episodes' samples got the same reward "
-                f"(rollout/zero_std_fraction 1.0), so every advantage is 0 and the update is empty"
-            )
-        else:
-            why = (
-                f"every decision of all {n} episodes got reward {spread[0]:g}, so any change "
-                f"of the policy comes from the critic's value errors, not from the task"
-            )
-        logger.warning(
-            "Iteration %d has nothing to learn from: %s. Try easier problems, more episodes or "
-            "samples per group, a higher temperature, or check the reward.",
-            self.iteration + 1,
-            why,
-        )
+        why = no_signal_reason(spread, metrics, self.iteration + 1)
+        metrics["rollout/nothing_to_learn"] = int(why is not None)
+        if why is not None:
+            logger.warning(why)
 
     def _guard_nonfinite(self) -> None:
         """Count iterations whose policy steps were all skipped as non-finite; stop after K in a row."""

@@ -132,3 +132,24 @@ def test_progress_true_off_a_terminal_prints_plain_lines_without_logging_setup(c
         bar.update({"rollout/reward_mean": 0.0})
     err = capsys.readouterr().err
     assert "rollout 1/2 episodes, 10 tokens/s" in err and "iteration 1/1" in err
+
+
+def test_transcripts_reach_tensorboard_as_text(tiny_path, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = build(
+        "action",
+        tiny_path,
+        iterations=1,
+        eval_samples=1,
+        output_dir=str(tmp_path),
+        tensorboard=True,
+    )
+    trainer.train()
+    trainer.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    texts = events.Tensors("eval/samples/text_summary")
+    assert [t.step for t in texts] == [0, 1]
+    assert "*writer* (reward" in texts[0].tensor_proto.string_val[0].decode()
