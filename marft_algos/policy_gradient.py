@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -227,6 +228,33 @@ class PolicyGradient:
         out["entropy"] = sums["entropy"] / sums["weight"] if sums["weight"] else 0.0
         for name in _STATS:
             out[name] = sums[name] / sums["entries"] if sums["entries"] else 0.0
+        return out
+
+    @torch.no_grad()
+    def reference_log_probs(self, batch: RolloutBatch) -> Tensor:
+        """``(N, T)`` log-probs of the batch's tokens under the reference policy (adapters off),
+        for a KL penalty folded into the reward (RLOO, REINFORCE++); 0 on padding.
+
+        The reference distribution is the base model's at the rollout temperature, without the
+        top-k / top-p cut (TRL's convention): a sampled token outside the reference's own cut
+        would get log-prob −inf and an infinite penalty, so the penalty is finite by construction.
+        Forwards run agent by agent in ``accumulation_steps`` chunks, as the update's do.
+        """
+        out = torch.zeros_like(batch.old_log_probs)  # (N, T)
+        for agent in dict.fromkeys(batch.agents):
+            rows = batch.indices_of(agent)
+            for part in np.array_split(np.asarray(rows), min(self.accumulation_steps, len(rows))):
+                chunk = batch[part]
+                lp = self.policy.token_log_probs(
+                    agent,
+                    list(chunk.prompt_ids),
+                    chunk.action_lists(),
+                    reference=True,
+                    temperature=self.sampling.get("temperature"),
+                )
+                width = lp.mask.shape[1]
+                kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
+                out[torch.as_tensor(part), :width] = kept.float().cpu()
         return out
 
     @torch.no_grad()

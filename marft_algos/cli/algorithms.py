@@ -8,8 +8,11 @@ from typing import Any
 from pettingzoo import AECEnv
 
 from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.critic_free import CriticFreeTrainer
 from marft_algos.grpo import GRPOConfig, GRPOTrainer
 from marft_algos.ppo import PPOConfig, PPOTrainer
+from marft_algos.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer
+from marft_algos.rloo import RLOOConfig, RLOOTrainer
 from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 from marft_algos.trainer import Trainer, TrainerConfig
 
@@ -21,6 +24,8 @@ ALGORITHMS: dict[str, tuple[type[TrainerConfig], type[Trainer]]] = {
     "token-marft": (TokenMARFTConfig, TokenMARFTTrainer),
     "ppo": (PPOConfig, PPOTrainer),
     "grpo": (GRPOConfig, GRPOTrainer),
+    "rloo": (RLOOConfig, RLOOTrainer),
+    "reinforce-pp": (REINFORCEPPConfig, REINFORCEPPTrainer),
 }
 
 
@@ -44,11 +49,12 @@ def build_trainer(
     eval_env_fn: Callable[[], AECEnv] | None = None,
     critic_seed: int = 0,
 ) -> Trainer:
-    """Instantiate the trainer for ``algorithm``, with a critic on the policy's base when it needs one."""
+    """Instantiate the trainer for ``algorithm``, with a critic on the policy's base when it needs
+    one (not GRPO, RLOO or REINFORCE++)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"Unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS)}.")
     _, trainer_class = ALGORITHMS[algorithm]
-    if trainer_class is GRPOTrainer:
+    if issubclass(trainer_class, CriticFreeTrainer):
         return trainer_class(policy, env_fn, config, eval_env_fn=eval_env_fn)
     from marft_algos.policy.critic import Critic
 

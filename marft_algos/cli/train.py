@@ -38,7 +38,9 @@ class TrainArguments:
 
     env: str = "math-dual-v1"
     """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
-    algo: Literal["action-marft", "token-marft", "ppo", "grpo"] = "action-marft"
+    algo: Literal["action-marft", "token-marft", "ppo", "grpo", "rloo", "reinforce-pp"] = (
+        "action-marft"
+    )
     """Training algorithm."""
     model: str = DEFAULT_MODEL
     """Base model: a built-in short name, a local folder, or a Hub id in the local cache."""
@@ -345,7 +347,7 @@ def main(
     if args.algo == "ppo" and len(plan.agents) != 1:
         raise UsageError(
             f"--algo ppo is the single-agent baseline, but {args.env} has agents {plan.agents}; use "
-            f"--algo action-marft, token-marft or grpo for a team, or a one-agent env (math-single-v1)."
+            f"--algo action-marft, token-marft, grpo, rloo or reinforce-pp for a team, or a one-agent env (math-single-v1)."
         )
     _check_caps(values, given, plan.agents)
     if values.get("output_dir") is None:

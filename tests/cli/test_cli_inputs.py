@@ -48,7 +48,7 @@ def test_config_file_then_flags(tmp_path):
 def test_config_file_with_a_field_of_another_trainer(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("num_generations: 2\n")
-    with pytest.raises(UsageError, match=r"num_generations \(--algo grpo only\)"):
+    with pytest.raises(UsageError, match=r"num_generations \(--algo grpo/rloo/reinforce-pp only\)"):
         parse_train_args(["--config", str(config)])
 
 
@@ -73,8 +73,8 @@ def test_option_of_another_trainer(capsys):
     with pytest.raises(SystemExit):
         train("--num-generations", "4", "--model", MISSING_MODEL)
     assert (
-        "--num-generations is an option of --algo grpo; --algo action-marft does not use it"
-        in capsys.readouterr().err
+        "--num-generations is an option of --algo grpo / rloo / reinforce-pp; --algo action-marft "
+        "does not use it" in capsys.readouterr().err
     )
 
 
