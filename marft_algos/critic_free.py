@@ -63,7 +63,7 @@ class CriticFreeConfig(TrainerConfig):
     depend on gradient_accumulation_steps), or each agent's token cap as a constant length
     (dr_grpo). The entropy bonus and a KL loss term are aggregated the same way."""
     num_iterations: int = 1
-    """Optimisation passes over each batch (μ)."""
+    """Optimisation passes over each batch (μ; TRL's name). Not --iterations, which counts rollout-and-update iterations."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal and sample more groups to refill the batch."""
     max_resample_rounds: int = 4

