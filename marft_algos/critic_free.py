@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -29,7 +30,7 @@ from marft_algos.common.losses import KLEstimator, Normalizer, kl_penalty
 from marft_algos.levels import level_named
 from marft_algos.policy_gradient import Objective
 from marft_algos.rollout import Episode, EpisodeRequest
-from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range
+from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range, check_num_minibatches
 
 __all__ = ["LOSS_NORMALIZERS", "CriticFreeConfig", "CriticFreeTrainer", "check_level_options"]
 
@@ -64,6 +65,10 @@ class CriticFreeConfig(TrainerConfig):
     (dr_grpo). The entropy bonus and a KL loss term are aggregated the same way."""
     num_iterations: int = 1
     """Optimisation passes over each batch (μ; TRL's name). Not --iterations, which counts rollout-and-update iterations."""
+    num_minibatches: int = 1
+    """Optimizer steps per pass: the batch's episodes are shuffled and split into this many
+    minibatches (TRL's ``steps_per_generation``); each minibatch's loss is aggregated over its own
+    tokens or sequences (advantages are computed once, over the whole batch)."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal and sample more groups to refill the batch."""
     max_resample_rounds: int = 4
@@ -102,6 +107,7 @@ class CriticFreeConfig(TrainerConfig):
             raise ValueError(f"beta must be >= 0, got {self.beta}.")
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
+        check_num_minibatches(self.num_minibatches, self.episodes_per_iteration)
         if self.dynamic_sampling and self.num_generations < 2:
             raise ValueError(
                 "dynamic_sampling drops groups whose rewards are all equal, which a group of one "
@@ -299,6 +305,16 @@ class CriticFreeTrainer(Trainer):
         return {}
 
     # ------------------------------------------------------------------ update
+    def _agents_with_work(self, agents: Sequence[str], active: Tensor) -> list[str]:
+        """The agents with an active decision on some rank, in the same order on every rank."""
+        present = self.dist.sum(
+            [
+                float(any(on and a == agent for a, on in zip(agents, active.tolist(), strict=True)))
+                for agent in self.agents
+            ]
+        )
+        return [agent for agent, n in zip(self.agents, present, strict=True) if n]
+
     def update(self, episodes: list[Episode]) -> dict[str, Any]:
         c = self.config
         metrics = self._rollout_metrics(episodes)
@@ -322,35 +338,37 @@ class CriticFreeTrainer(Trainer):
             if objective.beta > 0 or objective.entropy_coef > 0
             else nonzero
         )
-        present = self.dist.sum(
-            [
-                float(
-                    any(
-                        on and a == agent
-                        for a, on in zip(batch.agents, active.tolist(), strict=True)
-                    )
-                )
-                for agent in self.agents
-            ]
-        )
-        agents = [
-            agent for agent, n in zip(self.agents, present, strict=True) if n
-        ]  # same list on every rank
-        if not agents:  # every advantage is 0: nothing to learn, and no statistics to report
+        if not self._agents_with_work(batch.agents, active):
+            # every advantage is 0: nothing to learn, and no statistics to report
             return {**metrics, **extra, "train/policy_loss": 0.0, "train/skipped_empty": 1}
 
         stats: dict[str, list[float]] = defaultdict(list)
         first: dict[str, float] = {}
         skipped = 0
-        for it in range(c.num_iterations):
-            result = self.policy_step(step, batch, agents, active=active)
-            if it == 0:
-                first = {"approx_kl": result["approx_kl"], "clip_fraction": result["clip_fraction"]}
-            for key in ("policy_loss", "entropy", "kl", "ratio_mean"):
-                stats[f"train/{key}"].append(result[key])
-            if "grad_norm" in result:
-                stats["train/grad_norm"].append(result["grad_norm"])
-            skipped += int(result.get("skipped_nonfinite", 0))
+        first_episode, total_episodes = self.dist.offset(len(episodes))
+        for _ in range(c.num_iterations):
+            for rows in batch.minibatch_indices(
+                self.rng,
+                c.num_minibatches,
+                len(episodes),
+                first_episode=first_episode,
+                total_episodes=total_episodes,
+            ):
+                minibatch = batch[rows]
+                agents = self._agents_with_work(minibatch.agents, active[rows])
+                if not agents:  # no rank has a decision of this minibatch to train on
+                    continue
+                result = self.policy_step(step, minibatch, agents, active=active[rows])
+                if not first:
+                    first = {
+                        "approx_kl": result["approx_kl"],
+                        "clip_fraction": result["clip_fraction"],
+                    }
+                for key in ("policy_loss", "entropy", "kl", "ratio_mean"):
+                    stats[f"train/{key}"].append(result[key])
+                if "grad_norm" in result:
+                    stats["train/grad_norm"].append(result["grad_norm"])
+                skipped += int(result.get("skipped_nonfinite", 0))
         metrics.update({k: float(np.mean(v)) for k, v in stats.items() if v})
         metrics.update(extra)
         metrics["train/approx_kl"] = first.get("approx_kl", 0.0)
