@@ -150,7 +150,7 @@ def parse_train_args(
     preset = known.preset or file_values.get("preset")
     try:
         merged = {
-            **preset_for(model, paper_defaults=paper, preset=preset),
+            **preset_for(model, paper_defaults=paper, preset=preset, algorithm=algo),
             **dict(defaults or {}),
             **file_values,
         }

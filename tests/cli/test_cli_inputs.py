@@ -235,3 +235,15 @@ def test_exit_status_says_bad_input_or_divergence(capsys):
         guarded(bad_input, [], "marft train")
     assert (diverged.value.code, bad.value.code) == (1, 2)
     assert "marft train: error: every update was skipped" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("model", "group"), [("marft-tiny-math", 4), ("smollm2-135m-instruct", 8)])
+def test_presets_give_rloo_their_group_and_reinforce_pp_one_sample_per_task(model, group):
+    _, config_class, rloo, _ = parse_train_args(["--algo", "rloo", "--model", model])
+    assert config_class.__name__ == "RLOOConfig" and rloo["num_generations"] == group
+    _, config_class, rpp, _ = parse_train_args(["--algo", "reinforce-pp", "--model", model])
+    assert config_class.__name__ == "REINFORCEPPConfig" and rpp["num_generations"] == 1
+    # Every other preset field applies to both (e.g. the learning rate and passes per batch).
+    assert rloo["learning_rate"] == rpp["learning_rate"] and rpp["learning_rate"] != 1e-6
+    _, _, chosen, _ = parse_train_args(["--algo", "reinforce-pp", "--num-generations", "4"])
+    assert chosen["num_generations"] == 4
