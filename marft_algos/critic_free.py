@@ -32,7 +32,14 @@ from marft_algos.policy_gradient import Objective
 from marft_algos.rollout import Episode, EpisodeRequest
 from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range, check_num_minibatches
 
-__all__ = ["LOSS_NORMALIZERS", "CriticFreeConfig", "CriticFreeTrainer", "check_level_options"]
+__all__ = [
+    "LOSS_NORMALIZERS",
+    "CriticFreeConfig",
+    "CriticFreeLevelConfig",
+    "CriticFreeLevelTrainer",
+    "CriticFreeTrainer",
+    "check_level_options",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -386,3 +393,27 @@ class CriticFreeTrainer(Trainer):
             adv = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
         total, count = self.dist.sum([float(adv.sum()), float(len(batch))])
         return total / count if count else 0.0
+
+
+@dataclass
+class CriticFreeLevelConfig(CriticFreeConfig):
+    """A critic-free config that trains at action or token level (RLOO, REINFORCE++)."""
+
+    level: Literal["action", "token"] = "token"
+    """One clipped ratio per decision (on the action's log-prob, paper eq. 6) or per token."""
+    logprob_normalization: Literal["none", "token", "word"] = "none"
+    """Action level: divide an action's log-prob by its token or word count (paper §4.1.1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_level_options(self)
+
+
+class CriticFreeLevelTrainer(CriticFreeTrainer):
+    """A critic-free trainer whose objective's granularity is the config's ``level``."""
+
+    config: CriticFreeLevelConfig
+
+    def objective(self) -> Objective:
+        c = self.config
+        return self.token_objective(level=c.level, logprob_normalization=c.logprob_normalization)

@@ -30,9 +30,8 @@ from torch import Tensor
 
 from marft_algos.common.advantages import group_advantages, kl_penalized_returns
 from marft_algos.common.batch import RolloutBatch
-from marft_algos.critic_free import CriticFreeConfig, CriticFreeTrainer, check_level_options
+from marft_algos.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
 from marft_algos.levels import normalize, normalize_by_agent
-from marft_algos.policy_gradient import Objective
 from marft_algos.rollout import Episode
 from marft_algos.trainer import TrainerConfig
 
@@ -40,7 +39,7 @@ __all__ = ["REINFORCEPPConfig", "REINFORCEPPTrainer"]
 
 
 @dataclass
-class REINFORCEPPConfig(CriticFreeConfig):
+class REINFORCEPPConfig(CriticFreeLevelConfig):
     """Settings of :class:`REINFORCEPPTrainer` (defaults as OpenRLHF's REINFORCE++)."""
 
     num_generations: int = 1
@@ -56,14 +55,11 @@ class REINFORCEPPConfig(CriticFreeConfig):
     """One clipped ratio per token (the paper) or per decision (the return at its first token)."""
     normalize_advantages_per_agent: bool = False
     """Take the normalisation's mean and std over each agent's entries instead of the whole batch."""
-    logprob_normalization: Literal["none", "token", "word"] = "none"
-    """Action level: divide an action's log-prob by its token or word count (paper §4.1.1)."""
 
     min_generations: ClassVar[int] = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_level_options(self)
         if self.kl_estimator not in ("k1", "k2", "k3"):
             raise ValueError(f"kl_estimator must be 'k1', 'k2' or 'k3', got {self.kl_estimator!r}.")
         if self.baseline not in ("none", "group"):
@@ -75,16 +71,12 @@ class REINFORCEPPConfig(CriticFreeConfig):
             )
 
 
-class REINFORCEPPTrainer(CriticFreeTrainer):
+class REINFORCEPPTrainer(CriticFreeLevelTrainer):
     """REINFORCE++ over any registered env: KL-penalised returns, normalised over the batch."""
 
     algorithm: ClassVar[str] = "reinforce-pp"
     config_class: ClassVar[type[TrainerConfig]] = REINFORCEPPConfig
     config: REINFORCEPPConfig
-
-    def objective(self) -> Objective:
-        c = self.config
-        return self.token_objective(level=c.level, logprob_normalization=c.logprob_normalization)
 
     def batch_advantages(
         self, episodes: list[Episode], batch: RolloutBatch

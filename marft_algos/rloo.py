@@ -29,9 +29,8 @@ from torch import Tensor
 
 from marft_algos.common.advantages import leave_one_out_advantages
 from marft_algos.common.batch import RolloutBatch
-from marft_algos.critic_free import CriticFreeConfig, CriticFreeTrainer, check_level_options
+from marft_algos.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
 from marft_algos.levels import normalize
-from marft_algos.policy_gradient import Objective
 from marft_algos.rollout import Episode
 from marft_algos.trainer import TrainerConfig
 
@@ -39,7 +38,7 @@ __all__ = ["RLOOConfig", "RLOOTrainer"]
 
 
 @dataclass
-class RLOOConfig(CriticFreeConfig):
+class RLOOConfig(CriticFreeLevelConfig):
     """Settings of :class:`RLOOTrainer` (names and defaults as TRL's ``RLOOConfig``)."""
 
     num_generations: int = 2
@@ -51,24 +50,14 @@ class RLOOConfig(CriticFreeConfig):
     """One clipped ratio per decision (TRL's RLOO: the whole completion is one action) or per token."""
     normalize_advantages: bool = False
     """Standardise the advantages over the batch (every rank's samples; population std)."""
-    logprob_normalization: Literal["none", "token", "word"] = "none"
-    """Action level: divide an action's log-prob by its token or word count (paper §4.1.1)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_level_options(self)
 
 
-class RLOOTrainer(CriticFreeTrainer):
+class RLOOTrainer(CriticFreeLevelTrainer):
     """REINFORCE leave-one-out over any registered env, each agent against its own samples."""
 
     algorithm: ClassVar[str] = "rloo"
     config_class: ClassVar[type[TrainerConfig]] = RLOOConfig
     config: RLOOConfig
-
-    def objective(self) -> Objective:
-        c = self.config
-        return self.token_objective(level=c.level, logprob_normalization=c.logprob_normalization)
 
     def batch_advantages(
         self, episodes: list[Episode], batch: RolloutBatch
