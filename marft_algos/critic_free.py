@@ -84,6 +84,10 @@ class CriticFreeConfig(TrainerConfig):
     """R_i of an agent: the episode's team return, or the agent's own credited return."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (none by default)."""
+    skip_zero_advantages: bool = True
+    """Skip the forward and backward pass of completions whose advantage is 0: with ``beta=0``
+    and no entropy bonus they add exactly nothing to the gradient. False runs every completion
+    through the update, as TRL does (equal-work comparisons)."""
 
     min_generations: ClassVar[int] = 2
     """Smallest group this estimator works with (a baseline from the group needs two)."""
@@ -342,7 +346,7 @@ class CriticFreeTrainer(Trainer):
         nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
         active = (
             torch.ones(len(batch), dtype=torch.bool)
-            if objective.beta > 0 or objective.entropy_coef > 0
+            if objective.beta > 0 or objective.entropy_coef > 0 or not c.skip_zero_advantages
             else nonzero
         )
         if not self._agents_with_work(batch.agents, active):

@@ -74,6 +74,7 @@ RESUMABLE_CHANGES = frozenset(
         "overwrite",
         "max_nonfinite_iterations",
         "sync_check_every",
+        "eval_samples",
     }
 )
 

@@ -118,3 +118,17 @@ register(
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
 )
+
+# --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
+register(
+    "debate-v0",
+    "marft_envs.debate.env:DebateEnv",
+    kwargs={"profiles": "debate", "credit_scope": "round"},
+    description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
+)
+register(
+    "debate-v1",
+    "marft_envs.debate.env:DebateEnv",
+    kwargs={"profiles": "debate"},
+    description="debate-v0 where a solver idle in the final round (after 'rebut B') shares the outcome.",
+)
