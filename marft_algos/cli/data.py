@@ -2,14 +2,18 @@
 
 A *data plan* is JSON: for the training and the held-out side, the source (``builtin:train``, a
 file, ``hf:<name>``), the level and subject filters, and, when the held-out problems are carved
-out of the training source, the split that did it. The plan goes into ``config.json`` and every
-checkpoint; :func:`load_part` turns one side back into the same :class:`MathDataset`.
+out of the training source, the split that did it. A file is recorded by its absolute path and
+the SHA-256 of its bytes, so ``marft eval RUN`` from another directory reads the same file, and
+a file changed since the run refuses to load instead of silently grading other problems. The
+plan goes into ``config.json`` and every checkpoint; :func:`load_part` turns one side back into
+the same :class:`MathDataset`.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 from typing import Any
 
 from marft_algos.cli.parsing import UsageError
@@ -42,6 +46,16 @@ def _filters(source: str, levels: str | None, subjects: str | None) -> dict[str,
     return out
 
 
+def _pinned(source: str) -> dict[str, Any]:
+    """A local file as its absolute path and content hash; any other source as given."""
+    from marft_algos.run_dir import file_sha256
+
+    path = Path(source).expanduser()
+    if source.startswith(("builtin", "hf:")) or not path.is_file():
+        return {"source": source}
+    return {"source": str(path.resolve()), "sha256": file_sha256(path)}
+
+
 def plan_data(
     dataset: str | None, eval_dataset: str | None, levels: str | None, subjects: str | None
 ) -> dict[str, dict[str, Any]]:
@@ -49,7 +63,10 @@ def plan_data(
     source = dataset or "builtin:train"
     filters = _filters(source, levels, subjects)
     if eval_dataset is not None:
-        return {"train": {"source": source, **filters}, "eval": {"source": eval_dataset, **filters}}
+        return {
+            "train": {**_pinned(source), **filters},
+            "eval": {**_pinned(eval_dataset), **filters},
+        }
     if source.startswith("builtin"):
         return {
             "train": {"source": source, **filters},
@@ -57,8 +74,8 @@ def plan_data(
         }
     split = {"test_size": HELD_OUT_FRACTION, "split_seed": 0}
     return {
-        "train": {"source": source, **filters, **split, "side": "train"},
-        "eval": {"source": source, **filters, **split, "side": "test"},
+        "train": {**_pinned(source), **filters, **split, "side": "train"},
+        "eval": {**_pinned(source), **filters, **split, "side": "test"},
     }
 
 
@@ -66,8 +83,26 @@ def load_part(part: dict[str, Any]) -> Any:
     """One side of a data plan as a :class:`~marft_envs.math.data.MathDataset`.
 
     Raises:
-        UsageError: The source cannot be read as text, or is too small to hold problems out.
+        UsageError: The source cannot be read as text, is too small to hold problems out, or is a
+            file whose bytes differ from the hash the run recorded.
     """
+    recorded = part.get("sha256")
+    if recorded is not None:
+        from marft_algos.run_dir import file_sha256
+
+        source = part["source"]
+        if not Path(source).is_file():
+            raise UsageError(
+                f"Dataset {source!r}, recorded by the run, is gone; put the file back there, or pass "
+                f"--dataset FILE to use other problems."
+            )
+        actual = file_sha256(source)
+        if actual != recorded:
+            raise UsageError(
+                f"Dataset {source!r} changed since the run recorded it (sha256 {recorded[:12]}... then, "
+                f"{actual[:12]}... now), so these are not the run's problems. Restore the file, or pass "
+                f"--dataset FILE to use the new problems deliberately (a new run, or marft eval --dataset)."
+            )
     return _load(json.dumps(part, sort_keys=True))
 
 
