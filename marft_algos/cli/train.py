@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,15 @@ class TrainArguments:
             )
         if self.lora_rank < 1:
             raise UsageError(f"--lora-rank {self.lora_rank}: the LoRA rank must be >= 1 (e.g. 8).")
+        if not (math.isfinite(self.lora_alpha) and self.lora_alpha > 0):
+            raise UsageError(
+                f"--lora-alpha {self.lora_alpha}: LoRA alpha must be a finite number > 0 (the update "
+                f"is scaled by alpha / rank; e.g. 16)."
+            )
+        if self.device is not None:
+            from marft_algos.distributed import parse_device
+
+            parse_device(self.device)
         if self.resume_from is not None:
             self.resume = True
 
