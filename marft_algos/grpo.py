@@ -61,7 +61,7 @@ class GRPOConfig(TrainerConfig):
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Divide advantages by the group's reward std, the batch's, or not at all."""
     num_iterations: int = 1
-    """Optimisation passes over each batch (μ)."""
+    """Optimisation passes over each batch (μ; TRL's name). Not --iterations, which counts rollout-and-update iterations."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal and sample more groups to refill the batch."""
     max_resample_rounds: int = 4

@@ -19,6 +19,7 @@ layout:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -230,6 +231,14 @@ class RunDirectory:
             return
         del _HELD[key]
         held[0].close()
+
+    def discard_if_empty(self) -> None:
+        """Release the lock and remove the folder if it holds nothing but the lock file."""
+        self.release()
+        if self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {".lock"}:
+            (self.path / ".lock").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
 
     def clean_stale(self) -> list[str]:
         """Remove temporary folders left by interrupted checkpoint writes and deletions."""

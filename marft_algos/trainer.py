@@ -61,7 +61,7 @@ class TrainerConfig:
     """Settings shared by every trainer (defaults: the paper's Table 3 where it gives one)."""
 
     iterations: int = 100
-    """Training iterations (one rollout batch and its update each)."""
+    """Training iterations (one rollout batch and its update each); passes over each batch are ppo_epochs (GRPO: num_iterations)."""
     episodes_per_iteration: int = 16
     """Episodes collected per iteration."""
     rollout_threads: int = 4

@@ -76,3 +76,43 @@ register(
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual code team with up to 3 attempts; failing programs come back with how they failed.",
 )
+
+# --- procedural puzzles: generated per episode (split="train" / "test", disjoint by a hash) -----
+register(
+    "sudoku-single-v0",
+    "marft_envs.puzzles.env:SudokuEnv",
+    kwargs={"profiles": "single"},
+    description="One graded solver fills a 4x4 Sudoku (blanks=4); reward 1 for a solved grid.",
+)
+register(
+    "sudoku-dual-v0",
+    "marft_envs.puzzles.env:SudokuEnv",
+    kwargs={"profiles": "dual"},
+    description="Planner proposes digits for the blanks -> executor writes the graded 4x4 grid.",
+)
+register(
+    "planpath-single-v0",
+    "marft_envs.puzzles.env:PlanPathEnv",
+    kwargs={"profiles": "single"},
+    description="One graded navigator writes moves from S to G on a 5x5 map with walls.",
+)
+register(
+    "planpath-dual-v0",
+    "marft_envs.puzzles.env:PlanPathEnv",
+    kwargs={"profiles": "dual"},
+    description="Planner describes a route -> executor writes the graded moves, checked by simulation.",
+)
+
+# --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
+register(
+    "tool-math-single-v0",
+    "marft_envs.tools.env:ToolMathEnv",
+    kwargs={"profiles": "single"},
+    description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
+)
+register(
+    "tool-math-dual-v0",
+    "marft_envs.tools.env:ToolMathEnv",
+    kwargs={"profiles": "dual"},
+    description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
+)

@@ -37,6 +37,7 @@ from typing import Any
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import OrderEnforcingWrapper
 
+from marft_envs.core.data import DataFamily, data_family_of
 from marft_envs.core.dependency import DependencyFunction
 
 __all__ = [
@@ -166,6 +167,13 @@ class EnvSpec:
                 params[name].KEYWORD_ONLY,
             )
         return False
+
+    @property
+    def data_family(self) -> DataFamily | None:
+        """How the env's problems are named and loaded (``dataset=``), if its class declares it."""
+        if not self.accepts("dataset"):
+            return None
+        return data_family_of(self.load())
 
     def to_json(self) -> dict[str, Any]:
         """The spec as JSON-ready data: id, entry point and kwargs (values JSON cannot hold are

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from marft_algos.cli.data import plan_data
+from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
 
 __all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main"]
@@ -105,7 +105,6 @@ def evaluate_checkpoint(
     import torch
 
     import marft_envs
-    from marft_algos.cli.data import load_part
     from marft_algos.cli.train import apply_chat_template
     from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
     from marft_algos.policy import MultiAgentPolicy
@@ -123,10 +122,12 @@ def evaluate_checkpoint(
         )
     kwargs = _recorded_env_kwargs(run, o.dataset is not None)
     data = run.get("data")
-    if o.dataset is not None:
-        data = plan_data(None, o.dataset, o.levels, o.subjects)
-    if data is not None and marft_envs.spec(env_id).accepts("dataset"):
-        kwargs["dataset"] = load_part(data["eval"])
+    family = family_of(env_id)
+    if o.dataset is not None and family is not None:
+        data = plan_data(family, None, o.dataset, {"levels": o.levels, "subjects": o.subjects})
+    if data is not None and family is not None:
+        kwargs["dataset"] = load_part(family, data["eval"])
+    kwargs = split_kwargs(env_id, kwargs, "eval")
     env_fn = lambda: marft_envs.make(env_id, **kwargs)  # noqa: E731
     probe = env_fn()
     agents = list(probe.possible_agents)

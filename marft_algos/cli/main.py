@@ -60,6 +60,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions whose message is the whole story for a user (no traceback needed)."""
     from marft_algos.policy.backbone import ModelLoadError
     from marft_algos.policy.checkpoint import CheckpointError
+    from marft_algos.policy.gguf import MissingPackageError
     from marft_algos.run_dir import RunDirectoryError, TrainingDiverged
     from marft_envs.registration import EntryPointError, UnknownEnvError
 
@@ -73,6 +74,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         RunDirectoryError,
         TrainingDiverged,
         ModelLoadError,
+        MissingPackageError,
     )
 
 

@@ -28,6 +28,8 @@ from typing import Any
 __all__ = [
     "UsageError",
     "build_parser",
+    "check_config_values",
+    "did_you_mean",
     "field_docs",
     "load_config_file",
     "parse_mapping",
@@ -116,10 +118,15 @@ def load_config_file(path: str) -> dict[str, Any]:
     try:
         import yaml
 
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = yaml.load(file.read_text(encoding="utf-8"), Loader=_unique_keys_loader())
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"--config {path!r} is not UTF-8 text ({exc.reason}); re-save it as UTF-8."
+        ) from None
+    except _DuplicateKey as exc:
+        raise UsageError(
+            f"--config {path!r} sets {exc.key!r} twice (lines {exc.first} and {exc.second}); keep one "
+            f"line per field."
         ) from None
     except yaml.YAMLError as exc:
         raise UsageError(f"--config {path!r} is not valid YAML: {exc}") from None
@@ -130,6 +137,114 @@ def load_config_file(path: str) -> dict[str, Any]:
             f"--config {path!r} must hold a mapping of field: value lines, got {type(data).__name__}."
         )
     return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, first: int, second: int) -> None:
+        super().__init__(key)
+        self.key, self.first, self.second = key, first, second
+
+
+def _unique_keys_loader() -> type:
+    """A safe YAML loader that refuses a mapping with the same key twice (PyYAML keeps the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise _DuplicateKey(str(key), seen[key], line)
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def _describe(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def check_config_values(
+    values: Mapping[str, Any], dataclass_types: Sequence[type], path: str | None
+) -> dict[str, Any]:
+    """The ``--config`` file's values checked against the fields' types, as flags would be.
+
+    YAML gives typed values that argparse never converts: ``iterations: 1.7`` or ``iterations:
+    true`` would otherwise reach the config as a float or a bool. Strings convert as flags do
+    (``learning_rate: 1e-3`` is a string in YAML); numbers are accepted for text fields.
+
+    Raises:
+        UsageError: A value of the wrong type, naming the field, the value and an example.
+    """
+    hints: dict[str, Any] = {}
+    for klass in dataclass_types:
+        hints.update(typing.get_type_hints(klass))
+    out = dict(values)
+    for name, value in values.items():
+        if name not in hints:
+            continue
+        try:
+            out[name] = _convert(hints[name], value)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(
+                f"--config {path!r}: {name}: {_describe(value)} is not valid; {name} takes {exc}."
+            ) from None
+    return out
+
+
+def _convert(annotation: Any, value: Any) -> Any:
+    """``value`` as a field of ``annotation`` takes it; TypeError/ValueError says what it takes."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        if _allows_none(annotation) or annotation is type(None):
+            return None
+        raise TypeError("a value (not null)")
+    if _allows_none(annotation):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if typing.get_origin(annotation) is typing.Literal:
+        choices = typing.get_args(annotation)
+        if value not in choices:
+            raise ValueError("one of " + ", ".join(map(str, choices)))
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise TypeError("true or false")
+        return value
+    if annotation is int:
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError("a whole number, e.g. 2")
+        return value
+    if annotation is float:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise TypeError("a number, e.g. 0.001 or 1e-3") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError("a number, e.g. 0.001 or 1e-3")
+        return float(value)
+    if annotation is str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise TypeError("text")
+        return str(value)
+    if _is_mapping(annotation):
+        if not isinstance(value, dict):
+            raise TypeError('a mapping, e.g. {"actor": 8}')
+        return value
+    return value
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the choice ``word`` begins, else the closest one, else ``""``."""
+    import difflib
+
+    prefixed = sorted((c for c in choices if c.startswith(word)), key=len)
+    best = prefixed[:1] or difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {best[0]!r}?)" if best else ""
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -163,11 +278,18 @@ def build_parser(
     """
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser(
+    class Parser(HfArgumentParser):
+        def error(self, message: str) -> typing.NoReturn:
+            # One line and the way to the help, instead of argparse's usage dump of every flag.
+            self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    parser = Parser(
         list(dataclass_types),  # type: ignore[arg-type]  # each is a dataclass
         prog=prog,
         description=description,
         formatter_class=_HelpFormatter,
+        # --iteration must not silently mean --iterations, and --episodes is no one's prefix.
+        allow_abbrev=False,
     )
     docs: dict[str, str] = {}
     hints: dict[str, Any] = {}
@@ -219,8 +341,19 @@ def parse_with(
         hints = [h for h in found if h]
         if hints:
             parser.error("; ".join(hints))
-        parser.error(f"unrecognized arguments: {' '.join(unknown)} (see {parser.prog} --help)")
+        # Suggest the dashed spelling of each flag (both spellings parse).
+        known = sorted({_dashed(a) for a in parser._actions if a.option_strings} - {"--help"})
+        detail = "; ".join(
+            f"{flag}{did_you_mean(flag.split('=')[0], known)}" for flag in flags
+        ) or " ".join(unknown)
+        parser.error(f"unrecognized arguments: {detail}")
     return vars(namespace), _given_fields(parser, argv)
+
+
+def _dashed(action: argparse.Action) -> str:
+    """The flag's dashed spelling (``--max-new-tokens``) where it has one."""
+    dashed = [o for o in action.option_strings if o.startswith("--") and "_" not in o]
+    return (dashed or action.option_strings)[-1]
 
 
 def pick(values: Mapping[str, Any], klass: type) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_MODEL",
-    "DEMO_DATA",
     "DEMO_DEFAULTS",
     "MODEL_PRESETS",
     "PRESETS",
@@ -95,10 +94,6 @@ MODEL_PRESETS: dict[str, str] = {
     "marft-tiny-math": "cpu-demo",
     "smollm2-135m-instruct": "smollm2-cpu",
 }
-
-#: The built-in problems the built-in model was trained on (applied to built-in data only): the
-#: ``digits`` family (single-digit operands, one to three operations), see docs/builtin_model.md.
-DEMO_DATA: dict[str, Any] = {"levels": [1, 2, 3], "subjects": ["digits"]}
 
 
 def choose_preset(model: str, preset: str | None = None, *, paper_defaults: bool = False) -> str:

@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from marft_algos.cli.algorithms import ALGORITHMS, build_trainer, owners_of
-from marft_algos.cli.data import load_part, plan_data
-from marft_algos.cli.parsing import UsageError, build_parser, load_config_file, parse_with, pick
+from marft_algos.cli.data import DATA_FLAGS, family_of, load_part, plan_data, split_kwargs
+from marft_algos.cli.parsing import (
+    UsageError,
+    build_parser,
+    check_config_values,
+    did_you_mean,
+    load_config_file,
+    parse_with,
+    pick,
+)
 from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for
 from marft_algos.run_dir import ConfigMismatchError, RunDirectory, RunExistsError
 
@@ -30,7 +38,6 @@ logger = logging.getLogger(__name__)
 #: Options of token-level training only, and of action-level training only.
 TOKEN_LEVEL_OPTIONS = ("gamma_token", "lam_token")
 ACTION_LEVEL_OPTIONS = ("logprob_normalization",)
-DATA_OPTIONS = ("dataset", "eval_dataset", "levels", "subjects")
 
 
 @dataclass
@@ -46,13 +53,13 @@ class TrainArguments:
     config: str | None = None
     """YAML file of field: value lines (any flag's name); flags on the command line override it."""
     dataset: str | None = None
-    """Training problems, for envs that take a dataset: builtin:train (default), a MATH/GSM8K JSONL, a table, or hf:<name>."""
+    """Training problems, for envs that take a dataset, as the env's data family names them: math: builtin:train (default), a MATH/GSM8K JSONL, a table or hf:<name>; code: builtin:train (default), an MBPP JSON/JSONL or a HumanEval JSONL file."""
     eval_dataset: str | None = None
     """Held-out problems (default: builtin:test with built-in data, else 10% of --dataset)."""
     levels: str | None = None
-    """Keep only these difficulty levels, e.g. 1,2, or 'all' (default: 1,2,3 with built-in data, else all)."""
+    """Math data: keep only these difficulty levels, e.g. 1,2, or 'all' (default: 1,2,3 with built-in data, else all)."""
     subjects: str | None = None
-    """Keep only these subjects (built-in data: generator families), or 'all' (default: digits with built-in data, else all)."""
+    """Math data: keep only these subjects (built-in data: generator families), or 'all' (default: digits with built-in data, else all)."""
     env_kwargs: dict[str, Any] | None = None
     """Extra env constructor arguments as JSON, e.g. '{"max_attempts": 2}'."""
     resume: bool = False
@@ -106,7 +113,7 @@ class TrainArguments:
 
 def _preparse(argv: Sequence[str]) -> tuple[dict[str, Any], str, type]:
     """The config file's values, the algorithm and its config class (needed to build the parser)."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config")
     pre.add_argument("--algo")
     known, _ = pre.parse_known_args(list(argv))
@@ -141,7 +148,7 @@ def parse_train_args(
         ``(run arguments, config class, config values, fields given explicitly)``.
     """
     file_values, algo, config_class = _preparse(argv)
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--model")
     pre.add_argument("--paper-defaults", "--paper_defaults", action="store_true")
     pre.add_argument("--preset")
@@ -172,12 +179,14 @@ def parse_train_args(
     if stray:
         where = {k: owners_of(k) for k in stray}
         detail = ", ".join(
-            f"{k} ({'--algo ' + '/'.join(v) + ' only' if v else 'unknown'})"
+            f"{k} ({'--algo ' + '/'.join(v) + ' only' if v else 'unknown' + did_you_mean(k, sorted(fields))})"
             for k, v in where.items()
         )
         raise UsageError(
             f"--config {argv_config(argv)!r} sets fields {algo} does not have: {detail}."
         )
+    checked = check_config_values(file_values, types, argv_config(argv))
+    parser.set_defaults(**checked)
     values, given = parse_with(parser, argv, unknown_hint=_unknown_hint(algo))
     args = TrainArguments(**pick(values, TrainArguments))
     return args, config_class, pick(values, config_class), given | set(file_values)
@@ -223,10 +232,12 @@ class EnvPlan:
     def factories(self):
         import marft_envs
 
-        train_kwargs, eval_kwargs = dict(self.env_kwargs), dict(self.env_kwargs)
+        train_kwargs = split_kwargs(self.env_id, self.env_kwargs, "train")
+        eval_kwargs = split_kwargs(self.env_id, self.env_kwargs, "eval")
         if self.data is not None:
-            train_kwargs["dataset"] = load_part(self.data["train"])
-            eval_kwargs["dataset"] = load_part(self.data["eval"])
+            family = family_of(self.env_id)
+            train_kwargs["dataset"] = load_part(family, self.data["train"])
+            eval_kwargs["dataset"] = load_part(family, self.data["eval"])
         return (lambda: marft_envs.make(self.env_id, **train_kwargs)), (
             lambda: marft_envs.make(self.env_id, **eval_kwargs)
         )
@@ -244,23 +255,32 @@ def plan_env(
 ) -> EnvPlan:
     """Resolve the env (importing its module for ``module:id``), decide its data and read its team.
 
-    Data flags reach only envs whose constructor takes ``dataset``; an env without one is
-    evaluated on held-out reset seeds.
+    Data flags reach only envs whose constructor takes ``dataset``, through the env's data family
+    (:mod:`marft_envs.core.data`); an env without one is evaluated on held-out reset seeds.
     """
-    import marft_envs
-
-    spec = marft_envs.spec(env_id)
-    takes_data = spec.accepts("dataset")
-    data = plan_data(dataset, eval_dataset, levels, subjects) if takes_data else None
-    if not takes_data:
-        flags = [o for o in DATA_OPTIONS if o in given]
+    kwargs = dict(env_kwargs or {})
+    family = family_of(env_id)
+    if family is not None and "dataset" in kwargs:
+        # --env-kwargs '{"dataset": ...}' names the same thing as --dataset: one plan, held-out
+        # problems carved out as for --dataset.
+        if dataset is not None or not isinstance(kwargs["dataset"], str):
+            raise UsageError(
+                f"--env-kwargs sets dataset={kwargs['dataset']!r}"
+                + (f" and --dataset {dataset!r} too" if dataset is not None else "")
+                + "; pass the training problems once, as --dataset PATH_OR_NAME."
+            )
+        dataset = kwargs.pop("dataset")
+    filters = {"levels": levels, "subjects": subjects}
+    data = plan_data(family, dataset, eval_dataset, filters) if family is not None else None
+    if family is None:
+        flags = [o for o in DATA_FLAGS if o in given]
         if flags:
             shown = ", ".join("--" + f.replace("_", "-") for f in flags)
             raise UsageError(
                 f"{env_id} takes no dataset argument, so {shown} cannot reach it; drop {shown} (it is "
                 f"evaluated on held-out reset seeds), or pass its own arguments with --env-kwargs."
             )
-    plan = EnvPlan(env_id, dict(env_kwargs or {}), data, [])
+    plan = EnvPlan(env_id, kwargs, data, [])
     env_fn, _ = plan.factories()
     probe = env_fn()
     plan.agents = list(probe.possible_agents)
@@ -330,11 +350,10 @@ def main(
     """Run ``marft train``; returns the run's records, its evaluations and its folder."""
     import sys
 
-    import torch
     from rich.console import Console
 
     from marft_algos.distributed import init_distributed
-    from marft_algos.policy import LoraSettings, MultiAgentPolicy
+    from marft_algos.policy.pretrained import check_model_name
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args, config_class, values, given = parse_train_args(argv, defaults)
@@ -362,15 +381,42 @@ def main(
         values["output_dir"] = f"runs/{plan.env_id.split(':')[-1]}-{args.algo}"
     config = config_class(**values)
 
+    check_model_name(args.model)
     run_dir = RunDirectory(config.output_dir)
+    fresh_folder = not run_dir.path.exists()
     if dist.is_main:  # the other ranks only read the folder; rank 0 writes it
         run_dir.acquire()
+    try:
+        return _train(args, config, plan, dist, dtype, run_dir, console)
+    except BaseException:
+        if dist.is_main and fresh_folder:
+            # A run that failed before writing anything leaves no folder holding only its lock.
+            run_dir.discard_if_empty()
+        raise
+
+
+def _train(
+    args: TrainArguments,
+    config: Any,
+    plan: EnvPlan,
+    dist: Any,
+    dtype: str,
+    run_dir: RunDirectory,
+    console: Any,
+) -> dict[str, Any]:
+    import torch
+
+    from marft_algos.policy import LoraSettings, MultiAgentPolicy
+
     record = {
         "env_id": args.env,
         "env_kwargs": plan.env_kwargs,
         "data": plan.data,
         "model": args.model,
         "lora": {"r": args.lora_rank, "alpha": args.lora_alpha},
+        # Both change what the remaining iterations compute (rounding, reduction order).
+        "threads": args.threads,
+        "dtype": dtype,
     }
     if args.resume:
         _check_resume_matches(run_dir, record, args.algo, args.allow_config_change)
@@ -406,14 +452,7 @@ def main(
         args.algo, policy, train_fn, config, eval_env_fn=eval_fn, critic_seed=config.seed
     )
     trainer.run_info.update(record)
-    trainer.run_info.update(
-        {
-            "threads": args.threads,
-            "device": str(dist.device),
-            "dtype": dtype,
-            "chat_template": template,
-        }
-    )
+    trainer.run_info.update({"device": str(dist.device), "chat_template": template})
     if args.resume:
         trainer.resume(args.resume_from, allow_config_change=args.allow_config_change)
         console.print(f"resumed at iteration {trainer.iteration}")

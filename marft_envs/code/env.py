@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from marft_envs.code.data import CodeDataset, CodeProblem, load_dataset
+from marft_envs.code.data import CODE_DATA, CodeDataset, CodeProblem, load_dataset
 from marft_envs.code.grading import Grade, extract_program, grade_result, no_code_grade
 from marft_envs.code.profiles import DUAL_PROFILES, SINGLE_PROFILES
 from marft_envs.code.sandbox import Sandbox, SandboxLimits, SandboxResult, default_sandbox
@@ -63,6 +63,8 @@ class CodeEnv(FlexPOMDPEnv):
     """
 
     metadata = {**FlexPOMDPEnv.metadata, "name": "code_v0"}
+    #: How command lines name and load this family's problems (``--dataset``).
+    data_family = CODE_DATA
 
     def __init__(
         self,

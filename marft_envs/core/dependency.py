@@ -39,6 +39,7 @@ __all__ = [
     "RoundState",
     "Router",
     "Turn",
+    "check_members",
 ]
 
 
@@ -134,7 +135,8 @@ class DependencyFunction(ABC):
         return f"{type(self).__name__}()"
 
 
-def _check_members(owner: str, names: Iterable[str], agents: Sequence[str]) -> None:
+def check_members(owner: str, names: Iterable[str], agents: Sequence[str]) -> None:
+    """Raise a ValueError naming ``owner`` when ``names`` holds agents that are not in the team."""
     unknown = [n for n in names if n not in agents]
     if unknown:
         raise ValueError(
@@ -158,7 +160,7 @@ class Chain(DependencyFunction):
 
     def reset(self, agents: Sequence[str]) -> None:
         if self.order is not None:
-            _check_members("Chain(order=...)", self.order, agents)
+            check_members("Chain(order=...)", self.order, agents)
 
     def next_turn(self, state: RoundState) -> Turn | None:
         order = self.order or state.agents
@@ -180,7 +182,7 @@ class Independent(DependencyFunction):
 
     def reset(self, agents: Sequence[str]) -> None:
         if self.order is not None:
-            _check_members("Independent(order=...)", self.order, agents)
+            check_members("Independent(order=...)", self.order, agents)
 
     def next_turn(self, state: RoundState) -> Turn | None:
         order = self.order or state.agents
@@ -206,9 +208,9 @@ class DAG(DependencyFunction):
         self._sees: dict[str, tuple[str, ...]] = {}
 
     def reset(self, agents: Sequence[str]) -> None:
-        _check_members("DAG(parents=...)", self.parents, agents)
+        check_members("DAG(parents=...)", self.parents, agents)
         for agent, ps in self.parents.items():
-            _check_members(f"DAG parents of {agent!r}", ps, agents)
+            check_members(f"DAG parents of {agent!r}", ps, agents)
         sorter = graphlib.TopologicalSorter({a: self.parents.get(a, ()) for a in agents})
         try:
             sorter.prepare()
@@ -328,7 +330,7 @@ class Orchestrator(DependencyFunction):
         members = [self.orchestrator, *self.specialists] + (
             [self.finisher] if self.finisher else []
         )
-        _check_members("Orchestrator", members, agents)
+        check_members("Orchestrator", members, agents)
 
     def route(self, orchestrator_action: str) -> str | None:
         """The specialist named first in the orchestrator's action, else ``default``."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -31,6 +31,7 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
 from marft_envs.core.credit import CreditRule, assign_credit, resolve_credit
+from marft_envs.core.data import DataFamily
 from marft_envs.core.dependency import Chain, DependencyFunction, RoundState, Turn
 from marft_envs.core.profiles import AgentProfile, as_profiles
 from marft_envs.core.spaces import ChatSpace, TextSpace
@@ -88,6 +89,9 @@ class FlexPOMDPEnv(AECEnv):
         "render_modes": ["human", "ansi"],
         "is_parallelizable": False,
     }
+    #: How command lines name and load this task family's problems, for envs that take a
+    #: ``dataset`` argument (see :mod:`marft_envs.core.data`); None: the env has no data family.
+    data_family: ClassVar[DataFamily | None] = None
 
     def __init__(
         self,

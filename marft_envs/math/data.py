@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from marft_envs.core.data import DataFamily
 from marft_envs.math.grading.extract import last_boxed
 from marft_envs.math.loaders import load_gsm8k_jsonl, load_hf_dataset, load_math_jsonl, load_table
 from marft_envs.math.records import MathDataError, MathDataset, MathProblem, SkippedRow
@@ -45,6 +46,7 @@ from marft_envs.math.rows import (
 __all__ = [
     "BUILTIN_SIZES",
     "GSM8K_FIELDS",
+    "MATH_DATA",
     "MATH_FIELDS",
     "MathDataError",
     "MathDataset",
@@ -274,3 +276,16 @@ def _from_records(
         validate=validate,
         on_invalid=on_invalid,
     )
+
+
+#: The math family's data on command lines. With built-in problems and no filters given, command
+#: lines use the problems the built-in model was trained on: the ``digits`` family (single-digit
+#: operands, one to three operations; docs/builtin_model.md).
+MATH_DATA = DataFamily(
+    name="math",
+    load=load_dataset,
+    sources="builtin:train, builtin:test, a MATH/GSM8K JSONL file, a JSON/CSV/TSV/Parquet table, or hf:<name>",
+    filters={"levels": int, "subjects": str},
+    builtin_filters={"levels": [1, 2, 3], "subjects": ["digits"]},
+    errors=(MathDataError,),
+)

@@ -23,7 +23,7 @@ from typing import Any
 from marft_envs.core.dependency import DependencyFunction
 from marft_envs.core.env import FlexPOMDPEnv, Transition, pick_row
 from marft_envs.core.profiles import AgentProfile, check_graded, named_team
-from marft_envs.math.data import MathDataset, MathProblem, load_dataset
+from marft_envs.math.data import MATH_DATA, MathDataset, MathProblem, load_dataset
 from marft_envs.math.grading import extract_answer, grade_answer
 from marft_envs.math.profiles import DUAL_PROFILES, SINGLE_PROFILES, TRIO_PROFILES
 
@@ -53,6 +53,8 @@ class MathEnv(FlexPOMDPEnv):
     """
 
     metadata = {**FlexPOMDPEnv.metadata, "name": "math_v1"}
+    #: How command lines name and load this family's problems (``--dataset``).
+    data_family = MATH_DATA
 
     def __init__(
         self,

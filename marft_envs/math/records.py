@@ -12,6 +12,8 @@ from typing import Any, overload
 
 import numpy as np
 
+from marft_envs.core.data import held_out_rows
+
 __all__ = ["MathDataError", "MathDataset", "MathProblem", "SkippedRow"]
 
 
@@ -169,22 +171,7 @@ class MathDataset(Sequence[MathProblem]):
             test_size: Fraction (``0 < test_size < 1``) or number (``1 <= test_size < groups``).
             seed: Seed of the shuffle; the same seed gives the same split.
         """
-        groups: dict[str, list[int]] = {}
-        for i, p in enumerate(self._problems):
-            groups.setdefault(p.problem, []).append(i)
-        n = len(groups)
-        if isinstance(test_size, float) and 0.0 < test_size < 1.0:
-            n_test = min(max(1, round(test_size * n)), n - 1)
-        elif isinstance(test_size, int) and not isinstance(test_size, bool) and 1 <= test_size < n:
-            n_test = test_size
-        else:
-            raise ValueError(
-                f"test_size must be a float in (0, 1) or an int in [1, {n - 1}] for {n} distinct "
-                f"problems, got {test_size!r}."
-            )
-        keys = list(groups)
-        order = np.random.default_rng(seed).permutation(n)
-        test_rows = {i for k in order[:n_test] for i in groups[keys[k]]}
+        test_rows = held_out_rows([p.problem for p in self._problems], test_size, seed=seed)
         train = [p for i, p in enumerate(self._problems) if i not in test_rows]
         test = [p for i, p in enumerate(self._problems) if i in test_rows]
         return MathDataset(train, name=self.name, split="train"), MathDataset(

@@ -136,6 +136,26 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
                 "--resume",
             ]
         )
+    # The dtype and the thread count change what the remaining iterations compute.
+    for flags, message in (
+        (["--dtype", "bfloat16"], r"dtype: run 'float32' vs now 'bfloat16'"),
+        (["--threads", "2"], r"threads: run 1 vs now 2"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            main(
+                [
+                    "train",
+                    "--output-dir",
+                    str(run),
+                    "--model",
+                    tiny_path,
+                    "--iterations",
+                    "2",
+                    *BUDGET,
+                    *flags,
+                    "--resume",
+                ]
+            )
     assert (run / "config.json").read_bytes() == before
     main(
         [

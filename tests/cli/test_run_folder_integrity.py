@@ -168,7 +168,7 @@ def _problems(path: Path, offset: int) -> None:
 
 
 def test_a_relative_dataset_is_pinned_by_absolute_path_and_hash(tiny_path, tmp_path, monkeypatch):
-    from marft_algos.cli.data import load_part
+    from marft_algos.cli.data import family_of, load_part
     from marft_algos.cli.evaluate import evaluate_checkpoint
 
     first = tmp_path / "a"
@@ -186,7 +186,7 @@ def test_a_relative_dataset_is_pinned_by_absolute_path_and_hash(tiny_path, tmp_p
     other = tmp_path / "b"
     _problems(other / "data" / "p.jsonl", 100)
     monkeypatch.chdir(other)
-    golds = {p.answer for p in load_part(plan["eval"])}
+    golds = {p.answer for p in load_part(family_of("math-single-v1"), plan["eval"])}
     assert golds and all(int(g) < 100 for g in golds)
     assert evaluate_checkpoint(run / "checkpoint-1")["eval/episodes"] == len(golds)
 

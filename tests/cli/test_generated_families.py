@@ -1,0 +1,83 @@
+"""The procedural families train from ``marft train`` (one iteration) with the built-in model and
+the real SmolLM2, and are evaluated on their held-out split."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_budget import TINY
+
+from marft_algos.cli.main import main
+from marft_algos.cli.train import plan_env
+
+FAMILY_IDS = [
+    "sudoku-single-v0",
+    "sudoku-dual-v0",
+    "planpath-single-v0",
+    "planpath-dual-v0",
+]
+#: Families whose problems come from the math data family (--dataset as for math envs).
+MATH_DATA_IDS = ["tool-math-single-v0", "tool-math-dual-v0"]
+REAL = [
+    *["--iterations", "1", "--max-new-tokens", "4", "--eval-episodes", "2"],
+    *["--episodes-per-iteration", "2", "--rollout-threads", "2", "--eval-every", "1"],
+    *["--no-plot", "--progress", "off"],
+]
+ONE_ITERATION = ["--iterations", "1", *TINY, "--eval-every", "1", "--no-plot", "--progress", "off"]
+
+
+@pytest.mark.parametrize("env_id", FAMILY_IDS + MATH_DATA_IDS)
+def test_trains_one_iteration_with_the_builtin_model(env_id, tiny_path, tmp_path):
+    result = main(
+        [
+            "train",
+            "--env",
+            env_id,
+            "--model",
+            tiny_path,
+            "--output-dir",
+            str(tmp_path / "r"),
+            *ONE_ITERATION,
+        ]
+    )
+    assert [r["iteration"] for r in result["evals"]] == [0, 1]
+    assert all(0.0 <= r["eval/accuracy"] <= 1.0 for r in result["evals"])
+    train_rows = [r for r in result["records"] if "train/policy_loss" in r]
+    assert train_rows and all(r["train/policy_loss"] == r["train/policy_loss"] for r in train_rows)
+
+
+@pytest.mark.parametrize(
+    "env_id",
+    # One team id per family in the fast suite; the single-agent ids (the same env class and
+    # code path with one agent) run with -m slow, to keep the suite within its time budget.
+    [
+        pytest.param(e, marks=pytest.mark.slow) if "single" in e else e
+        for e in FAMILY_IDS + MATH_DATA_IDS
+    ],
+)
+def test_trains_one_iteration_with_the_real_model(env_id, smollm2_path, tmp_path):
+    result = main(
+        [
+            "train",
+            "--env",
+            env_id,
+            "--model",
+            smollm2_path,
+            "--output-dir",
+            str(tmp_path / "r"),
+            *REAL,
+        ]
+    )
+    assert [r["iteration"] for r in result["evals"]] == [0, 1]
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert config["run"]["env_id"] == env_id
+
+
+@pytest.mark.parametrize("env_id", FAMILY_IDS)
+def test_training_draws_the_train_split_and_evaluation_the_test_split(env_id):
+    train_fn, eval_fn = plan_env(env_id, None).factories()
+    assert train_fn().unwrapped.split == "train"
+    assert eval_fn().unwrapped.split == "test"
+    train_fn, eval_fn = plan_env(env_id, {"split": "test"}).factories()
+    assert train_fn().unwrapped.split == eval_fn().unwrapped.split == "test"
