@@ -27,7 +27,14 @@ __all__ = ["ActionMARFTConfig", "ActionMARFTTrainer"]
 
 @dataclass
 class ActionMARFTConfig(ActorCriticConfig):
-    """Action-level MARFT settings (paper Table 3 defaults; see :class:`ActorCriticConfig`)."""
+    """Action-level MARFT settings (paper Table 3 defaults; see :class:`ActorCriticConfig`).
+
+    The token-level discounts ``gamma_token`` and ``lam_token`` must stay at 1 (refused otherwise).
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.refuse_ignored_settings("action")
 
 
 class ActionMARFTTrainer(ActorCriticTrainer):

@@ -5,8 +5,9 @@ Per iteration (paper Algorithm 3), read top to bottom in :meth:`ActorCriticTrain
 1. one padded :class:`~marft_algos.common.batch.RolloutBatch` of every decision;
 2. critic values for every decision (action level) or every token (token level), and GAE over the
    flattened agent sequence (:mod:`marft_algos.levels`), optionally normalised per agent;
-3. ``ppo_epochs`` passes over minibatches of shuffled episodes: each minibatch updates the critic,
-   then every trained agent's adapter with the shared policy-gradient step
+3. ``ppo_epochs`` passes over minibatches of shuffled episodes (drawn over global episode
+   indices, so they are the same at any number of processes): each minibatch updates the
+   critic, then every trained agent's adapter with the shared policy-gradient step
    (:class:`~marft_algos.policy_gradient.PolicyGradient`: clipped surrogate of paper eq. 5,
    entropy bonus, accumulation that leaves the gradient unchanged).
 
@@ -36,7 +37,12 @@ from marft_algos.policy.rendering import render_prompt_ids
 from marft_algos.policy_gradient import Objective
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout import Episode
-from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range
+from marft_algos.trainer import (
+    Trainer,
+    TrainerConfig,
+    check_clip_range,
+    check_num_minibatches,
+)
 
 __all__ = ["ActorCriticConfig", "ActorCriticTrainer"]
 
@@ -104,13 +110,14 @@ class ActorCriticConfig(TrainerConfig):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
         check_clip_range(self.epsilon, self.epsilon_high)
-        for name in ("ppo_epochs", "num_minibatches"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.num_minibatches > self.episodes_per_iteration:
+        if self.ppo_epochs < 1:
+            raise ValueError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}.")
+        check_num_minibatches(self.num_minibatches, self.episodes_per_iteration)
+        if self.normalize_advantages_per_agent and not self.normalize_advantages:
             raise ValueError(
-                f"num_minibatches={self.num_minibatches} exceeds episodes_per_iteration="
-                f"{self.episodes_per_iteration}; lower num_minibatches or collect more episodes."
+                "normalize_advantages_per_agent=True needs normalize_advantages=True (it chooses "
+                "how the advantages are normalised, per agent instead of over the batch); set "
+                "normalize_advantages=True, or drop normalize_advantages_per_agent."
             )
         if self.value_loss not in ("huber", "mse"):
             raise ValueError(f"value_loss must be 'huber' or 'mse', got {self.value_loss!r}.")
@@ -124,6 +131,30 @@ class ActorCriticConfig(TrainerConfig):
             )
         if self.trust_region_kl is not None and self.trust_region_kl <= 0:
             raise ValueError(f"trust_region_kl must be > 0 or None, got {self.trust_region_kl}.")
+
+    def refuse_ignored_settings(self, level: str) -> None:
+        """Refuse settings that training at ``level`` (``"action"`` or ``"token"``) would ignore,
+        saying how to fix them (the config classes with a known level call it)."""
+        if level == "action":
+            changed = [
+                f"{name}={getattr(self, name)}"
+                for name in ("gamma_token", "lam_token")
+                if getattr(self, name) != 1.0
+            ]
+            if changed:
+                raise ValueError(
+                    f"{', '.join(changed)} only applies at token level (discounting between the "
+                    f"tokens of one action); action-level training has no such step and would "
+                    f"ignore it. Leave it at 1, or train at token level (TokenMARFTConfig, "
+                    f"PPOConfig(level='token'))."
+                )
+        elif self.logprob_normalization != "none":
+            raise ValueError(
+                f"logprob_normalization={self.logprob_normalization!r} only applies at action "
+                f"level (it rescales an action's log-prob); token-level training takes one ratio "
+                f"per token and would ignore it. Leave it at 'none', or train at action level "
+                f"(ActionMARFTConfig, PPOConfig(level='action'))."
+            )
 
 
 class ActorCriticTrainer(Trainer):
@@ -166,6 +197,7 @@ class ActorCriticTrainer(Trainer):
             )
         self.granularity: Level = level_named(self.level_of(config))
         """Action or token level, chosen once (see :mod:`marft_algos.levels`)."""
+        config.refuse_ignored_settings(self.granularity.name)
         super().__init__(
             policy,
             env_fn,
@@ -297,9 +329,16 @@ class ActorCriticTrainer(Trainer):
         stats: dict[str, list[float]] = defaultdict(list)
         first: dict[str, float] = {}
         counts = {"skipped_trust_region": 0, "skipped_nonfinite": 0}
+        first_episode, total_episodes = self.dist.offset(len(episodes))
         for epoch in range(c.ppo_epochs):
             for mb_index, minibatch in enumerate(
-                batch.minibatches(self.rng, c.num_minibatches, len(episodes))
+                batch.minibatches(
+                    self.rng,
+                    c.num_minibatches,
+                    len(episodes),
+                    first_episode=first_episode,
+                    total_episodes=total_episodes,
+                )
             ):
                 stats["train/value_loss"].append(self.critic_step(minibatch))
                 rows = [k for k, a in enumerate(minibatch.agents) if a in train_agents]

@@ -89,6 +89,14 @@ class DistributedContext:
         start = self.rank * base + min(self.rank, extra)
         return range(start, start + base + (1 if self.rank < extra else 0))
 
+    def offset(self, n: int) -> tuple[int, int]:
+        """``(first, total)``: where this rank's ``n`` items start in the global list (every
+        rank's items concatenated in rank order, as :meth:`shard` deals them) and its length."""
+        if not self.enabled:
+            return 0, n
+        counts = [int(c) for c in self.gather(int(n))]
+        return sum(counts[: self.rank]), sum(counts)
+
     def rank_seed(self, seed: int) -> int:
         """A sampling seed for this rank derived from the run seed (rank 0 keeps ``seed``, so a
         one-process run is unchanged)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -26,7 +27,12 @@ from marft_algos.common.batch import build_rollout_batch
 from marft_algos.common.losses import Normalizer
 from marft_algos.policy_gradient import Objective
 from marft_algos.rollout import Episode, EpisodeRequest
-from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range
+from marft_algos.trainer import (
+    Trainer,
+    TrainerConfig,
+    check_clip_range,
+    check_num_minibatches,
+)
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]
 
@@ -48,7 +54,9 @@ class GRPOConfig(TrainerConfig):
     num_generations: int = 8
     """Episodes per task (the group size G)."""
     beta: float = 0.0
-    """Weight of the k3 KL to the reference policy (0: no reference forward pass)."""
+    """Weight of the k3 KL to the reference policy: the base model under the sampling temperature
+    alone, without top-k/top-p, as in TRL (finite for every sampled token; docs/maths.md). 0: no
+    reference forward pass."""
     epsilon: float = 0.2
     """Lower clip range ε_low."""
     epsilon_high: float | None = None
@@ -62,6 +70,10 @@ class GRPOConfig(TrainerConfig):
     """Divide advantages by the group's reward std, the batch's, or not at all."""
     num_iterations: int = 1
     """Optimisation passes over each batch (μ; TRL's name). Not --iterations, which counts rollout-and-update iterations."""
+    num_minibatches: int = 1
+    """Optimizer steps per pass: the batch's episodes are shuffled and split into this many
+    minibatches (TRL's ``steps_per_generation``); each minibatch's loss is aggregated over its own
+    tokens or sequences."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal and sample more groups to refill the batch."""
     max_resample_rounds: int = 4
@@ -98,6 +110,7 @@ class GRPOConfig(TrainerConfig):
             raise ValueError(f"beta must be >= 0, got {self.beta}.")
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
+        check_num_minibatches(self.num_minibatches, self.episodes_per_iteration)
 
     @property
     def groups_per_iteration(self) -> int:
@@ -232,6 +245,16 @@ class GRPOTrainer(Trainer):
         groups = [(int(episodes[row].group or 0), agent) for row, agent in keys]
         return rewards, groups
 
+    def _agents_with_work(self, agents: Sequence[str], active: torch.Tensor) -> list[str]:
+        """The agents with an active decision on some rank, in the same order on every rank."""
+        present = self.dist.sum(
+            [
+                float(any(on and a == agent for a, on in zip(agents, active.tolist(), strict=True)))
+                for agent in self.agents
+            ]
+        )
+        return [agent for agent, n in zip(self.agents, present, strict=True) if n]
+
     def update(self, episodes: list[Episode]) -> dict[str, Any]:
         c = self.config
         metrics: dict[str, Any] = {}
@@ -266,38 +289,38 @@ class GRPOTrainer(Trainer):
             if c.beta > 0 or c.entropy_coef > 0
             else advantages != 0
         )
-        present = self.dist.sum(
-            [
-                float(
-                    any(
-                        on and a == agent
-                        for a, on in zip(batch.agents, active.tolist(), strict=True)
-                    )
-                )
-                for agent in self.agents
-            ]
-        )
-        agents = [
-            agent for agent, n in zip(self.agents, present, strict=True) if n
-        ]  # same list on every rank
-        if (
-            not agents
-        ):  # every group had equal rewards: nothing to learn, and no statistics to report
+        if not self._agents_with_work(batch.agents, active):
+            # every group had equal rewards: nothing to learn, and no statistics to report
             return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
 
         step = self.policy_gradient()
         stats: dict[str, list[float]] = defaultdict(list)
         first: dict[str, float] = {}
         skipped = 0
-        for it in range(c.num_iterations):
-            result = self.policy_step(step, batch, agents, active=active)
-            if it == 0:
-                first = {"approx_kl": result["approx_kl"], "clip_fraction": result["clip_fraction"]}
-            for key in ("policy_loss", "entropy", "kl", "ratio_mean"):
-                stats[f"train/{key}"].append(result[key])
-            if "grad_norm" in result:
-                stats["train/grad_norm"].append(result["grad_norm"])
-            skipped += int(result.get("skipped_nonfinite", 0))
+        first_episode, total_episodes = self.dist.offset(len(episodes))
+        for _ in range(c.num_iterations):
+            for rows in batch.minibatch_indices(
+                self.rng,
+                c.num_minibatches,
+                len(episodes),
+                first_episode=first_episode,
+                total_episodes=total_episodes,
+            ):
+                minibatch = batch[rows]
+                agents = self._agents_with_work(minibatch.agents, active[rows])
+                if not agents:  # no rank has a decision of this minibatch to train on
+                    continue
+                result = self.policy_step(step, minibatch, agents, active=active[rows])
+                if not first:
+                    first = {
+                        "approx_kl": result["approx_kl"],
+                        "clip_fraction": result["clip_fraction"],
+                    }
+                for key in ("policy_loss", "entropy", "kl", "ratio_mean"):
+                    stats[f"train/{key}"].append(result[key])
+                if "grad_norm" in result:
+                    stats["train/grad_norm"].append(result["grad_norm"])
+                skipped += int(result.get("skipped_nonfinite", 0))
         metrics.update({k: float(np.mean(v)) for k, v in stats.items() if v})
         metrics["train/approx_kl"] = first.get("approx_kl", 0.0)
         metrics["train/clip_fraction"] = first.get("clip_fraction", 0.0)

@@ -169,15 +169,17 @@ def normalize(
     advantages: Tensor, mask: Tensor, distributed: DistributedContext | None = None
 ) -> Tensor:
     """:func:`~marft_algos.common.advantages.normalize_advantages` over the valid entries of every
-    rank (mean and population std of the global batch; all-equal batches give zeros)."""
+    rank (mean and population std of the global batch). All-equal sets, a set of one among them,
+    give zeros: one entry carries no ranking, so it trains on 0 rather than its raw value."""
     if distributed is None or not distributed.enabled:
-        return normalize_advantages(advantages, mask) if int(mask.sum()) > 1 else advantages.float()
+        adv = normalize_advantages(advantages, mask)
+        return torch.where(mask.bool().expand_as(adv), adv, torch.zeros_like(adv))
     adv = advantages.float()
     valid = mask.bool().expand_as(adv)
     kept = torch.where(valid, adv, torch.zeros_like(adv))
     total, count = distributed.sum([float(kept.sum()), float(valid.sum())])
-    if count <= 1:
-        return adv
+    if not count:
+        return torch.zeros_like(adv)
     mean = total / count
     squares = float(torch.where(valid, (adv - mean) ** 2, torch.zeros_like(adv)).sum())
     (sq,) = distributed.sum([squares])

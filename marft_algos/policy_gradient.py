@@ -7,7 +7,9 @@ distribution the rollout sampled from (same temperature, top-k, top-p), and back
 
     Σ_entries w·ℓ_clip  +  β·Σ_tokens w·k3  −  c_H·Σ_tokens w·H
 
-where the weights ``w`` come from the whole batch (:func:`~marft_algos.common.losses.sequence_weights`):
+where k3 compares the policy with the reference model under the sampling temperature alone (no
+top-k/top-p cut, as in TRL: finite for every sampled token, see ``docs/maths.md``) and the
+weights ``w`` come from the whole batch (:func:`~marft_algos.common.losses.sequence_weights`):
 however the batch is split into accumulation chunks and agents, the gradient is the same.
 
 Granularity is an :class:`Objective` chosen once:
@@ -105,16 +107,39 @@ class PolicyGradient:
         return list(seen.values())
 
     def _log_probs(
-        self, agent: str, chunk: RolloutBatch, *, with_entropy: bool, reference: bool = False
+        self, agent: str, chunk: RolloutBatch, *, with_entropy: bool
     ) -> TokenLogProbsLike:
         return self.policy.token_log_probs(
             agent,
             list(chunk.prompt_ids),
             chunk.action_lists(),
             with_entropy=with_entropy,
-            reference=reference,
             **self.sampling,
         )
+
+    def _reference_kl(
+        self, agent: str, chunk: RolloutBatch, log_probs: Tensor, mask: Tensor, weights: Tensor
+    ) -> Tensor:
+        """β's term ``Σ w·k3(π_θ, π_ref)`` over the tokens of ``chunk``, finite by construction.
+
+        π_θ is the distribution the rollout sampled from (temperature, top-k, top-p); π_ref is the
+        base model under the sampling temperature alone (TRL's convention). Its support is the
+        whole vocabulary, so ``log π_ref`` is finite for every token π_θ can sample; a token that
+        π_θ's own cut excludes (after an earlier step on the same batch) has π_θ = 0 and adds
+        nothing to KL(π_θ ‖ π_ref), so it is left out with a finite gradient.
+        """
+        with torch.no_grad():
+            ref = self.policy.token_log_probs(
+                agent,
+                list(chunk.prompt_ids),
+                chunk.action_lists(),
+                reference=True,
+                temperature=self.sampling.get("temperature"),
+            ).log_probs  # (B, T)
+        keep = mask & torch.isfinite(log_probs)
+        safe = torch.where(keep, log_probs, ref)  # k3(ref, ref) = 0 off `keep`
+        per_token = torch.where(keep, kl_k3(safe, ref), torch.zeros_like(ref))
+        return (per_token * weights).sum()
 
     def _entries(self, log_probs: Tensor, mask: Tensor, chunk: RolloutBatch, weights: Tensor):
         """The surrogate's entries: ``(new, old, advantages, mask, entry weights)``."""
@@ -194,13 +219,7 @@ class PolicyGradient:
                     policy_loss - o.entropy_coef * entropy if o.entropy_coef else policy_loss
                 )
                 if o.beta > 0:
-                    with torch.no_grad():
-                        ref = self._log_probs(
-                            agent, chunk, with_entropy=False, reference=True
-                        ).log_probs
-                    kl = (
-                        torch.where(mask, kl_k3(lp.log_probs, ref), torch.zeros_like(ref)) * weights
-                    ).sum()
+                    kl = self._reference_kl(agent, chunk, lp.log_probs, mask, weights)
                     objective = objective + o.beta * kl
                     out["kl"] += float(kl.detach())
                 if torch.isfinite(objective):

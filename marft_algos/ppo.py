@@ -31,6 +31,7 @@ class PPOConfig(ActorCriticConfig):
         super().__post_init__()
         if self.level not in ("action", "token"):
             raise ValueError(f"PPOConfig.level must be 'action' or 'token', got {self.level!r}.")
+        self.refuse_ignored_settings(self.level)
 
 
 class PPOTrainer(ActorCriticTrainer):

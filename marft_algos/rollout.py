@@ -65,7 +65,9 @@ class Decision:
         log_probs: Per-token log-probs of ``action_ids`` under the rollout policy.
         text: The decoded action that was sent to the env.
         finished: The generation stopped at EOS (False: cut at ``max_new_tokens``).
-        reward: Reward the env's credit rule gave this agent for the decision's round.
+        reward: Reward the env's credit rule gave this agent for the decision's round, plus
+            what it was paid in later rounds where it did not act, undiscounted (see
+            ``docs/maths.md``, "A reward paid to an agent in a later round").
         round_end: The decision was the last of its round (the env's transition ran after it).
         done: The episode ended after this decision's round.
         truncated: The episode ended by truncation (round limit) rather than termination.
@@ -310,7 +312,9 @@ def _credit_idle_agents(
 
     Credit rules and per-agent reward mappings may pay an agent that the dependency function left
     out of the round (a router that skipped it, say). That reward still belongs to the agent's
-    policy: it lands on the agent's most recent earlier decision, as if it arrived late. An agent
+    policy: it lands on the agent's most recent earlier decision, as if it arrived late, without
+    a discount for the rounds in between (a documented choice: the agent's clock advances only
+    when it acts; an env that wants the discount pays the discounted reward itself). An agent
     that has not acted at all in the episode has no decision to carry it; dropping it silently
     would change the task, so that is an error.
     """

@@ -22,7 +22,12 @@ __all__ = ["TokenMARFTConfig", "TokenMARFTTrainer"]
 
 @dataclass
 class TokenMARFTConfig(ActorCriticConfig):
-    """Token-level MARFT settings (see :class:`ActorCriticConfig`; ``logprob_normalization`` is unused)."""
+    """Token-level MARFT settings (see :class:`ActorCriticConfig`; ``logprob_normalization``,
+    an action-level option, must stay ``"none"``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.refuse_ignored_settings("token")
 
 
 class TokenMARFTTrainer(ActorCriticTrainer):

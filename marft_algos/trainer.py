@@ -214,6 +214,17 @@ def check_clip_range(epsilon: float, epsilon_high: float | None) -> None:
         )
 
 
+def check_num_minibatches(num_minibatches: int, episodes_per_iteration: int) -> None:
+    """Validate a minibatch count against the episodes it splits, saying how to fix it."""
+    if num_minibatches < 1:
+        raise ValueError(f"num_minibatches must be >= 1, got {num_minibatches}.")
+    if num_minibatches > episodes_per_iteration:
+        raise ValueError(
+            f"num_minibatches={num_minibatches} exceeds episodes_per_iteration="
+            f"{episodes_per_iteration}; lower num_minibatches or collect more episodes."
+        )
+
+
 class Trainer(RunFolderMixin, ABC):
     """Base class of every trainer; subclasses implement :meth:`update`.
 
@@ -415,9 +426,12 @@ class Trainer(RunFolderMixin, ABC):
         if not math.isfinite(result["loss"]):
             self._steps["skipped"] += 1
             logger.warning(
-                "Skipping a policy update at iteration %d: the loss is %s.",
+                "Skipping a policy update at iteration %d: the loss is %s (policy loss %s, KL to "
+                "the reference %s).",
                 self.iteration,
                 result["loss"],
+                result.get("policy_loss"),
+                result.get("kl"),
             )
             self.zero_grad()
             return {**result, "skipped_nonfinite": 1}

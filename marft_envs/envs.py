@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marft_envs.registration import register, retire
+from marft_envs.registration import deprecate, register
 
 # --- toy tasks that exercise the core -------------------------------------------------------
 register(
@@ -23,8 +23,9 @@ register(
 )
 
 # --- math teams (paper §5): built-in problems by default; dataset=... loads MATH/GSM8K/tables --
-# v0 is retired, not kept: its grader rewarded some wrong answers (see marft_envs/math/env.py), and
-# keeping a copy of that grader would keep the hole. make("math-dual-v0") names the v1 id.
+# v0's grader rewarded some wrong answers (see marft_envs/math/env.py); it is not kept, since a
+# copy would keep the hole. make("math-dual-v0") still makes an env, as in gymnasium: math-dual-v1,
+# with a warning that says so.
 register(
     "math-single-v1",
     "marft_envs.math.env:MathEnv",
@@ -52,10 +53,11 @@ register(
 
 _GRADER_FIX = (
     "its grader accepted some wrong answers (a value-changing word after the number, e.g. "
-    "5\\text{{ thousand}} for 5). Use {new}: the same prompts and data, graded by the fixed grader."
+    "5\\text{ thousand} scored as 5); v1 has the same prompts and data, graded by the fixed "
+    "grader, and the v0 grader is not kept."
 )
 for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
-    retire(f"{_name}-v0", _GRADER_FIX.format(new=f"{_name}-v1"))
+    deprecate(f"{_name}-v0", f"{_name}-v1", _GRADER_FIX)
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.code.sandbox) -----
 register(

@@ -44,7 +44,10 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "EntryPointError",
     "EnvSpec",
+    "OutdatedEnvWarning",
     "UnknownEnvError",
+    "deprecate",
+    "deprecated",
     "make",
     "pprint_registry",
     "register",
@@ -67,6 +70,10 @@ _ID_PATTERN = re.compile(
 
 class UnknownEnvError(LookupError):
     """Raised by :func:`make` / :func:`spec` for an id that is not registered."""
+
+
+class OutdatedEnvWarning(FutureWarning):
+    """Warned by :func:`make` for an out-of-date id that still makes (see :func:`deprecate`)."""
 
 
 class EntryPointError(ImportError):
@@ -234,7 +241,48 @@ def retire(id: str, reason: str) -> None:
     retired[id] = reason
 
 
-"""All registered environments, by id."""
+#: Out-of-date ids that still make: id → (the id built instead, what changed).
+deprecated: dict[str, tuple[str, str]] = {}
+
+
+def deprecate(id: str, successor: str, what_changed: str) -> None:
+    """Keep an out-of-date id working, as gymnasium does for old versions: :func:`make` builds
+    ``successor`` instead and warns (:class:`OutdatedEnvWarning`) with the newest version and
+    ``what_changed``. Use it when the old behaviour is not kept (a bug fix); register the old
+    version itself to keep it.
+
+    Args:
+        id: The out-of-date id, e.g. ``"math-dual-v0"``.
+        successor: A registered id it now builds, e.g. ``"math-dual-v1"``.
+        what_changed: One or two sentences for the warning: what the successor does differently.
+    """
+    if not isinstance(id, str) or not _ID_PATTERN.match(id):
+        raise ValueError(f"Env id {id!r} must look like 'name-vN' or 'namespace/name-vN'.")
+    if successor not in registry and successor not in deprecated:
+        raise ValueError(
+            f"Cannot deprecate {id!r}: its successor {successor!r} is not registered; register "
+            f"{successor!r} first."
+        )
+    registry.pop(id, None)
+    retired.pop(id, None)
+    deprecated[id] = (successor, what_changed)
+
+
+def _outdated(id: str) -> EnvSpec:
+    """The spec an out-of-date id builds, after warning what it now means."""
+    successor, what_changed = deprecated[id]
+    target = spec(successor)
+    newest = max(
+        (s for s in registry.values() if s.name == target.name), key=lambda s: s.version
+    ).id
+    warnings.warn(
+        f"Environment {id!r} is out of date: the newest version is {newest!r}. What changed: "
+        f"{what_changed} make({id!r}) now builds {successor!r} (its spec, and a run's records, "
+        f"say {successor!r}); ask for {newest!r} to silence this warning.",
+        OutdatedEnvWarning,
+        stacklevel=4,
+    )
+    return target
 
 
 def register(
@@ -343,6 +391,8 @@ def spec(id: str) -> EnvSpec:
         return registry[id]
     except KeyError:
         pass
+    if isinstance(id, str) and id in deprecated:
+        return _outdated(id)
     if load_plugins() and id in registry:
         return registry[id]
     if isinstance(id, str) and id in retired:

@@ -130,27 +130,68 @@ class RolloutBatch:
         return [k for k, a in enumerate(self.agents) if a == agent]
 
     def minibatches(
-        self, rng: np.random.Generator, num_minibatches: int, num_episodes: int | None = None
+        self,
+        rng: np.random.Generator,
+        num_minibatches: int,
+        num_episodes: int | None = None,
+        *,
+        first_episode: int = 0,
+        total_episodes: int | None = None,
     ) -> Iterator[RolloutBatch]:
-        """Shuffle the episodes and yield the decisions of ``num_minibatches`` near-equal groups
-        of them — always ``num_minibatches`` batches, some possibly empty (data-parallel ranks
-        must take the same number of steps).
+        """The decisions of each minibatch (see :meth:`minibatch_indices`) as batches."""
+        for index in self.minibatch_indices(
+            rng,
+            num_minibatches,
+            num_episodes,
+            first_episode=first_episode,
+            total_episodes=total_episodes,
+        ):
+            yield self[index]
+
+    def minibatch_indices(
+        self,
+        rng: np.random.Generator,
+        num_minibatches: int,
+        num_episodes: int | None = None,
+        *,
+        first_episode: int = 0,
+        total_episodes: int | None = None,
+    ) -> list[np.ndarray]:
+        """Shuffle the episodes and split them into ``num_minibatches`` near-equal groups; return
+        the decision indices of each group — always ``num_minibatches`` arrays, some possibly
+        empty (data-parallel ranks must take the same number of steps).
+
+        The shuffle is drawn over global episode indices ``0 .. total_episodes - 1``; this batch
+        holds episodes ``first_episode ..`` of them (a data-parallel rank's share, ranks in
+        order). Every rank draws the same permutation from the same ``rng`` state and keeps its
+        own episodes of each group, so the global minibatches are those of one process holding
+        every episode, whatever the number of processes.
 
         Args:
-            rng: Shuffles the episode order (advanced once per call).
+            rng: Shuffles the episode order (advanced once per call, alike on every rank).
             num_minibatches: Groups to split the episodes into.
             num_episodes: Episodes the batch was built from (default: the highest row + 1).
+            first_episode: Global index of this batch's episode row 0.
+            total_episodes: Episodes over all ranks (default: ``first_episode + num_episodes``).
         """
         rows = (
             num_episodes
             if num_episodes is not None
             else (int(self.episode.max()) + 1 if len(self) else 0)
         )
-        order = np.arange(rows)
+        total = first_episode + rows if total_episodes is None else total_episodes
+        if not 0 <= first_episode <= first_episode + rows <= total:
+            raise ValueError(
+                f"Episodes {first_episode}..{first_episode + rows - 1} of this batch do not fit in "
+                f"the {total} episodes of the global batch."
+            )
+        order = np.arange(total)
         rng.shuffle(order)
-        episode = self.episode.numpy()
-        for members in np.array_split(order, num_minibatches):
-            yield self[np.flatnonzero(np.isin(episode, members))]
+        episode = self.episode.numpy() + first_episode
+        return [
+            np.flatnonzero(np.isin(episode, members))
+            for members in np.array_split(order, num_minibatches)
+        ]
 
     def chunks(self, n: int) -> Iterator[RolloutBatch]:
         """At most ``n`` contiguous, near-equal, non-empty parts (gradient accumulation); none for

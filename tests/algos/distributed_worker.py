@@ -38,6 +38,7 @@ SMALL = dict(
     max_new_tokens=5,
     learning_rate=1e-4,
     entropy_coef=0.1,
+    num_minibatches=2,  # the global minibatches must not depend on the number of processes
 )
 
 

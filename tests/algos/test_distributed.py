@@ -1,7 +1,8 @@
 """Data-parallel training on two CPU processes (gloo on 127.0.0.1), launched by torchrun.
 
 One launch of each kind (the workers are in distributed_worker.py): on a fixed batch of episodes,
-the two-rank update of every trainer equals the one-process update of the same batch; a run whose
+the two-rank update of every trainer equals the one-process update of the same batch, with two
+minibatches (drawn from global episode indices, so alike at any world size); a run whose
 router gives rank 1 no decision of one agent finishes without hanging and keeps the ranks
 identical; its checkpoint resumes on one process.
 """

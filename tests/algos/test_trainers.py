@@ -240,6 +240,50 @@ def test_configs_reject_bad_settings_with_fixes():
         ActionMARFTConfig(logprob_normalization="chars")
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: ActionMARFTConfig(gamma_token=0.9),
+            r"gamma_token=0.9 only applies at token level.*TokenMARFTConfig",
+        ),
+        (
+            lambda: ActionMARFTConfig(lam_token=0.5, gamma_token=0.8),
+            r"gamma_token=0.8, lam_token=0.5 only applies at token level",
+        ),
+        (lambda: PPOConfig(level="action", lam_token=0.5), "lam_token=0.5 only applies"),
+        (
+            lambda: TokenMARFTConfig(logprob_normalization="word"),
+            r"logprob_normalization='word' only applies at action level.*ActionMARFTConfig",
+        ),
+        (
+            lambda: PPOConfig(level="token", logprob_normalization="token"),
+            "logprob_normalization='token' only applies at action level",
+        ),
+        (
+            lambda: ActionMARFTConfig(
+                normalize_advantages=False, normalize_advantages_per_agent=True
+            ),
+            r"normalize_advantages_per_agent=True needs normalize_advantages=True",
+        ),
+        (
+            lambda: GRPOConfig(episodes_per_iteration=4, num_generations=2, num_minibatches=8),
+            "num_minibatches=8 exceeds episodes_per_iteration=4",
+        ),
+    ],
+)
+def test_settings_a_trainer_would_ignore_are_refused_with_the_fix(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_settings_of_the_trained_level_are_accepted():
+    assert TokenMARFTConfig(gamma_token=0.9, lam_token=0.5).lam_token == 0.5
+    assert PPOConfig(level="token", gamma_token=0.9).gamma_token == 0.9
+    assert ActionMARFTConfig(logprob_normalization="word").logprob_normalization == "word"
+    assert not ActionMARFTConfig(normalize_advantages=False).normalize_advantages
+
+
 def test_ppo_refuses_teams_and_marft_needs_a_critic(tiny_path):
     with pytest.raises(ValueError, match="single-agent baseline"):
         build("ppo-action", tiny_path, team=2)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
+from pettingzoo.test import api_test
 
 import marft_envs
 from marft_envs import EntryPointError, UnknownEnvError
@@ -16,6 +19,7 @@ def scratch_ids():
     yield added
     for env_id in added:
         marft_envs.registry.pop(env_id, None)
+        marft_envs.registration.deprecated.pop(env_id, None)
 
 
 def test_builtin_ids_are_versioned():
@@ -176,10 +180,36 @@ def test_installed_plugins_register_through_the_entry_point_group(monkeypatch, s
 
 
 @pytest.mark.parametrize("name", ["math-single", "math-dual", "math-trio", "math-dual-retry"])
-def test_retired_math_v0_names_the_reason_and_the_replacement(name):
-    with pytest.raises(
-        UnknownEnvError,
-        match=rf"'{name}-v0' was retired: its grader accepted some wrong answers.*Use {name}-v1",
+def test_out_of_date_math_v0_still_makes_with_a_warning_naming_v1_and_what_changed(name):
+    # Gymnasium's convention: an old version makes, and warns with the newest one.
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning,
+        match=rf"'{name}-v0' is out of date: the newest version is '{name}-v1'.*"
+        rf"What changed: its grader accepted some wrong answers.*"
+        rf"make\('{name}-v0'\) now builds '{name}-v1'",
     ):
-        marft_envs.make(f"{name}-v0")
+        env = marft_envs.make(f"{name}-v0")
+    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v1")  # what was built, recorded as such
     assert marft_envs.spec(f"{name}-v1").kwargs["profiles"] in ("single", "dual", "trio")
+    assert f"{name}-v0" not in marft_envs.registry  # listed once, under its newest id
+
+
+def test_the_design_cards_first_line_makes_an_env_that_passes_the_api_test():
+    with pytest.warns(marft_envs.OutdatedEnvWarning):
+        env = marft_envs.make("math-dual-v0")
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=".*(NumPy array|probably should be|recommend agents)"
+        )
+        api_test(env, num_cycles=20)
+
+
+def test_a_user_can_deprecate_an_id_of_their_own(scratch_ids):
+    scratch_ids += ["test/old-v0", "test/old-v1"]
+    marft_envs.register("test/old-v1", "marft_envs.toy.relay:RelayEnv", kwargs={"n_agents": 3})
+    marft_envs.deprecate("test/old-v0", "test/old-v1", "v1 has three agents.")
+    with pytest.warns(marft_envs.OutdatedEnvWarning, match="What changed: v1 has three agents."):
+        env = marft_envs.make("test/old-v0", horizon=2)
+    assert len(env.possible_agents) == 3 and env.unwrapped.spec.id == "test/old-v1"
+    with pytest.raises(ValueError, match="'test/none-v1' is not registered"):
+        marft_envs.deprecate("test/old-v0", "test/none-v1", "nothing")
