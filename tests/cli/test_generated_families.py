@@ -18,7 +18,7 @@ FAMILY_IDS = [
     "planpath-dual-v0",
 ]
 #: Families whose problems come from the math data family (--dataset as for math envs).
-MATH_DATA_IDS = ["tool-math-single-v0", "tool-math-dual-v0"]
+MATH_DATA_IDS = ["tool-math-single-v1", "tool-math-dual-v1"]
 REAL = [
     *["--iterations", "1", "--max-new-tokens", "4", "--eval-episodes", "2"],
     *["--episodes-per-iteration", "2", "--rollout-threads", "2", "--eval-every", "1"],
