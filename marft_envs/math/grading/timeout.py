@@ -8,13 +8,15 @@ finaliser code (printed as "Exception ignored in thread ..."), and a signal hand
 whole process, not to one grading call.
 
 Here the guarded thread checks its own deadline. :func:`time_limit` installs a trace function for
-the calling thread only (``sys.settrace``): it runs at every Python function call, and at every line
-of the grader's own modules, and once the deadline has passed it raises :class:`GradingTimeout`
-*synchronously, in that thread*, at a safe point: at the entry of a function of sympy, mpmath or the
-grader, never inside the standard library (imports, locks, logging), a ``__del__`` or an
-``__exit__``, and never while an import is running in that thread. Library code that swallows the
-exception is interrupted again every 50 ms until the guarded block exits. Nothing is shared between
-threads or processes, so concurrent calls each keep their own bound.
+the calling thread only (``sys.settrace``): it runs at every Python function call, and, once a
+shared watcher thread has marked the running frames at the deadline, at every line of them (so a
+long loop without calls is caught too). Past the deadline it raises :class:`GradingTimeout`
+*synchronously, in that thread*, at a safe point: in a function of sympy, mpmath or the grader,
+never inside the standard library (imports, locks, logging), a ``__del__`` or an ``__exit__``, and
+never while an import is running in that thread. Library code that swallows the exception is
+interrupted again every 50 ms until the guarded block exits. The watcher only sets frame
+attributes and never raises; no signal is used, so concurrent calls in threads and processes each
+keep their own bound (a forked child starts its own watcher).
 
 Neither this nor any in-process mechanism can interrupt one long C call (a gigantic integer power,
 say); the parser refuses such inputs before they reach sympy (see
@@ -24,6 +26,7 @@ tool's trace function is paused for that thread and restored afterwards.
 
 from __future__ import annotations
 
+import heapq
 import os
 import sys
 import threading
@@ -63,9 +66,20 @@ class _Limit:
         self.deadline: float = deadline if previous is None else min(deadline, previous.deadline)
         self.next_raise = self.deadline
         self.previous = previous
+        self.thread_id = threading.get_ident()
+        self.active = True
         self.roots: tuple[str, ...] = tuple(
             d for d in (_GRADER_DIR, _package_dir("sympy"), _package_dir("mpmath")) if d
         )
+        monotonic = time.monotonic
+
+        def trace(frame: FrameType, event: str, arg: Any) -> Any:
+            # Called at every Python call of the guarded thread: keep the common case cheap.
+            if monotonic() >= self.next_raise and self.due(frame):
+                self.raise_timeout()
+            return None
+
+        self.trace = trace
 
     def due(self, frame: FrameType) -> bool:
         now = time.monotonic()
@@ -84,27 +98,20 @@ class _Limit:
         self.next_raise = now + _RETRY_S  # let the unwinding (finally blocks) run first
         return True
 
-    def trace(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "call" and self.due(frame):
-            self.raise_timeout()
-        if frame.f_code.co_filename.startswith(_GRADER_DIR):
-            return self.trace_lines  # the grader's own loops are bounded line by line
-        return None
-
     def trace_lines(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line" and self.due(frame):
             self.raise_timeout()
         return self.trace_lines
 
-    def mark_frames(self, thread_id: int) -> None:
-        """At the deadline (from the watcher thread): trace the running frames line by line.
+    def mark_frames(self) -> None:
+        """Past the deadline (from the watcher thread): trace the running frames line by line.
 
         A long loop without function calls (sympy's multinomial expansion) sees no call event;
         with its frame's ``f_trace`` set, the guarded thread itself raises at the next line.
-        Only an attribute is set here; nothing is raised from this thread.
+        Only an attribute is set here; nothing is raised from the watcher.
         """
-        frame = sys._current_frames().get(thread_id)
-        while frame is not None:
+        frame = sys._current_frames().get(self.thread_id)
+        while frame is not None and self.active:
             code_file = frame.f_code.co_filename
             if code_file.startswith(self.roots) and code_file != __file__:
                 frame.f_trace = self.trace_lines
@@ -119,9 +126,57 @@ class _Limit:
 
     def rearm(self, frame: FrameType, event: str, arg: Any) -> None:
         sys.setprofile(None)
-        if _active.limit is self:
+        if _active.__dict__.get("limit") is self:
             sys.settrace(self.trace)
 
+
+class _Watcher:
+    """One daemon thread per process that marks the frames of limits past their deadline (and
+    again every 50 ms until their block ends); cheaper than a timer thread per call."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        # Also the fork hook: a child starts without the parent's thread and with fresh locks.
+        self.cond = threading.Condition()
+        self.heap: list[tuple[float, int, _Limit]] = []
+        self.count = 0
+        self.thread: threading.Thread | None = None
+
+    def add(self, limit: _Limit) -> None:
+        with self.cond:
+            self.count += 1
+            heapq.heappush(self.heap, (limit.deadline, self.count, limit))
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self.run, name="grading-time-limit", daemon=True
+                )
+                self.thread.start()
+            self.cond.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                while self.heap and not self.heap[0][2].active:
+                    heapq.heappop(self.heap)  # blocks that ended in time
+                if not self.heap:
+                    self.cond.wait()
+                    continue
+                when, _, limit = self.heap[0]
+                wait = when - time.monotonic()
+                if wait > 0:
+                    self.cond.wait(wait)
+                    continue
+                heapq.heappop(self.heap)
+                self.count += 1
+                heapq.heappush(self.heap, (time.monotonic() + _RETRY_S, self.count, limit))
+            limit.mark_frames()
+
+
+_WATCHER = _Watcher()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_WATCHER.reset)
 
 _active = threading.local()
 
@@ -145,15 +200,13 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     limit = _Limit(time.monotonic() + seconds, outer)
     previous_trace = sys.gettrace()
     previous_profile = sys.getprofile()
-    watcher = threading.Timer(seconds, limit.mark_frames, args=(threading.get_ident(),))
-    watcher.daemon = True
     _active.limit = limit
     sys.settrace(limit.trace)
-    watcher.start()
+    _WATCHER.add(limit)
     try:
         yield
     finally:
-        watcher.cancel()
+        limit.active = False  # first: the watcher marks no frame of this thread from now on
         _active.limit = outer
         sys.settrace(previous_trace)
         if sys.getprofile() == limit.rearm:
