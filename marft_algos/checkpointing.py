@@ -56,6 +56,9 @@ class RunFolderMixin:
     def _checkpointed_optimizers(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def sync_rollout_backend(self, version: int) -> None:
+        raise NotImplementedError
+
     def _prepare_run_dir(self) -> None:
         """Refuse to start over an earlier run unless told to; write ``config.json`` (rank 0).
 
@@ -222,6 +225,7 @@ class RunFolderMixin:
             directory, policy, critic=critic, optimizers=self._checkpointed_optimizers()
         )
         self.load_trainer_state(state)
+        self.sync_rollout_backend(self.iteration)
 
     def resume(
         self, directory: str | Path | None = None, *, allow_config_change: bool = False

@@ -550,14 +550,19 @@ class Trainer(RunFolderMixin, ABC):
         start_update = time.perf_counter()
         self._steps = {"tried": 0, "skipped": 0}
         metrics.update(self.update(episodes))
-        if self.rollout_backend is not None:
-            self.rollout_backend.sync_adapters(self.policy, self.iteration + 1)
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
         self._guard_entropy(metrics)
         self._guard_nonfinite()
+        # After the guards, which may roll the adapters back: the engine serves what trains next.
+        self.sync_rollout_backend(self.iteration + 1)
         self.iteration += 1
         return metrics
+
+    def sync_rollout_backend(self, version: int) -> None:
+        """Hand the policy's current adapters to the rollout backend, if there is one."""
+        if self.rollout_backend is not None:
+            self.rollout_backend.sync_adapters(self.policy, version)
 
     def _guard_nonfinite(self) -> None:
         """Count iterations whose policy steps were all skipped as non-finite; stop after K in a row."""

@@ -128,3 +128,12 @@ register(
 )
 for _name in ("tool-math-single", "tool-math-dual"):
     deprecate(f"{_name}-v0", f"{_name}-v1", GRADER_FIX_V2)
+
+# --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
+register(
+    "debate-v1",
+    "marft_envs.debate.env:DebateEnv",
+    kwargs={"profiles": "debate"},
+    description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
+)
+deprecate("debate-v0", "debate-v1", GRADER_FIX_V2)

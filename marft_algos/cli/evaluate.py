@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
@@ -45,6 +45,8 @@ class EvalArguments:
     """Torch CPU threads (default: the run's)."""
     device: str = "cpu"
     """Torch device."""
+    rollout_backend: Literal["transformers", "vllm"] = "transformers"
+    """Generate with the policy (transformers) or one vLLM engine serving every agent's adapter."""
 
     def __post_init__(self) -> None:
         for name in ("episodes", "batch", "threads"):
@@ -146,16 +148,22 @@ def evaluate_checkpoint(
         )
     settings = greedy(GenerationSettings(**recorded))
     batch = o.batch or int(config.get("rollout_threads", 1))
-    collector = RolloutCollector.from_factory(
-        policy,  # type: ignore[arg-type]  # GeneratingPolicy's protocol is narrower than the real signature
-        env_fn,
-        batch,
-        settings,
-        seed=int(config.get("seed", 0)),
-    )
-    episodes = collector.collect(
-        evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))), settings
-    )
+    generator: Any = policy
+    if o.rollout_backend == "vllm":
+        from marft_algos.rollout_vllm import VLLMRolloutBackend
+
+        generator = VLLMRolloutBackend(policy)
+    try:
+        collector = RolloutCollector.from_factory(
+            generator, env_fn, batch, settings, seed=int(config.get("seed", 0))
+        )
+        episodes = collector.collect(
+            evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))),
+            settings,
+        )
+    finally:
+        if generator is not policy:
+            generator.close()
     metrics = summarize_episodes(episodes, "eval")
     metrics["eval/episodes"] = len(episodes)
     return metrics
@@ -173,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         prog="marft eval",
         description="Greedy held-out accuracy of a trained team, settings read from the run.",
     )
+    if args.rollout_backend == "vllm":
+        from marft_algos.rollout_vllm import import_vllm
+
+        import_vllm()  # a missing engine is one line with the install command
     checkpoint = find_checkpoint(values["run"])
     metrics = evaluate_checkpoint(checkpoint, args)
     text = json.dumps(metrics, indent=2)

@@ -195,8 +195,8 @@ def test_out_of_date_math_ids_still_make_with_a_warning_naming_v2_and_what_chang
     assert f"{name}-{old}" not in marft_envs.registry  # listed once, under its newest id
 
 
-@pytest.mark.parametrize("name", ["tool-math-single", "tool-math-dual"])
-def test_out_of_date_tool_math_v0_makes_v1_with_the_grader_fix(name):
+@pytest.mark.parametrize("name", ["tool-math-single", "tool-math-dual", "debate"])
+def test_out_of_date_tool_math_and_debate_v0_make_v1_with_the_grader_fix(name):
     with pytest.warns(marft_envs.OutdatedEnvWarning, match=rf"newest version is '{name}-v1'"):
         env = marft_envs.make(f"{name}-v0")
     assert env.unwrapped.spec == marft_envs.spec(f"{name}-v1")
