@@ -75,6 +75,12 @@ class MetricsLogger:
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
 
+    def log_text(self, tag: str, text: str, step: int) -> None:
+        """Send text (e.g. held-out transcripts) to TensorBoard, when it is on."""
+        if self._writer is not None:
+            self._writer.add_text(tag, text, step)
+            self._writer.flush()
+
     def read(self) -> list[dict[str, Any]]:
         """The records in ``metrics.jsonl``; a torn last line (a kill mid-write) is dropped with a
         warning, any other unreadable line is an error naming it."""

@@ -117,6 +117,7 @@ RESUMABLE_CHANGES = frozenset(
         "overwrite",
         "max_nonfinite_iterations",
         "sync_check_every",
+        "eval_samples",
     }
 )
 

@@ -39,7 +39,12 @@ from pettingzoo import AECEnv
 from marft_algos.checkpointing import RunFolderMixin, env_spec_json
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
-from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
+from marft_algos.evaluation import (
+    evaluation_requests,
+    greedy,
+    no_signal_reason,
+    summarize_episodes,
+)
 from marft_algos.metrics import MetricsLogger
 from marft_algos.policy_gradient import Objective, PolicyGradient
 from marft_algos.progress import TrainingProgress
@@ -50,6 +55,7 @@ from marft_algos.run_dir import (
     RunDirectory,
     TrainingDiverged,
 )
+from marft_algos.samples import transcripts_markdown, trim_samples, write_samples
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
 
@@ -97,6 +103,9 @@ class TrainerConfig:
     eval_sampled: bool = False
     """Also evaluate the policy as it is trained, sampling with the rollout settings (temperature,
     top-p, top-k), logged as ``eval_sampled/...`` beside the greedy ``eval/...``."""
+    eval_samples: int = 4
+    """Greedy held-out episodes written to samples.jsonl in output_dir at each evaluation, with
+    every agent's observation, action and reward (0: none)."""
     output_dir: str | None = None
     """Run directory for metrics.jsonl, config.json and checkpoints (None: nothing written)."""
     checkpoint_every: int = 1
@@ -141,6 +150,7 @@ class TrainerConfig:
             "sync_check_every",
             "keep_checkpoints",
             "max_nonfinite_iterations",
+            "eval_samples",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(
@@ -327,6 +337,7 @@ class Trainer(RunFolderMixin, ABC):
         self._last_good: dict[str, Any] | None = None
         self._continuing = False  # set by resume(): the folder's run is this one
         self._nonfinite_streak = 0
+        self._progress: TrainingProgress | None = None
         self._steps = {"tried": 0, "skipped": 0}
 
     # ------------------------------------------------------------------ optimisation helpers
@@ -522,9 +533,16 @@ class Trainer(RunFolderMixin, ABC):
             return {}
         requests = evaluation_requests(self.eval_collector, self.config.eval_episodes)
         requests = [requests[i] for i in self.dist.shard(len(requests))]
+        self._phase("eval", len(requests))
         episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
         metrics = self.summarize(episodes, "eval")
+        if self.run_dir is not None and self.dist.is_main and self.config.eval_samples:
+            rows = write_samples(
+                self.run_dir.path, self.iteration, episodes, self.config.eval_samples
+            )
+            self.logger.log_text("eval/samples", transcripts_markdown(rows), self.iteration)
         if self.config.eval_sampled:
+            self._phase("eval (sampled)", len(requests))
             episodes = self.eval_collector.collect(requests, self.config.generation)
             metrics.update(self.summarize(episodes, "eval_sampled"))
         return metrics
@@ -532,6 +550,7 @@ class Trainer(RunFolderMixin, ABC):
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
+        self._phase("rollout", len(self.dist.shard(self.config.episodes_per_iteration)))
         if type(self).collect is not Trainer.collect:
             # A subclass customised collect() (the extension point before collect_with_stats).
             warnings.warn(
@@ -548,12 +567,14 @@ class Trainer(RunFolderMixin, ABC):
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
         start_update = time.perf_counter()
+        self._phase("update")
         self._steps = {"tried": 0, "skipped": 0}
         metrics.update(self.update(episodes))
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
         self._guard_entropy(metrics)
         self._guard_nonfinite()
+        self._warn_if_nothing_to_learn(episodes, metrics)
         # After the guards, which may roll the adapters back: the engine serves what trains next.
         self.sync_rollout_backend(self.iteration + 1)
         self.iteration += 1
@@ -563,6 +584,20 @@ class Trainer(RunFolderMixin, ABC):
         """Hand the policy's current adapters to the rollout backend, if there is one."""
         if self.rollout_backend is not None:
             self.rollout_backend.sync_adapters(self.policy, version)
+
+    def _warn_if_nothing_to_learn(
+        self, episodes: Sequence[Episode], metrics: dict[str, Any]
+    ) -> None:
+        """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal."""
+        rewards = [d.reward for e in episodes for d in e.decisions]
+        spread = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
+        if self.dist.enabled:
+            parts = self.dist.gather(spread)
+            spread = (min(p[0] for p in parts), max(p[1] for p in parts))
+        why = no_signal_reason(spread, metrics, self.iteration + 1)
+        metrics["rollout/nothing_to_learn"] = int(why is not None)
+        if why is not None:
+            logger.warning(why)
 
     def _guard_nonfinite(self) -> None:
         """Count iterations whose policy steps were all skipped as non-finite; stop after K in a row."""
@@ -581,9 +616,14 @@ class Trainer(RunFolderMixin, ABC):
         """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).
 
         Args:
-            progress: ``True``/``"rich"``: a rich progress bar with live metrics; ``"plain"``: one
-                INFO log line per iteration (logger ``marft_algos.progress``); ``"auto"``: rich on a
-                terminal, plain otherwise; ``False``: quiet (library use).
+            progress: ``True``/``"auto"``: rich bars on a terminal, plain lines otherwise;
+                ``"rich"``; ``"plain"``: lines per phase and per iteration (logger
+                ``marft_algos.progress``, or standard error when logging does not show INFO);
+                ``False``: quiet. Either shows the phase (rollout / update / eval), its episodes,
+                tokens/s and the run's ETA (:mod:`marft_algos.progress`). Torch's CPU thread count
+                is left as the process has it (``marft train`` sets 1 with ``--threads``; a
+                library does not change a process-wide setting): call ``torch.set_num_threads(1)``
+                for a small model on a CPU, where one thread is fastest.
 
         Returns:
             The metric records of this call, one per iteration (evaluation merged in).
@@ -598,9 +638,32 @@ class Trainer(RunFolderMixin, ABC):
         bar = TrainingProgress(
             progress if self.dist.is_main else False, self.config.iterations, self.iteration
         )
+        self._progress = bar
+
+        def episode_done(episode: Episode) -> None:
+            bar.episode(sum(len(d.action_ids) for d in episode.decisions))
+
+        collectors = [c for c in (self.collector, self.eval_collector) if c is not None]
+        for collector in collectors:
+            collector.on_episode = episode_done
+        try:
+            self._run_iterations(bar, records)
+        finally:
+            self._progress = None
+            for collector in collectors:
+                collector.on_episode = None
+        return records
+
+    def _phase(self, name: str, episodes: int | None = None) -> None:
+        if self._progress is not None:
+            self._progress.phase(name, episodes)
+
+    def _run_iterations(self, bar: TrainingProgress, records: list[dict[str, Any]]) -> None:
         with bar:
             if self.iteration == 0:
                 self.logger.truncate_after(-1)  # a fresh run starts with no records
+            if self.run_dir is not None and self.dist.is_main:
+                trim_samples(self.run_dir.path, self.iteration if self.iteration else -1)
             if self.iteration == 0 and self.eval_collector is not None:
                 initial = self.evaluate()
                 self.logger.log(0, {**initial, "iteration_kind": "initial_eval"})
@@ -630,7 +693,6 @@ class Trainer(RunFolderMixin, ABC):
                     self.save_checkpoint(self.run_dir.path / f"checkpoint-{self.iteration}")
                     if self.dist.is_main:
                         self.run_dir.prune(self.config.keep_checkpoints)
-        return records
 
     def check_in_sync(self) -> None:
         """Fail loudly if the ranks' adapters or critic differ (see :mod:`marft_algos.distributed`)."""

@@ -131,9 +131,15 @@ for _name in ("tool-math-single", "tool-math-dual"):
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(
-    "debate-v1",
+    "debate-v2",
     "marft_envs.debate.env:DebateEnv",
     kwargs={"profiles": "debate"},
     description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
 )
-deprecate("debate-v0", "debate-v1", GRADER_FIX_V2)
+deprecate("debate-v1", "debate-v2", GRADER_FIX_V2)
+deprecate(
+    "debate-v0",
+    "debate-v2",
+    "v0 paid only the final round's agents; later versions also pay a solver idle in the final "
+    "round (pass credit_scope='round' for v0's rule). Also, " + GRADER_FIX_V2,
+)

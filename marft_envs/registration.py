@@ -405,7 +405,11 @@ def spec(id: str) -> EnvSpec:
             raise UnknownEnvError(
                 f"Environment {id!r} is not registered; available versions: {versions}."
             )
-    close = difflib.get_close_matches(str(id), list(registry), n=3, cutoff=0.5)
+    # Compare names without their versions, so "relays-v0" is not "close" to every "*-v0".
+    names = sorted({s.name for s in registry.values()})
+    wanted = id[: id.rfind("-v")] if match is not None else str(id)
+    close_names = difflib.get_close_matches(wanted, names, n=3, cutoff=0.5)
+    close = [s.id for name in close_names for s in registry.values() if s.name == name][:3]
     hint = f" Did you mean {close}?" if close else ""
     raise UnknownEnvError(
         f"No environment registered as {id!r}.{hint} Run marft_envs.pprint_registry() to list them."

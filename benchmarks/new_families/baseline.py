@@ -33,7 +33,7 @@ DEFAULT_IDS = [
     "tool-math-single-v1",
     "tool-math-dual-v1",
     "math-single-v2",
-    "debate-v1",
+    "debate-v2",
 ]
 #: Held-out arguments per id: the puzzles' test split, the math family's built-in test split.
 MATH_DATA = {"dataset": "builtin:test"}

@@ -158,9 +158,8 @@ def run_marft(
 
     marft skips the forward/backward pass of completions whose advantage is 0 (with ``beta=0`` and
     no entropy bonus they add nothing to the gradient); TRL computes every completion. With
-    ``full_updates`` an entropy bonus of 1e-9 forces marft through every completion too, so the
-    control run does the same work per update as TRL (its gradient differs by at most 1e-9 × the
-    entropy gradient).
+    ``full_updates`` (``skip_zero_advantages=False``) marft runs every completion too, so the
+    control run does the same work per update as TRL, with the same gradient as the default run.
     """
     import marft_envs
     from marft_algos.grpo import GRPOConfig, GRPOTrainer
@@ -180,7 +179,7 @@ def run_marft(
         max_new_tokens=args.max_new_tokens,
         learning_rate=args.learning_rate,
         beta=0.0,
-        entropy_coef=1e-9 if full_updates else 0.0,
+        skip_zero_advantages=not full_updates,
         seed=args.seed,
     )
     batches: list[list[Episode]] = []

@@ -237,10 +237,25 @@ def test_export_adapters_and_merged_models(tiny_path, tmp_path):
             assert not torch.allclose(
                 model(ids).logits, trained, atol=1e-4
             )  # the adapter changed something
-    assert (
-        json.loads((run / "export" / "marft_export.json").read_text())["agents"]["actor"]["adapter"]
-        == "actor/adapter"
-    )
+    exported = json.loads((run / "export" / "marft_export.json").read_text())
+    assert exported["agents"]["actor"]["adapter"] == "actor/adapter"
+    # The adapter names the base by a portable id, not a path of this machine.
+    adapter = run / "export" / "actor" / "adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    # (the suite's tiny model is a local folder: named by its folder name, marked not portable;
+    # short names, GGUF sources and Hub ids are tested in tests/algos/policy/test_portable_base.py)
+    assert config["base_model_name_or_path"] == Path(tiny_path).name
+    assert json.loads((adapter / "base_model.json").read_text())["portable"] is False
+    assert str(tmp_path) not in (run / "export" / "marft_export.json").read_text()
+    # Merged models in the dtype asked for (half of float32's size in bfloat16).
+    main(["export", str(run), "--merge", "--merged-dtype", "bfloat16", "--output-dir", "bf16"])
+    merged = AutoModelForCausalLM.from_pretrained("bf16/actor/merged", dtype="auto")
+    assert merged.dtype == torch.bfloat16
+    size = {
+        d: (Path(root) / "actor" / "merged" / "model.safetensors").stat().st_size
+        for d, root in (("f32", run / "export"), ("bf16", "bf16"))
+    }
+    assert size["bf16"] < 0.6 * size["f32"]
 
 
 def test_command_errors_are_one_line_without_a_traceback(tmp_path):
@@ -249,3 +264,19 @@ def test_command_errors_are_one_line_without_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "marft train: error: --threads 0: torch needs at least one thread" in err
     assert "Traceback" not in err
+
+
+def test_run_shows_samples_and_qualified_accuracies_and_eval_prints_transcripts(
+    tiny_path, tmp_path, capsys
+):
+    run = tmp_path / "run"
+    main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "1", *BUDGET])
+    out = capsys.readouterr().out
+    rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    assert {r["iteration"] for r in rows} == {0, 1}
+    assert "held-out samples at iteration 1" in out
+    assert "(n=4)" in out and "±" in out  # every accuracy with its count and standard error
+    main(["eval", str(run), "--samples", "2"])
+    out = capsys.readouterr().out
+    assert out.count("episode ") >= 2 and "reasoner (round 0) read:" in out
+    assert "actor said (reward" in out and "accuracy " in out

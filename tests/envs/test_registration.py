@@ -195,11 +195,21 @@ def test_out_of_date_math_ids_still_make_with_a_warning_naming_v2_and_what_chang
     assert f"{name}-{old}" not in marft_envs.registry  # listed once, under its newest id
 
 
-@pytest.mark.parametrize("name", ["tool-math-single", "tool-math-dual", "debate"])
-def test_out_of_date_tool_math_and_debate_v0_make_v1_with_the_grader_fix(name):
-    with pytest.warns(marft_envs.OutdatedEnvWarning, match=rf"newest version is '{name}-v1'"):
-        env = marft_envs.make(f"{name}-v0")
-    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v1")
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("tool-math-single-v0", "tool-math-single-v1"),
+        ("tool-math-dual-v0", "tool-math-dual-v1"),
+        ("debate-v0", "debate-v2"),
+        ("debate-v1", "debate-v2"),
+    ],
+)
+def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old, new):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning, match=rf"newest version is '{new}'.*5_\{{1000\}}"
+    ):
+        env = marft_envs.make(old)
+    assert env.unwrapped.spec == marft_envs.spec(new)
 
 
 def test_the_design_cards_first_line_makes_an_env_that_passes_the_api_test():
