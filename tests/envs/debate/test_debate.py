@@ -1,5 +1,6 @@
 """debate-v2 (with v0's round credit where rewards are checked): the verdict grammar, the
-judge-driven schedule (who speaks, who sees what, how many rounds) and the team reward from the final answer, on a hand-made problem (17 * 23 = 391)."""
+judge-driven schedule (who speaks, who sees what, how many rounds) and the team reward from the
+final answer, on a hand-made problem (17 * 23 = 391)."""
 
 from __future__ import annotations
 
