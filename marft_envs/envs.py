@@ -69,23 +69,31 @@ for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.code.sandbox) -----
 register(
-    "code-single-v0",
+    "code-single-v1",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "single"},
     description="One graded coder writes a Python program; reward 1 when every hidden test passes.",
 )
 register(
-    "code-dual-v0",
+    "code-dual-v1",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "dual"},
     description="Tester (edge cases, extra asserts) -> coder; the coder's program is graded.",
 )
 register(
-    "code-dual-retry-v0",
+    "code-dual-retry-v1",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual code team with up to 3 attempts; failing programs come back with how they failed.",
 )
+
+_SANDBOX_FIX = (
+    "a program could earn reward without solving the task (by defining a builtin the tests call, "
+    "or by reading the hidden tests from disk) and failure details were unbounded; v1 has the same "
+    "prompts and data, graded in the hardened sandbox, and the v0 sandbox is not kept."
+)
+for _name in ("code-single", "code-dual", "code-dual-retry"):
+    deprecate(f"{_name}-v0", f"{_name}-v1", _SANDBOX_FIX)
 
 # --- procedural puzzles: generated per episode (split="train" / "test", disjoint by a hash) -----
 register(
