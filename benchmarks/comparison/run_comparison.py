@@ -2,7 +2,7 @@
 
 Settings (DESIGN §5): untuned single agent (``math-single-v2``), single-agent PPO at action and at
 token level, GRPO single, untuned dual team (``math-dual-v2``), action-level MARFT on the team
-(also with per-agent advantage normalisation), token-level MARFT, GRPO dual. Every trained
+(also with per-agent advantage normalisation), token-level MARFT, GRPO, RLOO and REINFORCE++ dual. Every trained
 setting gets the same budget (iterations × episodes per iteration, the same max tokens per agent,
 the same shared hyper-parameters) and runs for each seed; held-out greedy accuracy on
 ``builtin:test`` (the first ``--eval-episodes`` problems, the same for every run) is reported as
@@ -54,7 +54,8 @@ HERE = Path(__file__).resolve().parent
 #: agent is also named "actor" and must write the whole solution, so the cap would cut the
 #: single-agent settings short; every agent of every setting gets the same 24 tokens instead (one
 #: message holds a three-step problem's worked steps, or its answer, but not both).
-#: ``num_generations`` and ``num_iterations`` (GRPO's passes over a batch) apply to GRPO only;
+#: ``num_generations`` and ``num_iterations`` (passes over a batch) apply to the critic-free
+#: trainers (GRPO, RLOO; REINFORCE++ overrides ``num_generations`` to 1, its paper's setting);
 #: ``critic_learning_rate`` and ``ppo_epochs`` (the same two passes) to the actor-critic trainers.
 SHARED_HYPERPARAMETERS: dict[str, Any] = {
     "episodes_per_iteration": 32,
@@ -117,6 +118,16 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("dual-token-marft", "math-dual-v2", "token-marft", label="dual, token-level MARFT"),
     Setting("dual-grpo", "math-dual-v2", "grpo", label="dual, GRPO"),
+    Setting("dual-rloo", "math-dual-v2", "rloo", label="dual, RLOO (action level)"),
+    # REINFORCE++ as its paper runs it: one sample per task (32 tasks per iteration, the same
+    # 32 episodes as every other setting).
+    Setting(
+        "dual-reinforce-pp",
+        "math-dual-v2",
+        "reinforce-pp",
+        {"num_generations": 1},
+        label="dual, REINFORCE++ (token level)",
+    ),
 )
 
 

@@ -46,7 +46,9 @@ class TrainArguments:
 
     env: str = "math-dual-v2"
     """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
-    algo: Literal["action-marft", "token-marft", "ppo", "grpo"] = "action-marft"
+    algo: Literal["action-marft", "token-marft", "ppo", "grpo", "rloo", "reinforce-pp"] = (
+        "action-marft"
+    )
     """Training algorithm."""
     model: str = DEFAULT_MODEL
     """Base model: a built-in short name, a local folder, or a Hub id in the local cache."""
@@ -185,7 +187,7 @@ def parse_train_args(
     preset = known.preset or file_values.get("preset")
     try:
         merged = {
-            **preset_for(model, paper_defaults=paper, preset=preset),
+            **preset_for(model, paper_defaults=paper, preset=preset, algorithm=algo),
             **dict(defaults or {}),
             **file_values,
         }
@@ -405,7 +407,7 @@ def main(
     if args.algo == "ppo" and len(plan.agents) != 1:
         raise UsageError(
             f"--algo ppo is the single-agent baseline, but {args.env} has agents {plan.agents}; use "
-            f"--algo action-marft, token-marft or grpo for a team, or a one-agent env (math-single-v2)."
+            f"--algo action-marft, token-marft, grpo, rloo or reinforce-pp for a team, or a one-agent env (math-single-v2)."
         )
     _check_caps(values, given, plan.agents)
     if values.get("output_dir") is None:

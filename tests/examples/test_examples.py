@@ -68,7 +68,8 @@ def test_help_documents_every_option(monkeypatch):
     assert "(default: marft-tiny-math)" in out and "--num-generations" not in out
     grpo = run("train_math.py", "--algo", "grpo", "--help").stdout
     assert (
-        "--num-generations" in grpo and "Episodes per task (the group size G). (default: 4)" in grpo
+        "--num-generations" in grpo
+        and "Episodes per task (the group size G, or K). (default: 4)" in grpo
     )
 
 
@@ -79,6 +80,8 @@ def test_help_documents_every_option(monkeypatch):
         ("token-marft", "math-dual-v2", []),
         ("ppo", "math-single-v2", ["--level", "token"]),
         ("grpo", "math-dual-v2", ["--num-generations", "2"]),
+        ("rloo", "math-dual-v2", ["--num-generations", "2", "--level", "token"]),
+        ("reinforce-pp", "math-dual-v2", []),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
