@@ -82,6 +82,10 @@ class GRPOConfig(TrainerConfig):
     """R_i of an agent: the episode's team return, or the agent's own credited return."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (GRPO uses none)."""
+    skip_zero_advantages: bool = True
+    """Skip the forward and backward pass of completions whose advantage is 0: with ``beta=0``
+    and no entropy bonus they add exactly nothing to the gradient. False runs every completion
+    through the update, as TRL does (equal-work comparisons)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -286,7 +290,7 @@ class GRPOTrainer(Trainer):
         # Zero-advantage rows add nothing to the surrogate; without entropy or KL terms they need no forward.
         active = (
             torch.ones(len(batch), dtype=torch.bool)
-            if c.beta > 0 or c.entropy_coef > 0
+            if c.beta > 0 or c.entropy_coef > 0 or not c.skip_zero_advantages
             else advantages != 0
         )
         if not self._agents_with_work(batch.agents, active):

@@ -109,11 +109,13 @@ class PolicyGradient:
     def _log_probs(
         self, agent: str, chunk: RolloutBatch, *, with_entropy: bool
     ) -> TokenLogProbsLike:
+        # Without an entropy bonus the entropy is only logged: no autograd through it.
         return self.policy.token_log_probs(
             agent,
             list(chunk.prompt_ids),
             chunk.action_lists(),
             with_entropy=with_entropy,
+            differentiable_entropy=self.objective.entropy_coef != 0,
             **self.sampling,
         )
 

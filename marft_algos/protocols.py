@@ -112,6 +112,7 @@ class PolicyLike(GeneratingPolicy, Protocol):
         temperature: float | None = ...,
         top_k: int = ...,
         top_p: float = ...,
+        differentiable_entropy: bool = ...,
     ) -> TokenLogProbsLike: ...
 
 

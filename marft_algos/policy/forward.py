@@ -26,10 +26,12 @@ __all__ = [
     "PackedBatch",
     "action_logits",
     "decoder_hidden_states",
+    "full_attention_only",
     "left_pad",
     "log_probs_and_entropy",
     "pack",
     "sampling_logits",
+    "shared_prompt_action_logits",
     "unwrap_causal_lm",
 ]
 
@@ -156,6 +158,55 @@ def action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
     return logits  # (batch, T, vocab)
 
 
+def full_attention_only(config: Any) -> bool:
+    """Whether every layer of the model attends to its whole context (no sliding window etc.)."""
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        return False
+    return not getattr(config, "use_sliding_window", False)
+
+
+def shared_prompt_action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
+    """:func:`action_logits` with each distinct prompt run once, alone, and shared by its rows.
+
+    The rows of a GRPO group share their prompt. Each distinct prompt is run once without padding
+    (:func:`~marft_algos.policy.kv_cache.prompt_caches`); its keys and values are copied to its
+    rows in the padded layout of ``batch``, and the actions run on top of them. Differentiable:
+    the gradient of a shared prompt's activations sums over its rows, as if each row had run it.
+    For models with full attention in every layer
+    (:func:`~marft_algos.policy.kv_cache.full_attention_only`).
+
+    Returns:
+        ``(batch, T, vocab)`` logits predicting each action token.
+    """
+    from marft_algos.policy.kv_cache import left_padded_cache, prompt_caches
+
+    width, prompt_width = batch.action_ids.shape[1], batch.prompt_width
+    real = batch.attention_mask[:, :prompt_width].bool()  # (batch, P)
+    keys = [
+        tuple(row[m].tolist())
+        for row, m in zip(batch.input_ids[:, :prompt_width], real, strict=True)
+    ]
+    distinct: dict[tuple[int, ...], int] = {}
+    rows = torch.tensor(
+        [distinct.setdefault(k, len(distinct)) for k in keys], device=batch.input_ids.device
+    )
+    caches, last = prompt_caches(model, [list(k) for k in distinct])  # last: (U, vocab)
+    first = last[rows].unsqueeze(1)  # (batch, 1, vocab): predicts action token 0
+    if width <= 1:
+        return first[:, :width]
+    cache = left_padded_cache(caches, rows, prompt_width, growing=False)
+    end = prompt_width + width - 1  # the last action token predicts nothing
+    out = model(
+        input_ids=batch.input_ids[:, prompt_width:end],
+        attention_mask=batch.attention_mask[:, :end],
+        position_ids=batch.position_ids[:, prompt_width:end],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return torch.cat([first, out.logits], dim=1)  # (batch, T, vocab)
+
+
 def sampling_logits(
     logits: torch.Tensor, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
 ) -> torch.Tensor:
@@ -203,6 +254,7 @@ def log_probs_and_entropy(
     top_k: int = 0,
     top_p: float = 1.0,
     with_entropy: bool = False,
+    differentiable_entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs of ``targets`` under the sampling distribution, in float32.
 
@@ -218,6 +270,8 @@ def log_probs_and_entropy(
         top_p: Nucleus truncation (1: off).
         with_entropy: Also return the entropy of each token's distribution (finite: cut tokens
             contribute 0).
+        differentiable_entropy: False: compute the entropy without autograd (for logging: no
+            graph, no full-vocabulary tensors kept for the backward pass).
 
     Returns:
         ``(log_probs, entropy)``, each ``(batch, T)``; ``entropy`` is None unless requested.
@@ -227,7 +281,15 @@ def log_probs_and_entropy(
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (batch, T)
     logp = logp.masked_fill(~mask, 0.0)
     entropy = None
-    if with_entropy:
+    if with_entropy and differentiable_entropy:
         entropy = entropy_from_log_probs(logp_all)  # (batch, T)
+        entropy = entropy.masked_fill(~mask, 0.0)
+    elif with_entropy:
+        with torch.no_grad():
+            logp_d = logp_all.detach()
+            # Cut tokens: p = 0 and log p clamped finite, so they add exactly 0.
+            entropy = -torch.linalg.vecdot(
+                logp_d.exp(), logp_d.clamp_min(torch.finfo(logp_d.dtype).min)
+            )  # (batch, T)
         entropy = entropy.masked_fill(~mask, 0.0)
     return logp, entropy

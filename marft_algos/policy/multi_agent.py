@@ -17,11 +17,12 @@ temperature, then cut by top-k and top-p exactly as transformers' sampler cuts t
 for the temperature). The settings are stored on every :class:`Generation`; a trainer recomputes
 log-probs with the same settings (:meth:`MultiAgentPolicy.token_log_probs`), so the PPO ratio is a
 ratio of the sampling distributions. Greedy generations (evaluation) report
-``log softmax(logits / policy temperature)``. Rollout log-probs are read off the processed scores
-``generate`` sampled from (no second forward pass); a batch whose scores would exceed
-:attr:`MultiAgentPolicy.generation_logits_bytes` recomputes them with :meth:`token_log_probs`
-instead. Either way, for unchanged weights the update's log-probs equal the rollout's up to float
-round-off (KV cache and batch padding), so the PPO ratio starts at 1.
+``log softmax(logits / policy temperature)``. Rollout log-probs are recorded while decoding
+(:func:`~marft_algos.policy.decoding.decode`: the sampled token's log-prob under the processed
+logits of its step; no second forward pass, no full-vocabulary scores kept). For unchanged weights
+the update's log-probs equal the rollout's up to float round-off (KV cache, batch padding, the
+merged adapter of :attr:`MultiAgentPolicy.merge_adapters_for_generation`), so the PPO ratio starts
+at 1.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ import torch
 
 from marft_algos.policy.backbone import Backbone, load_backbone, seeded_rng
 from marft_algos.policy.config import AgentSpec, LoraSettings
+from marft_algos.policy.decoding import decode
 from marft_algos.policy.forward import (
     action_logits,
-    left_pad,
+    full_attention_only,
     log_probs_and_entropy,
     pack,
+    shared_prompt_action_logits,
 )
 from marft_algos.policy.rendering import render_prompt_ids
 
@@ -103,10 +106,19 @@ class MultiAgentPolicy:
             and :meth:`token_log_probs`' log-probs when none is given.
     """
 
-    generation_logits_bytes: int = 256 * 2**20
-    """Largest ``batch x max_new_tokens x vocab`` float32 logits a generation may keep to read
-    the rollout log-probs off the sampling logits; a larger batch recomputes them with one forward
-    pass (set 0 to always recompute). Both agree to float precision (tested)."""
+    merge_adapters_for_generation: bool = True
+    """Generate with the agent's LoRA adapter folded into copies of the adapted base weights
+    (:meth:`~marft_algos.policy.backbone.Backbone.merged`): one matmul per layer instead of three
+    and no adapter code per decode step. The base weights themselves are never modified, so the
+    update's forward is exactly the unmerged one; the rollout log-probs differ from it by float
+    round-off only (tested). Costs one copy of the adapted weights while generating; set False to
+    generate through the unmerged adapter."""
+
+    share_prompts_in_update: bool = True
+    """:meth:`token_log_probs` runs each distinct prompt of a batch once, without padding, and
+    shares its keys and values among the rows that continue it (a GRPO group), instead of running
+    every row's padded prompt (:func:`~marft_algos.policy.forward.shared_prompt_action_logits`;
+    models with full attention only). Same log-probs and gradients up to float round-off."""
 
     def __init__(
         self,
@@ -325,6 +337,7 @@ class MultiAgentPolicy:
         temperature: float | None = None,
         top_k: int = 0,
         top_p: float = 1.0,
+        differentiable_entropy: bool = True,
     ) -> TokenLogProbs:
         """Per-token log-probs of actions given prompts, differentiable w.r.t. the agent's adapter.
 
@@ -339,6 +352,8 @@ class MultiAgentPolicy:
             top_k: Top-k cut of the distribution, as in sampling (0: none).
             top_p: Top-p cut of the distribution, as in sampling (1: none). With a cut, an action
                 token outside the current top-k / top-p set has log-prob ``-inf``.
+            differentiable_entropy: False: the entropy is computed without autograd, for logging
+                only (cheaper when the loss has no entropy bonus).
 
         Returns:
             ``(log_probs, entropy, mask)``, each ``(batch, T_act)`` with ``T_act`` the longest
@@ -351,7 +366,10 @@ class MultiAgentPolicy:
             empty = torch.zeros(batch.action_ids.shape, device=backbone.device)
             return TokenLogProbs(empty, empty.clone() if with_entropy else None, batch.action_mask)
         with self.acting(agent, reference=reference) as model:
-            logits = action_logits(model, batch)  # (batch, T, vocab)
+            if self.share_prompts_in_update and full_attention_only(model.config):
+                logits = shared_prompt_action_logits(model, batch)  # (batch, T, vocab)
+            else:
+                logits = action_logits(model, batch)  # (batch, T, vocab)
         logp, entropy = log_probs_and_entropy(
             logits,
             batch.action_ids,
@@ -360,6 +378,7 @@ class MultiAgentPolicy:
             top_k=top_k,
             top_p=top_p,
             with_entropy=with_entropy,
+            differentiable_entropy=differentiable_entropy,
         )
         return TokenLogProbs(logp, entropy, batch.action_mask)
 
@@ -435,60 +454,35 @@ class MultiAgentPolicy:
         prompts = [list(map(int, p)) for p in prompt_ids]
         if not prompts:
             return []
-        input_ids, attention_mask = left_pad(prompts, backbone.pad_id, backbone.device)  # (B, P)
-        gen_kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new_tokens,
-            "do_sample": do_sample,
-            "eos_token_id": backbone.eos_ids,
-            "pad_token_id": backbone.pad_id,
-            "use_cache": True,
-        }
-        if do_sample:
-            if temp <= 0:
-                raise ValueError(f"temperature must be > 0 when sampling, got {temp}.")
-            gen_kwargs.update(temperature=temp, top_p=top_p, top_k=top_k)
+        if do_sample and temp <= 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temp}.")
         if generator is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-        # The processed scores generate() samples from (temperature, top-k, top-p applied) give the
-        # rollout log-probs without a second forward pass; keeping them costs B x T x vocab floats,
-        # so large batches recompute instead.
-        keep_logits = (
-            len(prompts) * max_new_tokens * len(backbone.tokenizer) * 4
-            <= self.generation_logits_bytes
-        )
-        if keep_logits:
-            gen_kwargs.update(output_scores=True, return_dict_in_generate=True)
         # Greedy decoding samples nothing: its log-probs follow the policy temperature, uncut.
         dist_temp, dist_k, dist_p = (
             (temp, top_k, top_p) if do_sample else (self.temperature, 0, 1.0)
         )
-        with seeded_rng(seed, backbone.device), torch.no_grad(), self.acting(agent) as model:
-            out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
-        sequences = out.sequences if keep_logits else out  # (B, P + T_gen)
-        new_ids = sequences[:, input_ids.shape[1] :]  # (B, T_gen)
-        eos = set(backbone.eos_ids)
-        actions: list[list[int]] = []
-        finished: list[bool] = []
-        for row in new_ids.tolist():
-            stop = next((i for i, tok in enumerate(row) if tok in eos), None)
-            actions.append(row if stop is None else row[: stop + 1])
-            finished.append(stop is not None)
-        with torch.no_grad():
-            if keep_logits:
-                lengths = torch.tensor([len(a) for a in actions], device=new_ids.device)  # (B,)
-                width = int(lengths.max())
-                scores = torch.stack(
-                    out.scores[:width], dim=1
-                )  # (B, T_act, vocab), already processed
-                mask = torch.arange(width, device=new_ids.device) < lengths[:, None]  # (B, T_act)
-                if not do_sample:  # no warper ran: scale by the policy temperature here
-                    scores = scores / self.temperature
-                logp, _ = log_probs_and_entropy(scores, new_ids[:, :width], mask)
+        adapter = self._binding(agent).adapter
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(seeded_rng(seed, backbone.device))
+            if adapter is not None and self.merge_adapters_for_generation:
+                model = stack.enter_context(backbone.merged(adapter))
             else:
-                logp, _, mask = self.token_log_probs(
-                    agent, prompts, actions, temperature=dist_temp, top_k=dist_k, top_p=dist_p
-                )  # (B, T_act)
-        logp_rows = [logp[i, mask[i]].tolist() for i in range(len(actions))]
+                model = stack.enter_context(self.acting(agent))
+            out = decode(
+                model,
+                prompts,
+                max_new_tokens=max_new_tokens,
+                pad_id=backbone.pad_id,
+                eos_ids=backbone.eos_ids,
+                do_sample=do_sample,
+                temperature=dist_temp,
+                top_k=dist_k,
+                top_p=dist_p,
+            )
+        actions = out.actions
+        logp_rows = out.log_probs
+        finished = out.finished
         return [
             Generation(
                 prompt_ids=prompts[i],

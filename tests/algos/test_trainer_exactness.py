@@ -105,10 +105,10 @@ def test_rollout_log_probs_are_those_of_the_sampled_distribution(
         torch.testing.assert_close(got, torch.tensor(gen.log_probs), atol=1e-5, rtol=0)
 
 
-def test_recompute_path_agrees_with_the_sampling_scores(tiny_path):
+def test_unmerged_path_agrees_with_the_merged_one(tiny_path):
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["agent"], seed=0)
     kept = policy.generate("agent", MESSAGES, max_new_tokens=5, temperature=0.6, top_k=6, seed=4)
-    policy.generation_logits_bytes = 0  # force the second forward pass
+    policy.merge_adapters_for_generation = False  # the adapter through peft's LoRA layers
     recomputed = policy.generate(
         "agent", MESSAGES, max_new_tokens=5, temperature=0.6, top_k=6, seed=4
     )

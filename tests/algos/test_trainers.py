@@ -418,3 +418,30 @@ def test_a_subclass_overriding_collect_still_trains_on_its_episodes(tiny_path):
     with pytest.warns(DeprecationWarning, match="Override collect_with_stats"):
         trainer.train()
     assert seen == [SMALL["episodes_per_iteration"]]
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_grpo_runs_every_completion_through_the_update_unless_skipping_zero_advantages(
+    skip, tiny_path
+):
+    trainer = build("grpo", tiny_path, team=1, iterations=1, skip_zero_advantages=skip)
+    rows: list[int] = []
+    token_log_probs = trainer.policy.token_log_probs
+
+    def counting(agent, prompt_ids, action_ids, **kwargs):
+        if torch.is_grad_enabled():
+            rows.append(len(prompt_ids))
+        return token_log_probs(agent, prompt_ids, action_ids, **kwargs)
+
+    trainer.policy.token_log_probs = counting
+    episodes, _ = trainer.collect_with_stats()
+    # The first group's rewards made equal: its advantages are 0.
+    table = {
+        key: 0.0 if episodes[key[0]].group == episodes[0].group else a
+        for key, a in trainer.advantages(episodes).items()
+    }
+    trainer.advantages = lambda _episodes: table
+    trainer.update(episodes)
+    informative = sum(1 for a in table.values() if a != 0)
+    assert 0 < informative < len(episodes)
+    assert sum(rows) == (informative if skip else len(episodes))

@@ -1,0 +1,178 @@
+"""Batched sampling with a KV cache that records each sampled token's log-prob as it decodes.
+
+:func:`decode` is what :meth:`~marft_algos.policy.MultiAgentPolicy.generate` runs instead of
+transformers' ``generate``. It does the same work for the same distribution — the logits of every
+step processed by :func:`~marft_algos.policy.forward.sampling_logits` (temperature, then top-k,
+then top-p, transformers' own warpers), one token drawn per row, rows frozen after an end-of-turn
+token — and in addition:
+
+- keeps the log-prob of the sampled token at every step (``log_softmax`` of the processed
+  logits, the formula :func:`~marft_algos.policy.forward.log_probs_and_entropy` uses in the
+  update), so rollouts need neither a second forward pass nor the full-vocabulary scores;
+- draws with an inverse-CDF search (:func:`sample_categorical`) instead of
+  ``torch.multinomial``, which is slow on CPU for a large vocabulary;
+- prefills each distinct prompt once: rows with equal prompts (a GRPO group) share the prompt's
+  KV cache entries, copied row-wise after the prefill;
+- grows the KV cache in place (:class:`~marft_algos.policy.kv_cache.GrowingLayer`) instead of
+  concatenating the whole cache at every step.
+
+The layout is the one of :mod:`marft_algos.policy.forward`: prompts left-padded to the widest,
+positions counting real tokens only, so the update's forward sees every token at the position
+and with the context it had here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+from marft_algos.policy.forward import full_attention_only, left_pad, sampling_logits
+
+__all__ = ["Decoded", "decode", "sample_categorical"]
+
+
+class Decoded(NamedTuple):
+    """The output of :func:`decode`.
+
+    Attributes:
+        actions: Per row, the sampled ids up to and including the first end-of-turn token.
+        log_probs: Per row, the log-prob of each of those tokens under the processed distribution.
+        finished: Per row, whether it ended with an end-of-turn token.
+    """
+
+    actions: list[list[int]]
+    log_probs: list[list[float]]
+    finished: list[bool]
+
+
+def sample_categorical(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Draw one index per row of ``probs`` by inverting its cumulative distribution.
+
+    Exact for the distribution ``probs`` (up to float32 rounding of the cumulative sum, as in
+    ``torch.multinomial``): index ``i`` is returned when ``u·total`` falls in
+    ``(cdf[i−1], cdf[i]]``, an interval of length ``probs[i]``, so a zero-probability entry is
+    never drawn.
+
+    Args:
+        probs: ``(batch, n)`` non-negative weights (need not sum to 1).
+        uniforms: ``(batch,)`` draws from ``U[0, 1)``.
+
+    Returns:
+        ``(batch,)`` int64 indices.
+    """
+    cdf = probs.cumsum(-1)  # (batch, n)
+    # 1 − u lies in (0, 1]: the target is > 0, so a leading zero-probability entry is never hit.
+    target = (1.0 - uniforms).to(cdf.dtype) * cdf[:, -1]  # (batch,)
+    index = torch.searchsorted(cdf, target.unsqueeze(-1)).squeeze(-1)
+    return index.clamp_max(probs.shape[-1] - 1)
+
+
+@torch.no_grad()
+def decode(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    pad_id: int,
+    eos_ids: Sequence[int],
+    do_sample: bool = True,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> Decoded:
+    """Generate up to ``max_new_tokens`` tokens per prompt; log-probs recorded on the way.
+
+    Sampling draws from ``softmax(sampling_logits(logits, temperature, top_k, top_p))`` with the
+    global torch RNG (one uniform per row per step); greedy decoding takes the argmax of the raw
+    logits and reports log-probs under ``(temperature, top_k, top_p)`` as given.
+
+    Args:
+        model: A transformers causal LM (peft-wrapped or not), already in the wanted adapter state.
+        prompts: Token ids of each prompt (non-empty).
+        max_new_tokens: Length cap.
+        pad_id: Id placed after a finished row's end (never returned).
+        eos_ids: Ids that end a row (empty: every row runs to the cap).
+        do_sample: Sample (True) or take the argmax (False).
+        temperature: Temperature of the distribution (> 0).
+        top_k: Top-k cut (0: none).
+        top_p: Nucleus cut (1: none).
+
+    Returns:
+        The sampled actions, their log-probs and whether each row finished.
+    """
+    from marft_algos.policy.kv_cache import growing_cache, left_padded_cache, prompt_caches
+
+    device = next(model.parameters()).device
+    # Each distinct prompt is prefilled once; its rows copy the cache afterwards.
+    keys = [tuple(int(t) for t in p) for p in prompts]
+    distinct: dict[tuple[int, ...], int] = {}
+    rows = torch.tensor([distinct.setdefault(k, len(distinct)) for k in keys], device=device)
+    distinct_prompts = [list(k) for k in distinct]
+    _, mask = left_pad(distinct_prompts, pad_id, device)  # (U, P)
+    if full_attention_only(model.config):
+        # Each distinct prompt alone: no compute spent on padding.
+        caches, logits = prompt_caches(model, distinct_prompts)  # logits (U, vocab)
+        cache = left_padded_cache(caches, rows, mask.shape[1], growing=True)
+        del caches
+    else:
+        ids = left_pad(distinct_prompts, pad_id, device)[0]
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(-1) - 1).clamp_min(0),
+            past_key_values=growing_cache(model.config),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1]  # (U, vocab)
+        if len(distinct) < len(keys):
+            cache.batch_select_indices(rows)
+    logits, mask = logits[rows], mask[rows]  # (B, vocab), (B, P)
+    position = mask.sum(-1, keepdim=True) - 1  # (B, 1): last prompt position
+
+    batch = len(keys)
+    eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    log_probs = torch.zeros((batch, max_new_tokens), device=device)
+    lengths = torch.full((batch,), max_new_tokens, dtype=torch.long, device=device)
+    steps = 0
+    for step in range(max_new_tokens):
+        scores = sampling_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+        logp_all = torch.log_softmax(scores, dim=-1)  # (B, vocab)
+        if do_sample:
+            uniforms = torch.rand(batch, device=device)
+            token = sample_categorical(logp_all.exp(), uniforms)  # (B,)
+        else:
+            token = logits.argmax(-1)  # (B,)
+        token = token.masked_fill(done, pad_id)
+        tokens[:, step] = token
+        log_probs[:, step] = logp_all.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+        steps = step + 1
+        ended = torch.isin(token, eos) & ~done
+        lengths = torch.where(ended, step + 1, lengths)
+        done = done | ended
+        if step + 1 == max_new_tokens or bool(done.all()):
+            break
+        mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)  # (B, P + step + 1)
+        position = position + 1
+        out = model(
+            input_ids=token.unsqueeze(-1),
+            attention_mask=mask,
+            position_ids=position,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1]
+    n = lengths.clamp_max(steps).tolist()
+    token_rows = tokens[:, :steps].tolist()
+    logp_rows = log_probs[:, :steps].tolist()
+    return Decoded(
+        actions=[row[:k] for row, k in zip(token_rows, n, strict=True)],
+        log_probs=[row[:k] for row, k in zip(logp_rows, n, strict=True)],
+        finished=[bool(f) for f in done.tolist()],
+    )

@@ -1,0 +1,144 @@
+"""A KV cache for decoding that grows in place instead of concatenating at every step.
+
+transformers' ``DynamicLayer`` appends a step's keys and values with ``torch.cat``, which copies
+the whole cache of every layer at every decode step. :class:`GrowingLayer` keeps them in buffers
+with spare columns (capacity doubles when full) and writes each step into the next column,
+returning views of the filled part: a decode step copies one column per layer. Imported lazily
+(it imports transformers) by :mod:`marft_algos.policy.decoding`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from marft_algos.policy.forward import full_attention_only
+
+__all__ = [
+    "GrowingLayer",
+    "growing_cache",
+    "left_padded_cache",
+    "prompt_caches",
+]
+
+
+class GrowingLayer(DynamicLayer):
+    """One layer's keys and values, ``(batch, heads, capacity, head_dim)``, filled up to ``length``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.length = 0
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        new = key_states.shape[-2]
+        keys, values = self.keys, self.values
+        if not self.is_initialized or keys is None or values is None:
+            self.lazy_initialization(key_states, value_states)
+            self.keys, self.values, self.length = key_states, value_states, new
+            return key_states, value_states
+        end = self.length + new
+        if end > keys.shape[-2]:
+            capacity = max(end, 2 * keys.shape[-2])
+            keys = self.keys = _grown(keys, self.length, capacity)
+            values = self.values = _grown(values, self.length, capacity)
+        keys[..., self.length : end, :] = key_states
+        values[..., self.length : end, :] = value_states
+        self.length = end
+        return keys[..., :end, :], values[..., :end, :]
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.get_seq_length() + query_length, 0
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` in that order (a repeated index copies its row)."""
+        if self.keys is not None and self.values is not None and self.get_seq_length() > 0:
+            self.keys = self.keys[indices, :, : self.length]
+            self.values = self.values[indices, :, : self.length]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.keys is not None and self.get_seq_length() > 0:
+            rows = torch.arange(self.keys.shape[0], device=self.keys.device)
+            self.batch_select_indices(rows.repeat_interleave(repeats))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("A GrowingLayer cache is for decoding only; it does not crop.")
+
+
+def _grown(buffer: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
+    shape = list(buffer.shape)
+    shape[-2] = capacity
+    out = buffer.new_empty(shape)
+    out[..., :filled, :] = buffer[..., :filled, :]
+    return out
+
+
+def prompt_caches(model: Any, prompts: list[list[int]]) -> tuple[list[Any], torch.Tensor]:
+    """Run each prompt alone (no padding); its KV cache and the logits after its last token.
+
+    Differentiable when gradients are enabled (the update's shared prompts).
+
+    Returns:
+        ``(caches, logits)``: one ``DynamicCache`` per prompt and ``(len(prompts), vocab)`` logits.
+    """
+    device = next(model.parameters()).device
+    caches, logits = [], []
+    for prompt in prompts:
+        out = model(
+            input_ids=torch.tensor([prompt], device=device),
+            past_key_values=DynamicCache(),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        caches.append(out.past_key_values)
+        logits.append(out.logits[:, -1])
+    return caches, torch.cat(logits)
+
+
+def left_padded_cache(
+    caches: list[Any], rows: torch.Tensor, width: int, *, growing: bool
+) -> DynamicCache:
+    """One cache for a batch whose row ``i`` continues prompt ``rows[i]``, prompts left-padded.
+
+    Keys and values of a prompt of length ``L`` sit in the last ``L`` of ``width`` columns (the
+    padding is zero and masked out by the attention mask), as if the padded batch had been run.
+
+    Args:
+        caches: One single-row cache per prompt (:func:`prompt_caches`).
+        rows: ``(batch,)`` index of each row's prompt.
+        width: The padded prompt width (the longest prompt).
+        growing: Build :class:`GrowingLayer` layers (decoding); otherwise transformers' own
+            (differentiable updates: the update's action forward appends with ``torch.cat``).
+    """
+    cache = DynamicCache()
+    if growing:
+        cache.layer_class_to_replicate = GrowingLayer
+    for layer in range(len(caches[0].layers)):
+        padded = []
+        for part in ("keys", "values"):
+            states = [getattr(c.layers[layer], part) for c in caches]  # (1, H, L, D) each
+            stacked = torch.cat(
+                [torch.nn.functional.pad(x, (0, 0, width - x.shape[-2], 0)) for x in states]
+            )  # (prompts, H, width, D)
+            padded.append(stacked[rows])  # (batch, H, width, D)
+        cache.update(padded[0], padded[1], layer)
+    return cache
+
+
+def growing_cache(config: Any) -> DynamicCache:
+    """A ``DynamicCache`` of :class:`GrowingLayer` layers for a model with full attention only.
+
+    Models with sliding-window or other layer types get transformers' own cache for their
+    configuration (their layers need the matching cache classes).
+    """
+    if not full_attention_only(config):
+        return DynamicCache(config=config)
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = GrowingLayer
+    return cache

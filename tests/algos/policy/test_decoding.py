@@ -1,0 +1,189 @@
+"""The rollout decoder: exact sampling, log-probs recorded while decoding, the merged adapter, a
+group's prompt prefilled once (rollout) and run once (update), the in-place KV cache."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from marft_algos.policy import MultiAgentPolicy
+from marft_algos.policy.decoding import sample_categorical
+from marft_algos.policy.forward import log_probs_and_entropy
+
+#: Rollout log-probs vs. recomputation in a differently laid out batch (float32 on CPU).
+LOGP_TOL = 1e-5
+
+OBS_A = [{"role": "user", "content": "What is 12 + 35?"}]
+OBS_B = [
+    {"role": "system", "content": "You are the actor."},
+    {"role": "user", "content": "Problem: 2x + 3 = 11. Reply with x."},
+]
+
+
+def _policy(path, agents=("agent",)) -> MultiAgentPolicy:
+    return MultiAgentPolicy.from_pretrained(str(path), list(agents), seed=0)
+
+
+def _trained(path) -> MultiAgentPolicy:
+    """A policy whose adapter has moved off the identity (LoRA B != 0)."""
+    policy = _policy(path)
+    gens = policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=6, seed=0)
+    opt = torch.optim.Adam(policy.trainable_parameters("agent"), lr=5e-2)
+    logp = policy.token_log_probs(
+        "agent", [g.prompt_ids for g in gens], [g.action_ids for g in gens]
+    ).log_probs
+    (-logp.sum()).backward()
+    opt.step()
+    opt.zero_grad()
+    return policy
+
+
+def _recomputed(policy, gens, **kwargs) -> list[torch.Tensor]:
+    with torch.no_grad():
+        out = policy.token_log_probs(
+            "agent", [g.prompt_ids for g in gens], [g.action_ids for g in gens], **kwargs
+        )
+    return [out.log_probs[i, out.mask[i]] for i in range(len(gens))]
+
+
+def test_inverse_cdf_draws_exactly_the_distribution():
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.2, 0.299, 0.001, 0.0])
+    n = 200_000
+    uniforms = torch.rand(n, generator=torch.Generator().manual_seed(0))
+    draws = sample_categorical(probs.expand(n, -1), uniforms)
+    counts = torch.bincount(draws, minlength=len(probs)).double()
+    assert counts[probs == 0].sum() == 0  # zero-probability tokens are never drawn
+    freq = counts / n
+    sigma = (probs.double() * (1 - probs.double()) / n).sqrt()
+    assert ((freq - probs.double()).abs() <= 5 * sigma + 1e-12).all(), (freq, probs)
+    # Pearson chi-square over the support: 3 degrees of freedom, far below the 0.1% tail (16.3).
+    support = probs > 0
+    expected = n * probs[support].double()
+    assert float(((counts[support] - expected) ** 2 / expected).sum()) < 16.3
+    # The ends of [0, 1) map to the first and last token that has probability.
+    edges = sample_categorical(probs.expand(2, -1), torch.tensor([0.0, 1.0 - 2**-24]))
+    assert edges.tolist() == [5, 1]
+
+
+def test_inverse_cdf_takes_unnormalised_weights():
+    weights = torch.tensor([[2.0, 0.0, 6.0]])
+    assert sample_categorical(weights, torch.tensor([0.8])).tolist() == [0]  # 1 - u = 0.2 < 2/8
+    assert sample_categorical(weights, torch.tensor([0.7])).tolist() == [2]
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(1.0, 0, 1.0), (0.7, 6, 1.0), (1.3, 0, 0.8)]
+)
+def test_merged_adapter_generation_equals_the_unmerged_one(tiny_path, temperature, top_k, top_p):
+    policy = _trained(tiny_path)
+    settings = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+    merged = policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=8, seed=3, **settings)
+    policy.merge_adapters_for_generation = False
+    unmerged = policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=8, seed=3, **settings)
+    recomputed = _recomputed(policy, merged, **settings)
+    for m, u, r in zip(merged, unmerged, recomputed, strict=True):
+        assert m.action_ids == u.action_ids and m.finished == u.finished
+        assert all(math.isfinite(x) for x in m.log_probs)
+        torch.testing.assert_close(
+            torch.tensor(m.log_probs), torch.tensor(u.log_probs), atol=LOGP_TOL, rtol=0
+        )
+        torch.testing.assert_close(torch.tensor(m.log_probs), r, atol=LOGP_TOL, rtol=0)
+
+
+def test_merged_generation_leaves_the_weights_and_flags_bitwise_unchanged(tiny_path):
+    policy = _trained(tiny_path)
+    model = policy.backbone("agent").model
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=5, seed=0)
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+    assert flags == {n: p.requires_grad for n, p in model.named_parameters()}
+    # The merge was real: inside it the base weights carry the adapter.
+    backbone = policy.backbone("agent")
+    lora_linear = next(m for m in model.modules() if hasattr(m, "lora_A") and m.lora_A)
+    base_weight = lora_linear.get_base_layer().weight
+    with backbone.merged("agent"):
+        assert not torch.equal(base_weight, before[_name_of(model, base_weight)])
+    assert torch.equal(base_weight, before[_name_of(model, base_weight)])
+
+
+def _name_of(model, param) -> str:
+    return next(n for n, p in model.named_parameters() if p is param)
+
+
+def test_each_distinct_prompt_is_prefilled_once_and_rows_share_it(tiny_path):
+    policy = _trained(tiny_path)
+    calls: list[tuple[int, int]] = []
+    causal_lm = policy.backbone("agent").model.get_base_model()
+    hook = causal_lm.register_forward_pre_hook(
+        lambda _m, _a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        observations = [OBS_A, OBS_B, OBS_A, OBS_A, OBS_B]
+        gens = policy.generate("agent", observations, max_new_tokens=6, seed=1)
+    finally:
+        hook.remove()
+    len_a, len_b = len(gens[0].prompt_ids), len(gens[1].prompt_ids)
+    assert calls[:2] == [(1, len_a), (1, len_b)]  # two prompts, each run once, unpadded
+    assert all(shape == (5, 1) for shape in calls[2:])  # then one token per row and step
+    for g, r in zip(gens, _recomputed(policy, gens), strict=True):
+        torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)
+
+
+def test_kv_cache_grows_in_place_past_its_first_capacity(tiny_path):
+    # With no end-of-turn token every row runs to the cap: far beyond twice the prompt width.
+    policy = _trained(tiny_path)
+    backbone = policy.backbone("agent")
+    width = max(len(policy.render("agent", o)) for o in (OBS_A, OBS_B))
+    eos, backbone.eos_ids = backbone.eos_ids, []
+    try:
+        gens = policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=2 * width + 5, seed=2)
+    finally:
+        backbone.eos_ids = eos
+    assert all(len(g.action_ids) == 2 * width + 5 for g in gens)
+    for g, r in zip(gens, _recomputed(policy, gens), strict=True):
+        torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)
+
+
+def test_update_with_shared_prompts_equals_the_padded_update(tiny_path):
+    policy = _trained(tiny_path)
+    gens = policy.generate("agent", [OBS_A, OBS_A, OBS_B, OBS_A], max_new_tokens=7, seed=4)
+    results = []
+    for share in (True, False):
+        policy.share_prompts_in_update = share
+        out = policy.token_log_probs(
+            "agent",
+            [g.prompt_ids for g in gens],
+            [g.action_ids for g in gens],
+            with_entropy=True,
+            temperature=0.8,
+        )
+        (out.log_probs.sum() + 0.1 * out.entropy.sum()).backward()
+        grads = [p.grad.clone() for p in policy.trainable_parameters("agent")]
+        for p in policy.trainable_parameters("agent"):
+            p.grad = None
+        results.append((out.log_probs.detach(), out.entropy.detach(), out.mask, grads))
+    (lp_s, ent_s, mask_s, grads_s), (lp_p, ent_p, mask_p, grads_p) = results
+    assert torch.equal(mask_s, mask_p)
+    torch.testing.assert_close(lp_s, lp_p, atol=LOGP_TOL, rtol=0)
+    torch.testing.assert_close(ent_s, ent_p, atol=LOGP_TOL, rtol=0)
+    assert any(g.abs().max() > 0 for g in grads_s)
+    for a, b in zip(grads_s, grads_p, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_logged_entropy_equals_the_differentiable_one_without_a_graph():
+    logits = torch.randn(2, 3, 11, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    targets = torch.zeros(2, 3, dtype=torch.long)
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    for cut in ({}, {"top_k": 4}, {"top_p": 0.5}):
+        _, want = log_probs_and_entropy(logits, targets, mask, with_entropy=True, **cut)
+        _, got = log_probs_and_entropy(
+            logits, targets, mask, with_entropy=True, differentiable_entropy=False, **cut
+        )
+        assert want is not None and got is not None
+        assert want.requires_grad and not got.requires_grad
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, want.detach(), atol=1e-6, rtol=1e-6)
