@@ -117,7 +117,7 @@ class SudokuEnv(PuzzleEnv):
 
     Args:
         blanks: Cells to fill; more is harder (4 by default).
-        profiles, dependency, split, **kwargs: As :class:`PuzzleEnv`.
+        others: As :class:`PuzzleEnv` (``profiles``, ``dependency``, ``split``, env options).
     """
 
     metadata = {**FlexPOMDPEnv.metadata, "name": "sudoku_v0"}
@@ -154,7 +154,7 @@ class PlanPathEnv(PuzzleEnv):
     Args:
         size: Rows and columns of the map (3 to 10; 5 by default).
         wall_fraction: Share of cells drawn as walls before the map is checked solvable (0 to 0.6).
-        profiles, dependency, split, **kwargs: As :class:`PuzzleEnv`.
+        others: As :class:`PuzzleEnv` (``profiles``, ``dependency``, ``split``, env options).
     """
 
     metadata = {**FlexPOMDPEnv.metadata, "name": "planpath_v0"}

@@ -64,7 +64,7 @@ def _close(a: dict, b: dict, atol: float) -> None:
             torch.testing.assert_close(x, y, atol=atol, rtol=0, msg=key)
 
 
-@pytest.mark.parametrize("kind", ["action", "token", "grpo"])
+@pytest.mark.parametrize("kind", ["action", "token", "grpo", "rloo", "reinforce-pp"])
 def test_two_rank_update_equals_the_one_process_update(runs, kind):
     one = torch.load(runs / f"{kind}-one.pt")
     ranks = [torch.load(runs / f"{kind}-rank{r}.pt") for r in (0, 1)]
@@ -74,7 +74,14 @@ def test_two_rank_update_equals_the_one_process_update(runs, kind):
         assert ranks[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-6), (
             key
         )
-    if kind != "grpo":
+    if kind in ("rloo", "reinforce-pp"):  # the KL penalty in the reward: the same on both
+        assert ranks[0]["metrics"]["train/kl"] == pytest.approx(
+            one["metrics"]["train/kl"], rel=1e-4, abs=1e-7
+        )
+        assert ranks[0]["metrics"]["train/advantage_abs_mean"] == pytest.approx(
+            one["metrics"]["train/advantage_abs_mean"], rel=1e-4
+        )
+    elif kind != "grpo":
         assert ranks[0]["metrics"]["train/value_loss"] == pytest.approx(
             one["metrics"]["train/value_loss"], rel=1e-4
         )
