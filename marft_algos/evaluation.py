@@ -9,13 +9,24 @@ never draws (training seeds are below ``2**31 - 1``), so the held-out episodes a
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from marft_algos.rollout import Episode, EpisodeRequest, GenerationSettings, RolloutCollector
 
-__all__ = ["EVAL_SEED_OFFSET", "NoisyMessages", "evaluation_requests", "summarize_episodes"]
+__all__ = [
+    "EVAL_SEED_OFFSET",
+    "NoisyMessages",
+    "episode_correct",
+    "evaluation_requests",
+    "format_accuracy",
+    "format_change",
+    "no_signal_reason",
+    "standard_error",
+    "summarize_episodes",
+]
 
 #: First reset seed of held-out episodes of envs without a dataset (outside the training range).
 EVAL_SEED_OFFSET = 2**31
@@ -31,19 +42,76 @@ def evaluation_requests(collector: RolloutCollector, num_episodes: int) -> list[
     return [EpisodeRequest(seed=EVAL_SEED_OFFSET + i) for i in range(num_episodes)]
 
 
-def _correct(episode: Episode) -> bool:
+def episode_correct(episode: Episode) -> bool:
+    """Whether the team succeeded: the final round's ``info["correct"]``, else a positive return."""
     if "correct" in episode.info:
         return bool(episode.info["correct"])
     return episode.team_return > 0
 
 
+def standard_error(accuracy: float, n: int) -> float:
+    """Binomial standard error of an accuracy measured on ``n`` episodes."""
+    return math.sqrt(max(accuracy * (1.0 - accuracy), 0.0) / n) if n > 0 else float("nan")
+
+
+def format_accuracy(accuracy: float, n: int | None) -> str:
+    """``0.375 ± 0.171 (n=8)``: an accuracy with its standard error and episode count."""
+    if not n:
+        return f"{accuracy:.3f}"
+    return f"{accuracy:.3f} ± {standard_error(accuracy, n):.3f} (n={n})"
+
+
+def format_change(before: float, n_before: int | None, after: float, n_after: int | None) -> str:
+    """``+12.5 ± 24.2 points``: a change of accuracy with the standard error of the difference
+    (the two evaluations taken as independent samples)."""
+    points = 100 * (after - before)
+    if not n_before or not n_after:
+        return f"{points:+.1f} points"
+    se = 100 * math.hypot(standard_error(before, n_before), standard_error(after, n_after))
+    return f"{points:+.1f} ± {se:.1f} points"
+
+
+def no_signal_reason(
+    reward_range: tuple[float, float], metrics: Mapping[str, Any], iteration: int
+) -> str | None:
+    """Why an iteration has nothing to learn from, or None when its rewards carry a signal.
+
+    Args:
+        reward_range: The smallest and largest reward of any decision of the iteration.
+        metrics: The iteration's metrics (``rollout/zero_std_fraction`` from GRPO,
+            ``rollout/episodes``).
+        iteration: The iteration's number, for the message.
+    """
+    n = metrics.get("rollout/episodes", "the")
+    if metrics.get("rollout/zero_std_fraction") == 1.0:
+        why = (
+            f"in every group the {n} episodes' samples got the same reward "
+            f"(rollout/zero_std_fraction 1.0), so every advantage is 0 and the update is empty"
+        )
+    elif reward_range[0] == reward_range[1]:
+        why = (
+            f"every decision of all {n} episodes got reward {reward_range[0]:g}, so any change "
+            f"of the policy comes from the critic's value errors, not from the task"
+        )
+    else:
+        return None
+    return (
+        f"Iteration {iteration} has nothing to learn from: {why}. Try easier problems, more "
+        f"episodes or samples per group, a higher temperature, or check the reward."
+    )
+
+
 def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:
-    """Accuracy overall and per graded agent, mean team return and action length."""
+    """Accuracy overall (with its episode count and binomial standard error) and per graded
+    agent, mean team return and action length."""
     if not episodes:
         return {}
     n = len(episodes)
+    accuracy = sum(episode_correct(e) for e in episodes) / n
     metrics: dict[str, Any] = {
-        f"{prefix}/accuracy": sum(_correct(e) for e in episodes) / n,
+        f"{prefix}/accuracy": accuracy,
+        f"{prefix}/accuracy_se": standard_error(accuracy, n),
+        f"{prefix}/episodes": n,
         f"{prefix}/reward_mean": sum(e.team_return for e in episodes) / n,
     }
     per_agent: dict[str, list[bool]] = {}

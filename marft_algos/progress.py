@@ -1,34 +1,102 @@
-"""Training progress for entry points: a rich bar on a terminal, one log line per iteration elsewhere."""
+"""Training progress: what the run is doing now, how fast, and when it will end.
+
+With a real model one iteration or evaluation takes minutes, so the display shows the phase
+(``rollout``, ``update``, ``eval``), the episodes of that phase done so far, the generated tokens
+per second and an ETA for the whole run:
+
+- ``"rich"``: two live bars on a terminal (the run's iterations with the ETA; the phase's episodes
+  with tokens/s);
+- ``"plain"``: lines for logs and pipes: one per iteration with the metrics, the rollout's
+  tokens/s and the ETA, and for a phase that runs longer than ``slow_phase_s`` (a real model's
+  rollout or evaluation) a line at each quarter of its episodes and at its end. They go to the
+  ``marft_algos.progress``
+  logger when logging is configured to show them (the command line does), else to standard error,
+  so ``trainer.train(progress=True)`` from a script or notebook shows them too;
+- ``"auto"`` (and ``True``): rich on a terminal, plain otherwise.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["TrainingProgress"]
+from marft_algos.evaluation import format_accuracy
+
+__all__ = ["TrainingProgress", "format_duration"]
 
 progress_logger = logging.getLogger("marft_algos.progress")
-"""One INFO line per iteration in ``"plain"`` mode (CI logs, files)."""
+"""The plain lines (CI logs, files), at INFO."""
+
+
+def format_duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
 class TrainingProgress:
-    """A rich progress bar or one log line per iteration with the latest key metrics, or nothing."""
+    """Progress of a training run in ``"rich"``, ``"plain"`` or ``"off"`` mode (see the module notes).
+
+    Args:
+        mode: ``True``/``"auto"``, ``"rich"``, ``"plain"``, or ``False``/``"off"``.
+        total: Iterations of the whole run.
+        done: Iterations already done (a resumed run).
+        slow_phase_s: In plain mode, phases running longer than this get their own lines.
+        clock: Seconds since some origin (tests pass a fake clock).
+    """
 
     KEYS = ("rollout/reward_mean", "eval/accuracy", "train/policy_loss", "train/entropy")
 
-    def __init__(self, mode: bool | str, total: int, done: int) -> None:
-        if mode == "auto":
+    def __init__(
+        self,
+        mode: bool | str,
+        total: int,
+        done: int,
+        *,
+        slow_phase_s: float = 10.0,
+        clock: Any = time.perf_counter,
+    ) -> None:
+        if mode is True or mode == "auto":
             mode = "rich" if sys.stderr.isatty() else "plain"
-        self.mode = "rich" if mode is True else (mode or "off")
+        self.mode = mode or "off"
         if self.mode not in ("rich", "plain", "off"):
             raise ValueError(
                 f"progress must be True, False, 'rich', 'plain' or 'auto', got {mode!r}."
             )
         self.enabled = self.mode == "rich"
         self.total, self.done = total, done
+        self._first_done = done
+        self._clock = clock
+        self._started = clock()
         self._progress: Any = None
+        self._phase: str | None = None
+        self._phase_total = 0
+        self._episodes = 0
+        self._tokens = 0
+        self._phase_started = self._started
+        self._quarter = 0
+        self._slow = slow_phase_s
+        self._rollout_rate = float("nan")
+
+    # ------------------------------------------------------------------ output
+    def _line(self, text: str, *args: Any) -> None:
+        if self.mode != "plain":
+            return
+        if progress_logger.isEnabledFor(logging.INFO) and progress_logger.hasHandlers():
+            progress_logger.info(text, *args)
+        else:  # logging not set up to show INFO: the user still asked for progress
+            sys.stderr.write((text % args) + "\n")
+            sys.stderr.flush()
 
     def __enter__(self) -> TrainingProgress:
         if self.enabled:
@@ -41,31 +109,122 @@ class TrainingProgress:
             )
 
             self._progress = Progress(
-                TextColumn("[bold]training"),
+                TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                TextColumn("{task.fields[metrics]}"),
+                TextColumn("{task.fields[info]}"),
             )
             self._progress.__enter__()
             self._task = self._progress.add_task(
-                "train", total=self.total, completed=self.done, metrics=""
+                "training", total=self.total, completed=self.done, info=""
             )
+            self._phase_task = self._progress.add_task("", total=None, info="", visible=False)
         return self
-
-    def update(self, metrics: Mapping[str, Any], *, advance: bool = True) -> None:
-        shown = " ".join(
-            f"{k.split('/')[-1]}={metrics[k]:.3f}"
-            for k in self.KEYS
-            if isinstance(metrics.get(k), int | float)
-        )
-        self.done += int(advance)
-        if self.mode == "plain":
-            progress_logger.info("iteration %d/%d %s", self.done, self.total, shown)
-        if self._progress is None:
-            return
-        self._progress.update(self._task, metrics=shown, advance=1 if advance else 0)
 
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:
             self._progress.__exit__(*exc)
+
+    # ------------------------------------------------------------------ rates
+    def eta_seconds(self) -> float:
+        """Seconds left for the run at the pace of the iterations done in this session."""
+        finished = self.done - self._first_done
+        if finished <= 0:
+            return float("nan")
+        return (self._clock() - self._started) / finished * (self.total - self.done)
+
+    def tokens_per_second(self) -> float:
+        elapsed = self._clock() - self._phase_started
+        return self._tokens / elapsed if elapsed > 0 else float("nan")
+
+    def _phase_info(self) -> str:
+        rate = self.tokens_per_second()
+        shown = f"{rate:.0f} tokens/s" if math.isfinite(rate) else "- tokens/s"
+        return f"{shown}, iteration {min(self.done + 1, self.total)}/{self.total}"
+
+    # ------------------------------------------------------------------ events
+    def phase(self, name: str, episodes: int | None = None) -> None:
+        """A phase of the current iteration begins (``rollout``, ``update``, ``eval``, ...)."""
+        self._end_phase()
+        self._phase, self._phase_total = name, int(episodes or 0)
+        self._episodes = self._tokens = self._quarter = 0
+        self._phase_started = self._clock()
+        if self._progress is not None:
+            self._progress.update(
+                self._phase_task,
+                description=name,
+                total=episodes or None,
+                completed=0,
+                info=self._phase_info(),
+                visible=True,
+            )
+
+    def episode(self, tokens: int) -> None:
+        """An episode of the current phase finished, having generated ``tokens`` tokens."""
+        self._episodes += 1
+        self._tokens += int(tokens)
+        if self._progress is not None:
+            self._progress.update(self._phase_task, advance=1, info=self._phase_info())
+        total = self._phase_total
+        slow = self._clock() - self._phase_started >= self._slow
+        if total and self._episodes < total:
+            quarter = 4 * self._episodes // total
+            if quarter > self._quarter and slow:
+                self._quarter = quarter
+                self._line(
+                    "  %s %d/%d episodes, %.0f tokens/s",
+                    self._phase,
+                    self._episodes,
+                    total,
+                    self.tokens_per_second(),
+                )
+
+    def _end_phase(self) -> None:
+        if self._phase is None:
+            return
+        took = self._clock() - self._phase_started
+        if self._phase == "rollout":
+            self._rollout_rate = self.tokens_per_second()
+        if took >= self._slow and self._episodes:
+            self._line(
+                "  %s done: %d episodes, %d tokens in %s (%.0f tokens/s)",
+                self._phase,
+                self._episodes,
+                self._tokens,
+                format_duration(took),
+                self.tokens_per_second(),
+            )
+        elif took >= self._slow:
+            self._line("  %s done in %s", self._phase, format_duration(took))
+        self._phase = None
+
+    def update(self, metrics: Mapping[str, Any], *, advance: bool = True) -> None:
+        """An iteration (or the initial evaluation, ``advance=False``) finished with ``metrics``."""
+        self._end_phase()
+        shown = " ".join(self._format(k, metrics) for k in self.KEYS if k in metrics)
+        self.done += int(advance)
+        if not advance:  # the initial evaluation does not set the pace of iterations
+            self._started = self._clock()
+        eta = self.eta_seconds()
+        timing = ""
+        if advance and math.isfinite(self._rollout_rate):
+            timing += f" | rollout {self._rollout_rate:.0f} tokens/s"
+        if advance and math.isfinite(eta):
+            timing += f" | ETA {format_duration(eta)}"
+        self._line("iteration %d/%d %s%s", self.done, self.total, shown, timing)
+        if self._progress is None:
+            return
+        self._progress.update(self._task, info=shown + timing, advance=1 if advance else 0)
+        self._progress.update(self._phase_task, visible=False)
+
+    @staticmethod
+    def _format(key: str, metrics: Mapping[str, Any]) -> str:
+        value = metrics[key]
+        name = key.split("/")[-1]
+        if not isinstance(value, int | float):
+            return f"{name}={value}"
+        if key.endswith("/accuracy"):
+            n = metrics.get(key.rsplit("/", 1)[0] + "/episodes")
+            return f"{name}={format_accuracy(value, n if isinstance(n, int) else None)}"
+        return f"{name}={value:.3f}"

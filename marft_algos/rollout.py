@@ -161,6 +161,8 @@ class RolloutCollector:
         self.settings = settings or GenerationSettings()
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)
+        #: Called with each episode as it finishes (progress displays); None: nothing is called.
+        self.on_episode: Callable[[Episode], None] | None = None
 
     @classmethod
     def from_factory(
@@ -242,6 +244,8 @@ class RolloutCollector:
                         round_buffer,
                     )
                     if finished:
+                        if self.on_episode is not None:
+                            self.on_episode(results[running[env_index]])
                         del running[env_index]
                         start(env_index)
         return results

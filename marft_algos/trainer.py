@@ -39,7 +39,12 @@ from pettingzoo import AECEnv
 from marft_algos.checkpointing import RunFolderMixin, env_spec_json
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
-from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
+from marft_algos.evaluation import (
+    evaluation_requests,
+    greedy,
+    no_signal_reason,
+    summarize_episodes,
+)
 from marft_algos.metrics import MetricsLogger
 from marft_algos.policy_gradient import Objective, PolicyGradient
 from marft_algos.progress import TrainingProgress
@@ -50,6 +55,7 @@ from marft_algos.run_dir import (
     RunDirectory,
     TrainingDiverged,
 )
+from marft_algos.samples import transcripts_markdown, trim_samples, write_samples
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
 
@@ -97,6 +103,9 @@ class TrainerConfig:
     eval_sampled: bool = False
     """Also evaluate the policy as it is trained, sampling with the rollout settings (temperature,
     top-p, top-k), logged as ``eval_sampled/...`` beside the greedy ``eval/...``."""
+    eval_samples: int = 4
+    """Greedy held-out episodes written to samples.jsonl in output_dir at each evaluation, with
+    every agent's observation, action and reward (0: none)."""
     output_dir: str | None = None
     """Run directory for metrics.jsonl, config.json and checkpoints (None: nothing written)."""
     checkpoint_every: int = 1
@@ -120,6 +129,7 @@ class TrainerConfig:
     iterations and stop with an error if they differ (0: never)."""
 
     def __post_init__(self) -> None:
+        check_finite_numbers(self)
         positive = (
             "iterations",
             "episodes_per_iteration",
@@ -140,6 +150,7 @@ class TrainerConfig:
             "sync_check_every",
             "keep_checkpoints",
             "max_nonfinite_iterations",
+            "eval_samples",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(
@@ -147,6 +158,16 @@ class TrainerConfig:
                 )
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if self.adam_eps <= 0:
+            raise ValueError(
+                f"adam_eps must be > 0, got {self.adam_eps}: Adam divides by sqrt(v) + eps, so 0 "
+                f"turns a parameter whose gradient is 0 into 0/0 = NaN. Use e.g. 1e-8 (paper: 1e-5)."
+            )
+        if self.max_grad_norm <= 0:
+            raise ValueError(
+                f"max_grad_norm must be > 0, got {self.max_grad_norm} (paper: 0.5; a large value "
+                f"such as 1e9 effectively turns clipping off)."
+            )
         if self.temperature <= 0:
             raise ValueError(
                 f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}."
@@ -173,6 +194,22 @@ class TrainerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_finite_numbers(config: Any) -> None:
+    """Refuse NaN and infinity in any float field of a config dataclass (every subclass's too).
+
+    A non-finite learning rate, epsilon, coefficient or threshold does not fail where it is set:
+    it turns the weights into NaN, and the run then stops inside sampling with a message about
+    probabilities. Checked when the config is built, it names the field and the value.
+    """
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(
+                f"{type(config).__name__}.{f.name} must be a finite number, got {value}; pass a "
+                f"finite value (its default is {f.default!r})."
+            )
 
 
 def check_clip_range(epsilon: float, epsilon_high: float | None) -> None:
@@ -203,7 +240,7 @@ class Trainer(RunFolderMixin, ABC):
 
     Args:
         policy: A multi-agent policy (``marft_algos.policy.MultiAgentPolicy``) covering every agent.
-        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v1")``.
+        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v2")``.
         config: The trainer's config dataclass.
         critic: Value function, for actor-critic trainers.
         eval_env_fn: Builds one held-out env copy (e.g. on the test split); None skips evaluation.
@@ -300,6 +337,7 @@ class Trainer(RunFolderMixin, ABC):
         self._last_good: dict[str, Any] | None = None
         self._continuing = False  # set by resume(): the folder's run is this one
         self._nonfinite_streak = 0
+        self._progress: TrainingProgress | None = None
         self._steps = {"tried": 0, "skipped": 0}
 
     # ------------------------------------------------------------------ optimisation helpers
@@ -389,7 +427,8 @@ class Trainer(RunFolderMixin, ABC):
     ) -> dict[str, float]:
         """Backward, guards and optimizer step for one batch of the given agents' decisions.
 
-        A non-finite loss or gradient skips the step (``skipped_nonfinite``). With a trust region
+        A non-finite loss or gradient skips the step, and a step that leaves a weight non-finite
+        is undone (both counted in ``skipped_nonfinite``). With a trust region
         (:attr:`trust_region_kl`), the KL to the rollout policy is measured on ``batch`` after
         the step; a step that exceeds it is undone (``skipped_trust_region``).
         """
@@ -408,11 +447,20 @@ class Trainer(RunFolderMixin, ABC):
             self.zero_grad()
             return {**result, "skipped_nonfinite": 1}
         limit = self.trust_region_kl
-        before = self._snapshot(agents) if limit is not None else None
+        before = self._snapshot(agents)
         grad_norm, applied = self.step_policy(agents)
+        if applied and not self._weights_finite(agents):
+            # Finite gradients can still step to NaN/inf weights (a huge learning rate, a
+            # degenerate optimizer state); the next rollout would sample from them, so undo.
+            logger.warning(
+                "Undoing a policy update at iteration %d: it made adapter weights non-finite.",
+                self.iteration,
+            )
+            self._restore(before)
+            applied = False
         self._steps["skipped"] += int(not applied)
         result = {**result, "grad_norm": grad_norm, "skipped_nonfinite": int(not applied)}
-        if applied and before is not None and limit is not None:
+        if applied and limit is not None:
             kl = step.approx_kl(
                 batch if active is None else batch[active.nonzero().flatten().tolist()]
             )  # global
@@ -421,6 +469,14 @@ class Trainer(RunFolderMixin, ABC):
                 self._restore(before)
                 result["skipped_trust_region"] = 1
         return result
+
+    def _weights_finite(self, agents: Sequence[str]) -> bool:
+        """Whether every trainable weight of the given agents' adapters is finite."""
+        return all(
+            bool(torch.isfinite(p).all())
+            for agent in agents
+            for p in self.policy.trainable_parameters(agent)
+        )
 
     def step_policy(self, agents: Sequence[str]) -> tuple[float, bool]:
         """Clip and apply the gradients of the given agents' adapters.
@@ -477,9 +533,16 @@ class Trainer(RunFolderMixin, ABC):
             return {}
         requests = evaluation_requests(self.eval_collector, self.config.eval_episodes)
         requests = [requests[i] for i in self.dist.shard(len(requests))]
+        self._phase("eval", len(requests))
         episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
         metrics = self.summarize(episodes, "eval")
+        if self.run_dir is not None and self.dist.is_main and self.config.eval_samples:
+            rows = write_samples(
+                self.run_dir.path, self.iteration, episodes, self.config.eval_samples
+            )
+            self.logger.log_text("eval/samples", transcripts_markdown(rows), self.iteration)
         if self.config.eval_sampled:
+            self._phase("eval (sampled)", len(requests))
             episodes = self.eval_collector.collect(requests, self.config.generation)
             metrics.update(self.summarize(episodes, "eval_sampled"))
         return metrics
@@ -487,6 +550,7 @@ class Trainer(RunFolderMixin, ABC):
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
+        self._phase("rollout", len(self.dist.shard(self.config.episodes_per_iteration)))
         if type(self).collect is not Trainer.collect:
             # A subclass customised collect() (the extension point before collect_with_stats).
             warnings.warn(
@@ -503,16 +567,37 @@ class Trainer(RunFolderMixin, ABC):
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
         start_update = time.perf_counter()
+        self._phase("update")
         self._steps = {"tried": 0, "skipped": 0}
         metrics.update(self.update(episodes))
-        if self.rollout_backend is not None:
-            self.rollout_backend.sync_adapters(self.policy, self.iteration + 1)
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
         self._guard_entropy(metrics)
         self._guard_nonfinite()
+        self._warn_if_nothing_to_learn(episodes, metrics)
+        # After the guards, which may roll the adapters back: the engine serves what trains next.
+        self.sync_rollout_backend(self.iteration + 1)
         self.iteration += 1
         return metrics
+
+    def sync_rollout_backend(self, version: int) -> None:
+        """Hand the policy's current adapters to the rollout backend, if there is one."""
+        if self.rollout_backend is not None:
+            self.rollout_backend.sync_adapters(self.policy, version)
+
+    def _warn_if_nothing_to_learn(
+        self, episodes: Sequence[Episode], metrics: dict[str, Any]
+    ) -> None:
+        """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal."""
+        rewards = [d.reward for e in episodes for d in e.decisions]
+        spread = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
+        if self.dist.enabled:
+            parts = self.dist.gather(spread)
+            spread = (min(p[0] for p in parts), max(p[1] for p in parts))
+        why = no_signal_reason(spread, metrics, self.iteration + 1)
+        metrics["rollout/nothing_to_learn"] = int(why is not None)
+        if why is not None:
+            logger.warning(why)
 
     def _guard_nonfinite(self) -> None:
         """Count iterations whose policy steps were all skipped as non-finite; stop after K in a row."""
@@ -531,9 +616,14 @@ class Trainer(RunFolderMixin, ABC):
         """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).
 
         Args:
-            progress: ``True``/``"rich"``: a rich progress bar with live metrics; ``"plain"``: one
-                INFO log line per iteration (logger ``marft_algos.progress``); ``"auto"``: rich on a
-                terminal, plain otherwise; ``False``: quiet (library use).
+            progress: ``True``/``"auto"``: rich bars on a terminal, plain lines otherwise;
+                ``"rich"``; ``"plain"``: lines per phase and per iteration (logger
+                ``marft_algos.progress``, or standard error when logging does not show INFO);
+                ``False``: quiet. Either shows the phase (rollout / update / eval), its episodes,
+                tokens/s and the run's ETA (:mod:`marft_algos.progress`). Torch's CPU thread count
+                is left as the process has it (``marft train`` sets 1 with ``--threads``; a
+                library does not change a process-wide setting): call ``torch.set_num_threads(1)``
+                for a small model on a CPU, where one thread is fastest.
 
         Returns:
             The metric records of this call, one per iteration (evaluation merged in).
@@ -548,9 +638,32 @@ class Trainer(RunFolderMixin, ABC):
         bar = TrainingProgress(
             progress if self.dist.is_main else False, self.config.iterations, self.iteration
         )
+        self._progress = bar
+
+        def episode_done(episode: Episode) -> None:
+            bar.episode(sum(len(d.action_ids) for d in episode.decisions))
+
+        collectors = [c for c in (self.collector, self.eval_collector) if c is not None]
+        for collector in collectors:
+            collector.on_episode = episode_done
+        try:
+            self._run_iterations(bar, records)
+        finally:
+            self._progress = None
+            for collector in collectors:
+                collector.on_episode = None
+        return records
+
+    def _phase(self, name: str, episodes: int | None = None) -> None:
+        if self._progress is not None:
+            self._progress.phase(name, episodes)
+
+    def _run_iterations(self, bar: TrainingProgress, records: list[dict[str, Any]]) -> None:
         with bar:
             if self.iteration == 0:
                 self.logger.truncate_after(-1)  # a fresh run starts with no records
+            if self.run_dir is not None and self.dist.is_main:
+                trim_samples(self.run_dir.path, self.iteration if self.iteration else -1)
             if self.iteration == 0 and self.eval_collector is not None:
                 initial = self.evaluate()
                 self.logger.log(0, {**initial, "iteration_kind": "initial_eval"})
@@ -580,7 +693,6 @@ class Trainer(RunFolderMixin, ABC):
                     self.save_checkpoint(self.run_dir.path / f"checkpoint-{self.iteration}")
                     if self.dist.is_main:
                         self.run_dir.prune(self.config.keep_checkpoints)
-        return records
 
     def check_in_sync(self) -> None:
         """Fail loudly if the ranks' adapters or critic differ (see :mod:`marft_algos.distributed`)."""

@@ -1,6 +1,6 @@
 """The environment registry: versioned ids mapped to lazy entry points.
 
-A registration is data: an id ending in a version (``math-dual-v1``), an entry point (a class, a
+A registration is data: an id ending in a version (``math-dual-v2``), an entry point (a class, a
 callable, or a lazy ``"module:attr"`` string) and default keyword arguments. :func:`make` merges
 overrides into the defaults, builds the env, stamps the resulting :class:`EnvSpec` on it
 (``env.unwrapped.spec``, as gymnasium does) and wraps it so that API misuse fails loudly.
@@ -253,7 +253,7 @@ def deprecate(id: str, successor: str, what_changed: str) -> None:
 
     Args:
         id: The out-of-date id, e.g. ``"math-dual-v0"``.
-        successor: A registered id it now builds, e.g. ``"math-dual-v1"``.
+        successor: A registered id it now builds, e.g. ``"math-dual-v2"``.
         what_changed: One or two sentences for the warning: what the successor does differently.
     """
     if not isinstance(id, str) or not _ID_PATTERN.match(id):
@@ -296,7 +296,7 @@ def register(
     """Register an environment under a versioned id.
 
     Args:
-        id: ``[namespace/]name-vN``, e.g. ``"math-dual-v1"`` or ``"myorg/triage-v1"``.
+        id: ``[namespace/]name-vN``, e.g. ``"math-dual-v2"`` or ``"myorg/triage-v1"``.
         entry_point: Env class, callable returning an ``AECEnv``, or ``"module:attr"`` (imported at
             :func:`make`, so registering costs nothing).
         kwargs: Default constructor arguments.
@@ -308,7 +308,7 @@ def register(
     """
     if not isinstance(id, str) or not _ID_PATTERN.match(id):
         raise ValueError(
-            f"Env id {id!r} must look like 'name-vN' or 'namespace/name-vN' (e.g. 'math-dual-v1'); "
+            f"Env id {id!r} must look like 'name-vN' or 'namespace/name-vN' (e.g. 'math-dual-v2'); "
             f"the version suffix is required so behaviour changes get new ids."
         )
     if not (isinstance(entry_point, str) or callable(entry_point)):
@@ -405,7 +405,11 @@ def spec(id: str) -> EnvSpec:
             raise UnknownEnvError(
                 f"Environment {id!r} is not registered; available versions: {versions}."
             )
-    close = difflib.get_close_matches(str(id), list(registry), n=3, cutoff=0.5)
+    # Compare names without their versions, so "relays-v0" is not "close" to every "*-v0".
+    names = sorted({s.name for s in registry.values()})
+    wanted = id[: id.rfind("-v")] if match is not None else str(id)
+    close_names = difflib.get_close_matches(wanted, names, n=3, cutoff=0.5)
+    close = [s.id for name in close_names for s in registry.values() if s.name == name][:3]
     hint = f" Did you mean {close}?" if close else ""
     raise UnknownEnvError(
         f"No environment registered as {id!r}.{hint} Run marft_envs.pprint_registry() to list them."
@@ -416,7 +420,7 @@ def make(id: str, **overrides: Any) -> AECEnv:
     """Build a registered environment.
 
     Args:
-        id: A registered id, e.g. ``"math-dual-v1"``.
+        id: A registered id, e.g. ``"math-dual-v2"``.
         **overrides: Constructor arguments that replace the registered defaults
             (e.g. ``dataset=...``, ``dependency=...``, ``render_mode="ansi"``).
     """

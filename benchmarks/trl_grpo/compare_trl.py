@@ -1,7 +1,7 @@
 """marft's GRPOTrainer vs TRL's GRPOTrainer: throughput and held-out accuracy, same budget, one run.
 
 Both trainers fine-tune a LoRA adapter (the same ``LoraSettings`` → peft ``LoraConfig``) on the same
-base model, on the same prompts (the ``math-single-v1`` chat messages of ``builtin:train``
+base model, on the same prompts (the ``math-single-v2`` chat messages of ``builtin:train``
 problems), with the same reward (``marft_envs.math.grade_answer(completion, gold)``), the same
 group size, completion length, learning rate, clip range, loss aggregation (``dapo``), group reward
 scaling, ``beta=0``, one optimizer update per batch of ``prompts_per_update × num_generations``
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ENV_ID = "math-single-v1"
+ENV_ID = "math-single-v2"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -158,9 +158,8 @@ def run_marft(
 
     marft skips the forward/backward pass of completions whose advantage is 0 (with ``beta=0`` and
     no entropy bonus they add nothing to the gradient); TRL computes every completion. With
-    ``full_updates`` an entropy bonus of 1e-9 forces marft through every completion too, so the
-    control run does the same work per update as TRL (its gradient differs by at most 1e-9 × the
-    entropy gradient).
+    ``full_updates`` (``skip_zero_advantages=False``) marft runs every completion too, so the
+    control run does the same work per update as TRL, with the same gradient as the default run.
     """
     import marft_envs
     from marft_algos.grpo import GRPOConfig, GRPOTrainer
@@ -180,7 +179,7 @@ def run_marft(
         max_new_tokens=args.max_new_tokens,
         learning_rate=args.learning_rate,
         beta=0.0,
-        entropy_coef=1e-9 if full_updates else 0.0,
+        skip_zero_advantages=not full_updates,
         seed=args.seed,
     )
     batches: list[list[Episode]] = []

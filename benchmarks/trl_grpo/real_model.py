@@ -525,6 +525,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     }
     if args.phase in ("generate", "both"):
         results["generate"] = run_generate(args, costs, peaks)
+        Path(args.results).write_text(json.dumps(results, indent=2))  # kept if GRPO fails
     if args.phase in ("grpo", "both"):
         results["grpo"] = run_grpo(args, costs, peaks)
     results["machine"]["load_average_end"] = os.getloadavg()

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
@@ -37,6 +37,8 @@ class EvalArguments:
     """With --dataset: keep only these subjects, or 'all'."""
     episodes: int | None = None
     """Held-out episodes (default: the run's eval_episodes)."""
+    samples: int = 0
+    """Print this many whole transcripts (every agent's observation, action and reward)."""
     batch: int | None = None
     """Env copies generated together (default: the run's rollout_threads, which reproduces its numbers)."""
     model: str | None = None
@@ -45,17 +47,26 @@ class EvalArguments:
     """Torch CPU threads (default: the run's)."""
     device: str = "cpu"
     """Torch device."""
+    rollout_backend: Literal["transformers", "vllm"] = "transformers"
+    """Generate with the policy (transformers) or one vLLM engine serving every agent's adapter."""
 
     def __post_init__(self) -> None:
+        if self.samples < 0:
+            raise UsageError(f"--samples {self.samples}: must be >= 0 (0: no transcripts).")
         for name in ("episodes", "batch", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name} {value}: must be >= 1.")
+        from marft_algos.distributed import parse_device
+
+        parse_device(self.device)
 
 
 def find_checkpoint(path: str | Path) -> Path:
-    """The checkpoint itself, or a run folder's newest complete checkpoint."""
-    from marft_algos.run_dir import RunDirectory, is_complete_checkpoint
+    """The checkpoint itself, or a run folder's newest checkpoint that verifies (damaged newer
+    ones are skipped with a warning naming them)."""
+    from marft_algos.policy.checkpoint import newest_valid_checkpoint
+    from marft_algos.run_dir import is_complete_checkpoint
 
     folder = Path(path)
     if not folder.exists():
@@ -64,7 +75,12 @@ def find_checkpoint(path: str | Path) -> Path:
         )
     if is_complete_checkpoint(folder):
         return folder
-    latest = RunDirectory(folder).latest_checkpoint()
+    latest, skipped = newest_valid_checkpoint(folder)
+    if latest is None and skipped:
+        raise UsageError(
+            f"No checkpoint in {str(folder)!r} verifies ({'; '.join(skipped)}); evaluate another run "
+            f"or restore the folder from a backup."
+        )
     if latest is None:
         raise UsageError(
             f"{str(folder)!r} is neither a checkpoint nor a run folder with one (no checkpoint-N with a "
@@ -136,18 +152,27 @@ def evaluate_checkpoint(
         )
     settings = greedy(GenerationSettings(**recorded))
     batch = o.batch or int(config.get("rollout_threads", 1))
-    collector = RolloutCollector.from_factory(
-        policy,  # type: ignore[arg-type]  # GeneratingPolicy's protocol is narrower than the real signature
-        env_fn,
-        batch,
-        settings,
-        seed=int(config.get("seed", 0)),
-    )
-    episodes = collector.collect(
-        evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))), settings
-    )
+    generator: Any = policy
+    if o.rollout_backend == "vllm":
+        from marft_algos.rollout_vllm import VLLMRolloutBackend
+
+        generator = VLLMRolloutBackend(policy)
+    try:
+        collector = RolloutCollector.from_factory(
+            generator, env_fn, batch, settings, seed=int(config.get("seed", 0))
+        )
+        episodes = collector.collect(
+            evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))),
+            settings,
+        )
+    finally:
+        if generator is not policy:
+            generator.close()
     metrics = summarize_episodes(episodes, "eval")
-    metrics["eval/episodes"] = len(episodes)
+    if o.samples:
+        from marft_algos.samples import episode_transcript
+
+        metrics["samples"] = [episode_transcript(e, i) for i, e in enumerate(episodes[: o.samples])]
     return metrics
 
 
@@ -163,18 +188,33 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         prog="marft eval",
         description="Greedy held-out accuracy of a trained team, settings read from the run.",
     )
+    if args.rollout_backend == "vllm":
+        from marft_algos.rollout_vllm import import_vllm
+
+        import_vllm()  # a missing engine is one line with the install command
     checkpoint = find_checkpoint(values["run"])
     metrics = evaluate_checkpoint(checkpoint, args)
+    samples = metrics.pop("samples", [])
     text = json.dumps(metrics, indent=2)
     if args.json == "-":
         sys.stdout.write(text + "\n")
         return metrics
     if args.json is not None:
         Path(args.json).write_text(text + "\n")
+    console = Console()
+    if samples:
+        from marft_algos.samples import print_transcripts
+
+        print_transcripts(console, samples)
     table = Table(title=f"{checkpoint} ({metrics['eval/episodes']} held-out episodes, greedy)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    console.print(table)
+    accuracy = metrics.get("eval/accuracy")
+    if isinstance(accuracy, int | float):
+        from marft_algos.evaluation import format_accuracy
+
+        console.print(f"accuracy {format_accuracy(accuracy, metrics['eval/episodes'])}")
     return metrics

@@ -2,16 +2,20 @@
 
 Output layout (``--output-dir``, default ``<run>/export``)::
 
-    marft_export.json         agents → base model, adapter folder, merged folder; the run's env
-                              and generation settings
+    marft_export.json         agents → base model (a portable id and how to get it), adapter
+                              folder, merged folder; the run's env and generation settings
     <agent>/adapter/          adapter_config.json + adapter_model.safetensors (peft format;
-                              ``PeftModel.from_pretrained(base, folder)`` loads it)
+                              ``PeftModel.from_pretrained(base, folder)`` loads it) and
+                              base_model.json (the base's portable id and how to rebuild it)
     <agent>/merged/           with --merge: the base model with the adapter merged in, plus its
                               tokenizer (``AutoModelForCausalLM.from_pretrained`` loads it; serve
-                              it with any engine)
+                              it with any engine), in the base's dtype or --merged-dtype
 
-Agents that share an adapter get the same files; an agent acting with the plain base model has
-no adapter folder (its merged folder is the base model itself).
+An export names no path of the machine it was made on: ``base_model_name_or_path`` is the base's
+portable id (:func:`~marft_algos.policy.pretrained.portable_base`: a short name such as
+``smollm2-135m-instruct``, a GGUF file name, a Hub id), never the local cache folder. Agents that
+share an adapter get the same files; an agent acting with the plain base model has no adapter
+folder (its merged folder is the base model itself).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from marft_algos.cli.parsing import UsageError, parse_run_command
 
@@ -39,40 +43,53 @@ class ExportArguments:
     """Also write each agent's base model with its adapter merged in (a standalone model)."""
     overwrite: bool = False
     """Replace an existing export folder."""
+    merged_dtype: Literal["base", "float32", "bfloat16", "float16"] = "base"
+    """Weight dtype of merged models: the base model's own (its config's torch_dtype), or one named (bfloat16 halves float32's size)."""
 
 
-def export_checkpoint(checkpoint: Path, output: Path, *, merge: bool = False) -> dict[str, Any]:
-    """Write the export of ``checkpoint`` to ``output``; returns the index written as ``marft_export.json``."""
+def export_checkpoint(
+    checkpoint: Path, output: Path, *, merge: bool = False, merged_dtype: str = "base"
+) -> dict[str, Any]:
+    """Write the export of ``checkpoint`` to ``output``; returns the index written as
+    ``marft_export.json`` (see the module notes)."""
     from marft_algos.policy.checkpoint import read_manifest
-    from marft_algos.policy.pretrained import resolve_model
+    from marft_algos.policy.pretrained import portable_base
 
     manifest = read_manifest(checkpoint)
     output.mkdir(parents=True, exist_ok=True)
-    index: dict[str, Any] = {
-        "checkpoint": str(checkpoint),
-        "agents": {},
-        "run": manifest.get("run") or {},
-    }
+    run = dict(manifest.get("run") or {})
+    if isinstance(run.get("model"), str):
+        run["model"] = portable_base(run["model"])["id"]
+    index: dict[str, Any] = {"checkpoint": checkpoint.name, "agents": {}, "run": run}
     for agent in manifest["agents"]:
         base = manifest["base_models"][agent]
+        portable = portable_base(base)
         adapter = manifest["adapters"][agent]
-        entry: dict[str, Any] = {"base_model": base, "adapter": None, "merged": None}
+        entry: dict[str, Any] = {
+            "base_model": portable["id"],
+            "base_model_source": portable,
+            "adapter": None,
+            "merged": None,
+        }
         if adapter is not None:
             source = checkpoint / "adapters" / adapter
             target = output / agent / "adapter"
             shutil.copytree(source, target, dirs_exist_ok=True)
             config_file = target / "adapter_config.json"
             config = json.loads(config_file.read_text())
-            # Other tools do not know marft's short names: point at the model's real location.
-            config["base_model_name_or_path"] = resolve_model(base)
+            # A path of this machine (the GGUF cache folder, say) resolves nowhere else.
+            config["base_model_name_or_path"] = portable["id"]
             config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
+            (target / "base_model.json").write_text(json.dumps(portable, indent=2) + "\n")
             entry["adapter"] = str(target.relative_to(output))
         if merge:
-            entry["merged"] = str(
-                _merge(
-                    base, output / agent / "adapter" if adapter else None, output / agent / "merged"
-                ).relative_to(output)
+            merged = _merge(
+                base,
+                output / agent / "adapter" if adapter else None,
+                output / agent / "merged",
+                merged_dtype,
             )
+            entry["merged"] = str(merged.relative_to(output))
         index["agents"][agent] = entry
     (output / "marft_export.json").write_text(
         json.dumps(index, indent=2, sort_keys=True, default=str)
@@ -80,18 +97,27 @@ def export_checkpoint(checkpoint: Path, output: Path, *, merge: bool = False) ->
     return index
 
 
-def _merge(base: str, adapter: Path | None, target: Path) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _merge(base: str, adapter: Path | None, target: Path, dtype: str) -> Path:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from marft_algos.policy.pretrained import resolve_model
 
     path = resolve_model(base)
-    model = AutoModelForCausalLM.from_pretrained(path)
+    # Merge in float32 (the adapter's precision), then cast: a merge in bfloat16 would round twice.
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if adapter is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    if dtype == "base":
+        recorded = getattr(AutoConfig.from_pretrained(path), "torch_dtype", None)
+        target_dtype = recorded if isinstance(recorded, torch.dtype) else torch.float32
+    else:
+        target_dtype = getattr(torch, dtype)
+    model = model.to(target_dtype)  # type: ignore[arg-type]  # transformers types .to() narrowly
+    model.config.torch_dtype = target_dtype
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     return target
@@ -123,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 f"Export folder {str(output)!r} is not empty; pass --overwrite or another --output-dir."
             )
         shutil.rmtree(output)
-    index = export_checkpoint(checkpoint, output, merge=args.merge)
+    index = export_checkpoint(checkpoint, output, merge=args.merge, merged_dtype=args.merged_dtype)
     console = Console()
     for agent, entry in index["agents"].items():
         parts = [

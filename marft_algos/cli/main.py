@@ -61,6 +61,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from marft_algos.policy.backbone import ModelLoadError
     from marft_algos.policy.checkpoint import CheckpointError
     from marft_algos.policy.gguf import MissingPackageError
+    from marft_algos.rollout_vllm import AdapterSyncError, VLLMNotInstalledError
     from marft_algos.run_dir import RunDirectoryError, TrainingDiverged
     from marft_envs.registration import EntryPointError, UnknownEnvError
 
@@ -75,6 +76,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
         TrainingDiverged,
         ModelLoadError,
         MissingPackageError,
+        VLLMNotInstalledError,
+        AdapterSyncError,
     )
 
 
@@ -99,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
 def guarded(function: Callable[[Sequence[str]], Any], argv: Sequence[str], name: str) -> Any:
     """Run ``function(argv)``; a user error becomes one ``name: error: ...`` line and an exit status
     (1 when training diverged, 2 for bad input, 130 on Ctrl-C)."""
+    from marft_algos.rollout_vllm import AdapterSyncError
     from marft_algos.run_dir import TrainingDiverged
 
     try:
@@ -107,7 +111,8 @@ def guarded(function: Callable[[Sequence[str]], Any], argv: Sequence[str], name:
         if os.environ.get("MARFT_DEBUG"):
             raise
         sys.stderr.write(f"{name}: error: {exc}\n(set MARFT_DEBUG=1 to see the traceback)\n")
-        raise SystemExit(1 if isinstance(exc, TrainingDiverged) else 2) from None
+        failed = isinstance(exc, TrainingDiverged | AdapterSyncError)
+        raise SystemExit(1 if failed else 2) from None
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; continue the run with --resume\n")
         raise SystemExit(130) from None

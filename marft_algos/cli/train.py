@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +44,11 @@ ACTION_LEVEL_OPTIONS = ("logprob_normalization",)
 class TrainArguments:
     """What to train, on what, and where: the settings outside the trainer's config."""
 
-    env: str = "math-dual-v1"
+    env: str = "math-dual-v2"
     """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
-    algo: Literal["action-marft", "token-marft", "ppo", "grpo"] = "action-marft"
+    algo: Literal["action-marft", "token-marft", "ppo", "grpo", "rloo", "reinforce-pp"] = (
+        "action-marft"
+    )
     """Training algorithm."""
     model: str = DEFAULT_MODEL
     """Base model: a built-in short name, a local folder, or a Hub id in the local cache."""
@@ -89,6 +92,18 @@ class TrainArguments:
     """Write learning_curve.png (--no-plot to skip)."""
     progress: Literal["auto", "rich", "plain", "off"] = "auto"
     """Progress display: a rich bar on a terminal and one log line per iteration elsewhere (auto)."""
+    rollout_backend: Literal["transformers", "vllm"] = "transformers"
+    """What generates the training rollouts: the policy itself (transformers), or one vLLM engine
+    serving every agent's adapter (needs the vllm extra; README: Faster rollouts with vLLM)."""
+    vllm_kv_cache_gb: float | None = None
+    """vLLM engine: KV-cache space in GiB (default 1 on a CPU; on a GPU the memory fraction decides)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """vLLM engine: fraction of the GPU's memory it may take (the rest is the trainer's)."""
+    vllm_max_loras: int | None = None
+    """vLLM engine: adapters one batch may mix (default: the team's number of adapters)."""
+    vllm_probe_tolerance: float | None = None
+    """vLLM engine: largest engine-vs-policy log-prob gap the post-sync probe accepts (default 1e-3
+    for float32 weights, 5e-2 for 16-bit)."""
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -97,8 +112,32 @@ class TrainArguments:
             )
         if self.lora_rank < 1:
             raise UsageError(f"--lora-rank {self.lora_rank}: the LoRA rank must be >= 1 (e.g. 8).")
+        if not (math.isfinite(self.lora_alpha) and self.lora_alpha > 0):
+            raise UsageError(
+                f"--lora-alpha {self.lora_alpha}: LoRA alpha must be a finite number > 0 (the update "
+                f"is scaled by alpha / rank; e.g. 16)."
+            )
+        if self.device is not None:
+            from marft_algos.distributed import parse_device
+
+            parse_device(self.device)
         if self.resume_from is not None:
             self.resume = True
+        self.vllm_settings()  # its checks name the field; the flags share the names
+
+    def vllm_settings(self) -> Any:
+        """The vLLM engine settings of ``--rollout-backend vllm``."""
+        from marft_algos.rollout_vllm import VLLMSettings
+
+        try:
+            return VLLMSettings(
+                kv_cache_gb=self.vllm_kv_cache_gb,
+                gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                max_loras=self.vllm_max_loras,
+                probe_tolerance=self.vllm_probe_tolerance,
+            )
+        except ValueError as exc:
+            raise UsageError(f"--vllm-* option: {exc}") from None
 
 
 def _preparse(argv: Sequence[str]) -> tuple[dict[str, Any], str, type]:
@@ -148,7 +187,7 @@ def parse_train_args(
     preset = known.preset or file_values.get("preset")
     try:
         merged = {
-            **preset_for(model, paper_defaults=paper, preset=preset),
+            **preset_for(model, paper_defaults=paper, preset=preset, algorithm=algo),
             **dict(defaults or {}),
             **file_values,
         }
@@ -347,6 +386,10 @@ def main(
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args, config_class, values, given = parse_train_args(argv, defaults)
+    if args.rollout_backend == "vllm":
+        from marft_algos.rollout_vllm import import_vllm
+
+        import_vllm()  # before anything loads: a missing engine is one line with the install command
     # One process, or a rank of torchrun / accelerate launch (gloo on CPU, nccl on GPU).
     dist = init_distributed(args.device)
     console = Console(quiet=not dist.is_main)
@@ -364,7 +407,7 @@ def main(
     if args.algo == "ppo" and len(plan.agents) != 1:
         raise UsageError(
             f"--algo ppo is the single-agent baseline, but {args.env} has agents {plan.agents}; use "
-            f"--algo action-marft, token-marft or grpo for a team, or a one-agent env (math-single-v1)."
+            f"--algo action-marft, token-marft, grpo, rloo or reinforce-pp for a team, or a one-agent env (math-single-v2)."
         )
     _check_caps(values, given, plan.agents)
     if values.get("output_dir") is None:
@@ -438,16 +481,39 @@ def _train(
     )
     template = _chat_template(args.chat_template)
     apply_chat_template(policy, template)
+    backend = None
+    if args.rollout_backend == "vllm":
+        from marft_algos.rollout_vllm import VLLMRolloutBackend
+
+        backend = VLLMRolloutBackend(policy, args.vllm_settings())  # one engine per process
     trainer = build_trainer(
-        args.algo, policy, train_fn, config, eval_env_fn=eval_fn, critic_seed=config.seed
+        args.algo,
+        policy,
+        train_fn,
+        config,
+        eval_env_fn=eval_fn,
+        critic_seed=config.seed,
+        rollout_backend=backend,
     )
     trainer.run_info.update(record)
-    trainer.run_info.update({"device": str(dist.device), "chat_template": template})
+    trainer.run_info.update(
+        {
+            "device": str(dist.device),
+            "chat_template": template,
+            "rollout_backend": args.rollout_backend,
+        }
+    )
     if args.resume:
         trainer.resume(args.resume_from, allow_config_change=args.allow_config_change)
         console.print(f"resumed at iteration {trainer.iteration}")
-    records = trainer.train(progress=False if args.progress == "off" else args.progress)
+    try:
+        records = trainer.train(progress=False if args.progress == "off" else args.progress)
+    finally:
+        if backend is not None:
+            backend.close()
     evals = [r for r in trainer.logger.records if "eval/accuracy" in r]
+    if dist.is_main:
+        _show_samples(console, config.output_dir, min(config.eval_samples, 2))
     _summary(console, evals, config)
     if args.plot and dist.is_main:
         from marft_algos.plotting import plot_learning_curve
@@ -467,25 +533,56 @@ def _train(
 
 
 def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
-    """The held-out table and the before → after lines (the whole run, also after a resume)."""
+    """The held-out table and the before → after lines (the whole run, also after a resume), each
+    accuracy with its binomial standard error and episode count."""
     from rich.table import Table
 
+    from marft_algos.evaluation import format_accuracy, format_change
+
     sampled = any("eval_sampled/accuracy" in r for r in evals)
-    table = Table(title="held-out accuracy")
+    table = Table(title="held-out accuracy (± standard error, n episodes)")
     table.add_column("iteration", justify="right")
     table.add_column("greedy", justify="right")
     if sampled:
         table.add_column(f"sampled (T={config.temperature:g})", justify="right")
+
+    def cell(record: dict[str, Any], prefix: str) -> str:
+        value = record.get(f"{prefix}/accuracy")
+        if not isinstance(value, int | float):
+            return ""
+        return format_accuracy(value, record.get(f"{prefix}/episodes"))
+
     for r in evals:
-        row = [str(r["iteration"]), f"{r['eval/accuracy']:.3f}"]
+        row = [str(r["iteration"]), cell(r, "eval")]
         if sampled:
-            row.append(f"{r['eval_sampled/accuracy']:.3f}" if "eval_sampled/accuracy" in r else "")
+            row.append(cell(r, "eval_sampled"))
         table.add_row(*row)
     console.print(table)
     if len(evals) >= 2:
-        for key, name in (("eval/accuracy", "greedy"), ("eval_sampled/accuracy", "sampled")):
-            first, last = evals[0].get(key), evals[-1].get(key)
-            if isinstance(first, int | float) and isinstance(last, int | float):
+        for prefix, name in (("eval", "greedy"), ("eval_sampled", "sampled")):
+            first, last = evals[0], evals[-1]
+            a, b = first.get(f"{prefix}/accuracy"), last.get(f"{prefix}/accuracy")
+            if isinstance(a, int | float) and isinstance(b, int | float):
+                na, nb = first.get(f"{prefix}/episodes"), last.get(f"{prefix}/episodes")
                 console.print(
-                    f"{name} accuracy before {first:.3f} → after {last:.3f} ({100 * (last - first):+.1f} points)"
+                    f"{name} accuracy before {format_accuracy(a, na)} → after "
+                    f"{format_accuracy(b, nb)} ({format_change(a, na, b, nb)})"
                 )
+
+
+def _show_samples(console: Any, output_dir: str, count: int) -> None:
+    """The last evaluation's transcripts (samples.jsonl) as a short table."""
+    from marft_algos.samples import SAMPLES_FILE, read_samples, transcript_table
+
+    rows = read_samples(output_dir)
+    if not rows or count <= 0:
+        return
+    last = max(r.get("iteration", 0) for r in rows)
+    shown = [r for r in rows if r.get("iteration", 0) == last][:count]
+    console.print(
+        transcript_table(
+            shown,
+            title=f"held-out samples at iteration {last} ({Path(output_dir) / SAMPLES_FILE}; "
+            f"marft eval RUN --samples N prints whole transcripts)",
+        )
+    )

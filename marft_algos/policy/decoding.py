@@ -28,7 +28,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from marft_algos.policy.forward import full_attention_only, left_pad, sampling_logits
+from marft_algos.policy.forward import (
+    full_attention_only,
+    last_token_logits,
+    left_pad,
+    sampling_logits,
+)
 
 __all__ = ["Decoded", "decode", "sample_categorical"]
 
@@ -118,16 +123,14 @@ def decode(
         del caches
     else:
         ids = left_pad(distinct_prompts, pad_id, device)[0]
-        out = model(
+        logits, cache = last_token_logits(
+            model,
             input_ids=ids,
             attention_mask=mask,
             position_ids=(mask.cumsum(-1) - 1).clamp_min(0),
             past_key_values=growing_cache(model.config),
             use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = out.past_key_values
-        logits = out.logits[:, -1]  # (U, vocab)
+        )  # logits (U, vocab)
         if len(distinct) < len(keys):
             cache.batch_select_indices(rows)
     logits, mask = logits[rows], mask[rows]  # (B, vocab), (B, P)

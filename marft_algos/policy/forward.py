@@ -27,6 +27,7 @@ __all__ = [
     "action_logits",
     "decoder_hidden_states",
     "full_attention_only",
+    "last_token_logits",
     "left_pad",
     "log_probs_and_entropy",
     "pack",
@@ -205,6 +206,19 @@ def shared_prompt_action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
         use_cache=True,
     )
     return torch.cat([first, out.logits], dim=1)  # (batch, T, vocab)
+
+
+def last_token_logits(model: Any, **inputs: Any) -> tuple[torch.Tensor, Any]:
+    """Run ``model(**inputs)`` keeping only the last column's logits; ``(logits, cache)``.
+
+    ``logits`` is ``(batch, vocab)``; the cache is the output's ``past_key_values``.
+    """
+    try:
+        out = model(**inputs, logits_to_keep=1)
+    except TypeError:
+        # Architectures without ``logits_to_keep`` return every column.
+        out = model(**inputs)
+    return out.logits[:, -1], out.past_key_values
 
 
 def sampling_logits(

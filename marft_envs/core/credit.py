@@ -2,12 +2,20 @@
 
 Named rules (pass the name as ``credit=`` to any env):
 
-- ``"team"``: every agent that acted this round gets the team reward.
-- ``"graded"``: only agents whose profile is ``graded`` (the paper's ``with_answer``) get it.
+- ``"team"``: every agent that acted in the episode so far gets the round's team reward.
+- ``"graded"``: the graded agents (profile ``graded``, the paper's ``with_answer``) among those.
 - ``"last"``: only the last agent to act this round gets it (the reference implementation).
 
-A callable ``rule(reward, acted, profiles) -> {agent: reward}`` is accepted too.
-Agents that did not receive credit get 0.
+``acted`` lists every agent that acted in the episode up to and including this round, ordered by
+its latest action (so ``acted[-1]`` is this round's last agent). An agent may act only once per
+round, so a multi-round team — a checker that sends work back to a writer while the planner,
+done in round 1, waits — has agents that did not act in the final round; they share the team's
+outcome all the same. Their reward reaches training through their most recent decision (an
+earlier round): the rollout adds it there, and from there the return and GAE carry it back as
+for any reward (see ``marft_algos.rollout``).
+
+A callable ``rule(reward, acted, profiles) -> {agent: reward}`` is accepted too. Agents that did
+not receive credit get 0.
 """
 
 from __future__ import annotations

@@ -48,6 +48,9 @@ class Transition:
     Attributes:
         reward: The round's team reward ``r_t``, split by the env's credit rule; or a mapping
             ``{agent: reward}`` that is used as is (agents not named get 0).
+        team_reward: With a mapping ``reward``: the round's team reward ``r_t`` (what
+            ``reward_mean`` and GRPO's team return count); default the mean of the mapping's
+            values, so paying each of two agents 1 for a success counts as 1, not 2.
         terminated: The episode reached a terminal state (e.g. the answer was graded as final).
         info: Extra information copied into every agent's ``infos`` (e.g. ``{"correct": True}``).
     """
@@ -55,6 +58,7 @@ class Transition:
     reward: float | Mapping[str, float] = 0.0
     terminated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    team_reward: float | None = None
 
 
 @dataclass
@@ -79,6 +83,10 @@ class FlexPOMDPEnv(AECEnv):
             :class:`~marft_envs.core.dependency.Chain` over the profile order.
         horizon: Maximum number of rounds; reaching it without termination truncates the episode.
         credit: Credit-assignment rule name (``"team"``, ``"graded"``, ``"last"``) or callable.
+        credit_scope: Which agents the rule counts as having acted: ``"episode"`` (every agent
+            that acted so far, so agents idle in the final round share the outcome) or
+            ``"round"`` (only this round's agents: the behaviour before, kept for ids registered
+            with it, e.g. ``debate-v0``).
         max_action_length: Longest accepted action in characters; longer actions are cut to this
             length, with a warning and ``infos[agent]["action_truncated"] = True``.
         render_mode: ``"human"`` (rich console) or ``"ansi"`` (returns a string), or None.
@@ -100,6 +108,7 @@ class FlexPOMDPEnv(AECEnv):
         *,
         horizon: int = 1,
         credit: str | CreditRule = "graded",
+        credit_scope: str = "episode",
         max_action_length: int = 16384,
         max_observation_length: int = 262144,
         render_mode: str | None = None,
@@ -126,6 +135,12 @@ class FlexPOMDPEnv(AECEnv):
         self.horizon = horizon
         self.credit = credit
         resolve_credit(credit)  # fail now, not at the end of the first round
+        if credit_scope not in ("episode", "round"):
+            raise ValueError(
+                f"credit_scope must be 'episode' (every agent that acted so far shares a round's "
+                f"reward) or 'round' (only this round's agents), got {credit_scope!r}."
+            )
+        self.credit_scope = credit_scope
         self.max_action_length = int(max_action_length)
         self.render_mode = render_mode
 
@@ -311,6 +326,19 @@ class FlexPOMDPEnv(AECEnv):
             "visible_agents": list(turn.sees),
         }
 
+    def _acted_in_episode(self) -> tuple[str, ...]:
+        """Every agent that acted in the episode so far, ordered by its latest action (this
+        round's last agent last): the ``acted`` a credit rule receives."""
+        order: dict[str, None] = {}
+        for record in self.history:
+            for agent, _ in record.actions:
+                order.pop(agent, None)
+                order[agent] = None
+        for agent in self._round.acted:
+            order.pop(agent, None)
+            order[agent] = None
+        return tuple(order)
+
     def _end_round(self) -> None:
         actions = dict(self._round.actions)
         result = self._transition(actions)
@@ -323,10 +351,24 @@ class FlexPOMDPEnv(AECEnv):
             if unknown:
                 raise ValueError(f"Transition reward names unknown agent(s) {sorted(unknown)}.")
             rewards = {a: float(result.reward.get(a, 0.0)) for a in self.profiles}
-            team_reward = float(sum(rewards.values()))
+            paid = [float(v) for v in result.reward.values()]
+            team_reward = (
+                float(result.team_reward)
+                if result.team_reward is not None
+                else (sum(paid) / len(paid) if paid else 0.0)
+            )
         else:
+            if result.team_reward is not None:
+                raise ValueError(
+                    f"{type(self).__name__}._transition set team_reward={result.team_reward!r} with "
+                    f"a single reward {result.reward!r}; team_reward is only for a per-agent reward "
+                    f"mapping (a single reward is the team reward)."
+                )
             team_reward = float(result.reward)
-            rewards = assign_credit(self.credit, team_reward, self._round.acted, self.profiles)
+            acted = (
+                self._acted_in_episode() if self.credit_scope == "episode" else self._round.acted
+            )
+            rewards = assign_credit(self.credit, team_reward, acted, self.profiles)
         self.history.append(
             RoundRecord(
                 timestep=self.timestep,

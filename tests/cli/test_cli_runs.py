@@ -5,6 +5,7 @@ iteration and logs what the uninterrupted run logs; a second run on a busy folde
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -118,7 +119,7 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
                 "--resume",
             ]
         )
-    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v1' vs now 'math-trio-v1'"):
+    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v2' vs now 'math-trio-v2'"):
         main(
             [
                 "train",
@@ -130,7 +131,7 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
                 "2",
                 *BUDGET,
                 "--env",
-                "math-trio-v1",
+                "math-trio-v2",
                 "--max-new-tokens-per-agent",
                 "{}",
                 "--resume",
@@ -237,10 +238,25 @@ def test_export_adapters_and_merged_models(tiny_path, tmp_path):
             assert not torch.allclose(
                 model(ids).logits, trained, atol=1e-4
             )  # the adapter changed something
-    assert (
-        json.loads((run / "export" / "marft_export.json").read_text())["agents"]["actor"]["adapter"]
-        == "actor/adapter"
-    )
+    exported = json.loads((run / "export" / "marft_export.json").read_text())
+    assert exported["agents"]["actor"]["adapter"] == "actor/adapter"
+    # The adapter names the base by a portable id, not a path of this machine.
+    adapter = run / "export" / "actor" / "adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    # (the suite's tiny model is a local folder: named by its folder name, marked not portable;
+    # short names, GGUF sources and Hub ids are tested in tests/algos/policy/test_portable_base.py)
+    assert config["base_model_name_or_path"] == Path(tiny_path).name
+    assert json.loads((adapter / "base_model.json").read_text())["portable"] is False
+    assert str(tmp_path) not in (run / "export" / "marft_export.json").read_text()
+    # Merged models in the dtype asked for (half of float32's size in bfloat16).
+    main(["export", str(run), "--merge", "--merged-dtype", "bfloat16", "--output-dir", "bf16"])
+    merged = AutoModelForCausalLM.from_pretrained("bf16/actor/merged", dtype="auto")
+    assert merged.dtype == torch.bfloat16
+    size = {
+        d: (Path(root) / "actor" / "merged" / "model.safetensors").stat().st_size
+        for d, root in (("f32", run / "export"), ("bf16", "bf16"))
+    }
+    assert size["bf16"] < 0.6 * size["f32"]
 
 
 def test_command_errors_are_one_line_without_a_traceback(tmp_path):
@@ -249,3 +265,48 @@ def test_command_errors_are_one_line_without_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "marft train: error: --threads 0: torch needs at least one thread" in err
     assert "Traceback" not in err
+
+
+def test_run_shows_samples_and_qualified_accuracies_and_eval_prints_transcripts(
+    tiny_path, tmp_path, capsys
+):
+    run = tmp_path / "run"
+    main(["train", "--output-dir", str(run), "--model", tiny_path, "--iterations", "1", *BUDGET])
+    out = capsys.readouterr().out
+    rows = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    assert {r["iteration"] for r in rows} == {0, 1}
+    assert "held-out samples at iteration 1" in out
+    assert "(n=4)" in out and "±" in out  # every accuracy with its count and standard error
+    main(["eval", str(run), "--samples", "2"])
+    out = capsys.readouterr().out
+    assert out.count("episode ") >= 2 and "reasoner (round 0) read:" in out
+    assert "actor said (reward" in out and "accuracy " in out
+
+
+@pytest.mark.parametrize("algo", ["rloo", "reinforce-pp"])
+def test_critic_free_estimators_train_the_builtin_team_from_the_command_line(
+    algo, tiny_path, tmp_path
+):
+    out = tmp_path / algo
+    result = main(
+        [
+            "train",
+            "--algo",
+            algo,
+            "--model",
+            tiny_path,
+            "--iterations",
+            "2",
+            "--output-dir",
+            str(out),
+            *BUDGET,
+        ]
+    )
+    trained = [r for r in records(out) if "train/policy_loss" in r]
+    assert [r["iteration"] for r in trained] == [1, 2]
+    for r in trained:
+        assert math.isfinite(r["train/policy_loss"]) and math.isfinite(r["train/kl"])
+        assert r["train/skipped_nonfinite"] == 0
+    assert trained[0]["train/approx_kl"] < 1e-3  # the first update starts at ratio 1
+    assert result["config"]["beta"] > 0  # the KL penalty in the reward is on by default
+    assert json.loads((out / "config.json").read_text())["algorithm"] == algo

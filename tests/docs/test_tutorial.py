@@ -32,5 +32,9 @@ def test_tutorial_code_runs_and_the_right_agents_act(capsys):
         assert f"triage sees []\n{specialist} sees ['triage']" in out
         other = "tech" if specialist == "billing" else "billing"
         assert f"{other} sees" not in out
+        # The multi-round example: the checker sent the work back once, and the planner, idle in
+        # the final round, shares the team's success (the credit rules paid only the final round).
+        assert namespace["rounds"] == [["planner", "writer", "checker"], ["writer", "checker"]]
+        assert namespace["returns"]["planner"] == 1.0
     finally:
         marft_envs.registry.pop("tutorial/helpdesk-v0", None)

@@ -187,3 +187,16 @@ def test_logged_entropy_equals_the_differentiable_one_without_a_graph():
         assert want.requires_grad and not got.requires_grad
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want.detach(), atol=1e-6, rtol=1e-6)
+
+
+def test_models_without_full_attention_prefill_the_padded_batch(tiny_path, monkeypatch):
+    # Sliding-window models keep transformers' own cache and prefill every distinct prompt in one
+    # padded batch; log-probs still equal the update's.
+    import marft_algos.policy.decoding as decoding
+
+    monkeypatch.setattr(decoding, "full_attention_only", lambda _config: False)
+    policy = _trained(tiny_path)
+    gens = policy.generate("agent", [OBS_A, OBS_B, OBS_A], max_new_tokens=6, seed=5)
+    policy.share_prompts_in_update = False
+    for g, r in zip(gens, _recomputed(policy, gens), strict=True):
+        torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)

@@ -1,0 +1,155 @@
+"""What a run tells its user: transcripts of held-out episodes (samples.jsonl), accuracies with
+their episode count and standard error, a warning when an iteration has nothing to learn from,
+and progress (phase, episodes, tokens/s, ETA) as plain lines when not on a terminal."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+from test_trainers import SMALL, build
+from trainer_envs import DigitsEnv
+
+from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.evaluation import format_accuracy, format_change, summarize_episodes
+from marft_algos.grpo import GRPOConfig, GRPOTrainer
+from marft_algos.policy import MultiAgentPolicy
+from marft_algos.policy.critic import Critic
+from marft_algos.progress import TrainingProgress
+from marft_algos.rollout import Episode
+from marft_envs import Transition
+
+
+class NoRewardEnv(DigitsEnv):
+    """Every answer gets 0: no iteration has anything to learn from."""
+
+    def _transition(self, actions):
+        return Transition(reward=0.0, terminated=True, info={"correct": False})
+
+
+def test_samples_jsonl_holds_every_agents_turns_at_each_evaluation(tiny_path, tmp_path):
+    trainer = build(
+        "action", tiny_path, iterations=2, eval_every=1, eval_samples=2, output_dir=str(tmp_path)
+    )
+    trainer.train()
+    rows = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["episode"]) for r in rows] == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)
+    ]  # fmt: skip
+    for row in rows:
+        assert [t["agent"] for t in row["turns"]] == ["writer", "answerer"]
+        assert isinstance(row["correct"], bool) and isinstance(row["team_return"], float)
+        for turn in row["turns"]:
+            assert turn["messages"][-1]["role"] == "user" and "Number" in str(turn["messages"])
+            assert isinstance(turn["action"], str) and isinstance(turn["reward"], float)
+    # The answerer saw what the writer said (the chain), as the transcript records it.
+    writer, answerer = rows[0]["turns"]
+    said = writer["action"].strip()
+    assert not said or any(said in str(m["content"]) for m in answerer["messages"])
+
+
+def _trainer(kind, tiny_path, env_cls, **overrides):
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], seed=0)
+    env_fn = lambda: env_cls(team=2)  # noqa: E731
+    settings = {**SMALL, "iterations": 1, **overrides}
+    if kind == "grpo":
+        settings.pop("critic_learning_rate")
+        return GRPOTrainer(policy, env_fn, GRPOConfig(num_generations=2, **settings))
+    config = ActionMARFTConfig(**settings)
+    return ActionMARFTTrainer(policy, env_fn, config, critic=Critic(policy, seed=0))
+
+
+@pytest.mark.parametrize("kind", ["grpo", "action"])
+def test_an_iteration_with_nothing_to_learn_from_warns(kind, tiny_path, caplog):
+    trainer = _trainer(kind, tiny_path, NoRewardEnv)
+    with caplog.at_level(logging.WARNING, logger="marft_algos.trainer"):
+        records = trainer.train()
+    assert records[-1]["rollout/nothing_to_learn"] == 1
+    warned = [r.getMessage() for r in caplog.records if "nothing to learn from" in r.getMessage()]
+    assert len(warned) == 1
+    assert ("zero_std_fraction 1.0" if kind == "grpo" else "got reward 0") in warned[0]
+
+
+def test_rewards_with_spread_do_not_warn(tiny_path, caplog):
+    trainer = _trainer("grpo", tiny_path, DigitsEnv, episodes_per_iteration=8)
+    with caplog.at_level(logging.WARNING, logger="marft_algos.trainer"):
+        records = trainer.train()
+    assert records[-1]["rollout/nothing_to_learn"] == 0
+    assert not [r for r in caplog.records if "nothing to learn" in r.getMessage()]
+
+
+def test_accuracy_comes_with_its_episode_count_and_standard_error():
+    episodes = [Episode(seed=i, options={}, info={"correct": i < 3}) for i in range(8)]
+    metrics = summarize_episodes(episodes, "eval")
+    assert metrics["eval/accuracy"] == 0.375 and metrics["eval/episodes"] == 8
+    assert metrics["eval/accuracy_se"] == pytest.approx(math.sqrt(0.375 * 0.625 / 8))
+    assert format_accuracy(0.375, 8) == "0.375 ± 0.171 (n=8)"
+    # The issue's headline: +12.5 points from 8 episodes is within one standard error of nothing.
+    assert format_change(0.25, 8, 0.375, 8) == "+12.5 ± 23.0 points"
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
+    clock = FakeClock()
+    bar = TrainingProgress("plain", total=4, done=0, slow_phase_s=10, clock=clock)
+    with caplog.at_level(logging.INFO, logger="marft_algos.progress"), bar:
+        for _ in range(2):
+            bar.phase("rollout", 8)
+            for _ in range(8):
+                clock.now += 5.0  # a slow real model: 5 s and 100 tokens per episode
+                bar.episode(100)
+            bar.phase("update")
+            clock.now += 20.0
+            bar.update({"rollout/reward_mean": 0.5, "eval/accuracy": 0.25, "eval/episodes": 8})
+    lines = [r.getMessage() for r in caplog.records if r.name == "marft_algos.progress"]
+    assert "  rollout 2/8 episodes, 20 tokens/s" in lines
+    assert "  rollout done: 8 episodes, 800 tokens in 40s (20 tokens/s)" in lines
+    assert "  update done in 20s" in lines
+    # 60 s per iteration: after 1 of 4, 3 remain (3m00s); after 2, 2 remain.
+    assert lines[-1] == (
+        "iteration 2/4 reward_mean=0.500 accuracy=0.250 ± 0.153 (n=8) | rollout 20 tokens/s"
+        " | ETA 2m00s"
+    )
+    assert any(line.endswith("ETA 3m00s") for line in lines)
+
+
+def test_progress_true_off_a_terminal_prints_plain_lines_without_logging_setup(capsys):
+    # From the Python API (no logging configured) progress=True printed nothing for 56 minutes.
+    clock = FakeClock()
+    with TrainingProgress(True, total=1, done=0, slow_phase_s=0, clock=clock) as bar:
+        bar.phase("rollout", 2)
+        clock.now += 1.0
+        bar.episode(10)
+        bar.update({"rollout/reward_mean": 0.0})
+    err = capsys.readouterr().err
+    assert "rollout 1/2 episodes, 10 tokens/s" in err and "iteration 1/1" in err
+
+
+def test_transcripts_reach_tensorboard_as_text(tiny_path, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = build(
+        "action",
+        tiny_path,
+        iterations=1,
+        eval_samples=1,
+        output_dir=str(tmp_path),
+        tensorboard=True,
+    )
+    trainer.train()
+    trainer.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    texts = events.Tensors("eval/samples/text_summary")
+    assert [t.step for t in texts] == [0, 1]
+    assert "*writer* (reward" in texts[0].tensor_proto.string_val[0].decode()
