@@ -99,3 +99,33 @@ def test_marft_envs_lists_the_new_ids_with_their_dependency_functions():
     for env_id, (agents, dependency) in expected.items():
         assert "error" not in rows[env_id], rows[env_id]
         assert (rows[env_id]["agents"], rows[env_id]["dependency"]) == (agents, dependency)
+
+
+def test_marft_eval_of_a_puzzle_run_uses_the_test_split(tiny_path, tmp_path, monkeypatch):
+    import marft_envs
+    from marft_algos.cli.evaluate import evaluate_checkpoint, find_checkpoint
+
+    run = tmp_path / "r"
+    main(
+        [
+            "train",
+            "--env",
+            "sudoku-single-v0",
+            "--model",
+            tiny_path,
+            "--output-dir",
+            str(run),
+            *ONE_ITERATION,
+        ]
+    )
+    made = []
+    real_make = marft_envs.make
+
+    def recording_make(env_id, **kwargs):
+        made.append(kwargs.get("split"))
+        return real_make(env_id, **kwargs)
+
+    monkeypatch.setattr(marft_envs, "make", recording_make)
+    metrics = evaluate_checkpoint(find_checkpoint(run))
+    assert metrics["eval/episodes"] == 4
+    assert made and set(made) == {"test"}

@@ -180,11 +180,6 @@ def test_custom_env_example_registers_and_trains(model_path):
 
 def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
     # The main job's launch path under a standard launcher: two CPU ranks, gloo on 127.0.0.1.
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tmp_path / "ddp"
     result = subprocess.run(
         [
@@ -193,10 +188,7 @@ def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
             "torch.distributed.run",
             "--nproc_per_node",
             "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(port),
+            "--standalone",  # the launcher binds a free port itself: no window for another job
             str(ROOT / "examples" / "train_math.py"),
             "--model",
             model_path,

@@ -188,9 +188,11 @@ def test_pathological_answers_return_false_fast(answer: str) -> None:
     ids=["unbalanced-boxes", "many-boxes", "open-braces", "huge-prose"],
 )
 def test_huge_responses_are_linear(response: str) -> None:
-    start = time.perf_counter()
+    # CPU time of this thread, not wall time: other jobs on a loaded machine slow the wall clock,
+    # not the work a quadratic pattern would add.
+    start = time.thread_time()
     grade_answer(response, "2")
-    assert time.perf_counter() - start < 3.0
+    assert time.thread_time() - start < 3.0
 
 
 def test_timeout_in_worker_threads() -> None:
