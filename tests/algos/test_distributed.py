@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +19,6 @@ import pytest
 import torch
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(args: list[str], cwd: Path) -> None:
@@ -51,10 +44,9 @@ def runs(tmp_path_factory):
             "torch.distributed.run",
             "--nproc_per_node",
             "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(_free_port()),
+            # The launcher binds its own free port (a port chosen here and bound later could be
+            # taken in between by another job on a busy machine).
+            "--standalone",
             str(WORKER),
             "ranks",
             str(out),
