@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from marft_algos.rollout import Episode, EpisodeRequest, GenerationSettings, RolloutCollector
@@ -23,6 +23,7 @@ __all__ = [
     "evaluation_requests",
     "format_accuracy",
     "format_change",
+    "no_signal_reason",
     "standard_error",
     "summarize_episodes",
 ]
@@ -68,6 +69,36 @@ def format_change(before: float, n_before: int | None, after: float, n_after: in
         return f"{points:+.1f} points"
     se = 100 * math.hypot(standard_error(before, n_before), standard_error(after, n_after))
     return f"{points:+.1f} ± {se:.1f} points"
+
+
+def no_signal_reason(
+    reward_range: tuple[float, float], metrics: Mapping[str, Any], iteration: int
+) -> str | None:
+    """Why an iteration has nothing to learn from, or None when its rewards carry a signal.
+
+    Args:
+        reward_range: The smallest and largest reward of any decision of the iteration.
+        metrics: The iteration's metrics (``rollout/zero_std_fraction`` from GRPO,
+            ``rollout/episodes``).
+        iteration: The iteration's number, for the message.
+    """
+    n = metrics.get("rollout/episodes", "the")
+    if metrics.get("rollout/zero_std_fraction") == 1.0:
+        why = (
+            f"in every group the {n} episodes' samples got the same reward "
+            f"(rollout/zero_std_fraction 1.0), so every advantage is 0 and the update is empty"
+        )
+    elif reward_range[0] == reward_range[1]:
+        why = (
+            f"every decision of all {n} episodes got reward {reward_range[0]:g}, so any change "
+            f"of the policy comes from the critic's value errors, not from the task"
+        )
+    else:
+        return None
+    return (
+        f"Iteration {iteration} has nothing to learn from: {why}. Try easier problems, more "
+        f"episodes or samples per group, a higher temperature, or check the reward."
+    )
 
 
 def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:

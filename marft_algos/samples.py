@@ -29,6 +29,7 @@ __all__ = [
     "print_transcripts",
     "read_samples",
     "transcript_table",
+    "transcripts_markdown",
     "trim_samples",
     "write_samples",
 ]
@@ -160,3 +161,18 @@ def print_transcripts(console: Any, rows: Iterable[Mapping[str, Any]]) -> None:
                 markup=True,
             )
             console.print(str(turn.get("action", "")), markup=False)
+
+
+def transcripts_markdown(rows: Iterable[Mapping[str, Any]], width: int = 500) -> str:
+    """Transcripts as Markdown (TensorBoard's text tab renders it): per episode, every turn's
+    agent, reward and action."""
+    parts = []
+    for row in rows:
+        verdict = "correct" if row.get("correct") else "wrong"
+        parts.append(f"**episode {row.get('episode')}** ({verdict})")
+        for turn in row.get("turns") or []:
+            said = _short(str(turn.get("action", "")), width)
+            parts.append(
+                f"- *{turn.get('agent')}* (reward {float(turn.get('reward', 0.0)):g}): `{said}`"
+            )
+    return "\n".join(parts)

@@ -39,7 +39,12 @@ from pettingzoo import AECEnv
 from marft_algos.checkpointing import RunFolderMixin, env_spec_json
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
-from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
+from marft_algos.evaluation import (
+    evaluation_requests,
+    greedy,
+    no_signal_reason,
+    summarize_episodes,
+)
 from marft_algos.metrics import MetricsLogger
 from marft_algos.policy_gradient import Objective, PolicyGradient
 from marft_algos.progress import TrainingProgress
@@ -50,7 +55,7 @@ from marft_algos.run_dir import (
     RunDirectory,
     TrainingDiverged,
 )
-from marft_algos.samples import trim_samples, write_samples
+from marft_algos.samples import transcripts_markdown, trim_samples, write_samples
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
 
@@ -124,6 +129,7 @@ class TrainerConfig:
     iterations and stop with an error if they differ (0: never)."""
 
     def __post_init__(self) -> None:
+        check_finite_numbers(self)
         positive = (
             "iterations",
             "episodes_per_iteration",
@@ -152,6 +158,16 @@ class TrainerConfig:
                 )
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if self.adam_eps <= 0:
+            raise ValueError(
+                f"adam_eps must be > 0, got {self.adam_eps}: Adam divides by sqrt(v) + eps, so 0 "
+                f"turns a parameter whose gradient is 0 into 0/0 = NaN. Use e.g. 1e-8 (paper: 1e-5)."
+            )
+        if self.max_grad_norm <= 0:
+            raise ValueError(
+                f"max_grad_norm must be > 0, got {self.max_grad_norm} (paper: 0.5; a large value "
+                f"such as 1e9 effectively turns clipping off)."
+            )
         if self.temperature <= 0:
             raise ValueError(
                 f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}."
@@ -178,6 +194,22 @@ class TrainerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_finite_numbers(config: Any) -> None:
+    """Refuse NaN and infinity in any float field of a config dataclass (every subclass's too).
+
+    A non-finite learning rate, epsilon, coefficient or threshold does not fail where it is set:
+    it turns the weights into NaN, and the run then stops inside sampling with a message about
+    probabilities. Checked when the config is built, it names the field and the value.
+    """
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(
+                f"{type(config).__name__}.{f.name} must be a finite number, got {value}; pass a "
+                f"finite value (its default is {f.default!r})."
+            )
 
 
 def check_clip_range(epsilon: float, epsilon_high: float | None) -> None:
@@ -208,7 +240,7 @@ class Trainer(RunFolderMixin, ABC):
 
     Args:
         policy: A multi-agent policy (``marft_algos.policy.MultiAgentPolicy``) covering every agent.
-        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v1")``.
+        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v2")``.
         config: The trainer's config dataclass.
         critic: Value function, for actor-critic trainers.
         eval_env_fn: Builds one held-out env copy (e.g. on the test split); None skips evaluation.
@@ -395,7 +427,8 @@ class Trainer(RunFolderMixin, ABC):
     ) -> dict[str, float]:
         """Backward, guards and optimizer step for one batch of the given agents' decisions.
 
-        A non-finite loss or gradient skips the step (``skipped_nonfinite``). With a trust region
+        A non-finite loss or gradient skips the step, and a step that leaves a weight non-finite
+        is undone (both counted in ``skipped_nonfinite``). With a trust region
         (:attr:`trust_region_kl`), the KL to the rollout policy is measured on ``batch`` after
         the step; a step that exceeds it is undone (``skipped_trust_region``).
         """
@@ -414,11 +447,20 @@ class Trainer(RunFolderMixin, ABC):
             self.zero_grad()
             return {**result, "skipped_nonfinite": 1}
         limit = self.trust_region_kl
-        before = self._snapshot(agents) if limit is not None else None
+        before = self._snapshot(agents)
         grad_norm, applied = self.step_policy(agents)
+        if applied and not self._weights_finite(agents):
+            # Finite gradients can still step to NaN/inf weights (a huge learning rate, a
+            # degenerate optimizer state); the next rollout would sample from them, so undo.
+            logger.warning(
+                "Undoing a policy update at iteration %d: it made adapter weights non-finite.",
+                self.iteration,
+            )
+            self._restore(before)
+            applied = False
         self._steps["skipped"] += int(not applied)
         result = {**result, "grad_norm": grad_norm, "skipped_nonfinite": int(not applied)}
-        if applied and before is not None and limit is not None:
+        if applied and limit is not None:
             kl = step.approx_kl(
                 batch if active is None else batch[active.nonzero().flatten().tolist()]
             )  # global
@@ -427,6 +469,14 @@ class Trainer(RunFolderMixin, ABC):
                 self._restore(before)
                 result["skipped_trust_region"] = 1
         return result
+
+    def _weights_finite(self, agents: Sequence[str]) -> bool:
+        """Whether every trainable weight of the given agents' adapters is finite."""
+        return all(
+            bool(torch.isfinite(p).all())
+            for agent in agents
+            for p in self.policy.trainable_parameters(agent)
+        )
 
     def step_policy(self, agents: Sequence[str]) -> tuple[float, bool]:
         """Clip and apply the gradients of the given agents' adapters.
@@ -487,7 +537,10 @@ class Trainer(RunFolderMixin, ABC):
         episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
         metrics = self.summarize(episodes, "eval")
         if self.run_dir is not None and self.dist.is_main and self.config.eval_samples:
-            write_samples(self.run_dir.path, self.iteration, episodes, self.config.eval_samples)
+            rows = write_samples(
+                self.run_dir.path, self.iteration, episodes, self.config.eval_samples
+            )
+            self.logger.log_text("eval/samples", transcripts_markdown(rows), self.iteration)
         if self.config.eval_sampled:
             self._phase("eval (sampled)", len(requests))
             episodes = self.eval_collector.collect(requests, self.config.generation)
@@ -535,36 +588,16 @@ class Trainer(RunFolderMixin, ABC):
     def _warn_if_nothing_to_learn(
         self, episodes: Sequence[Episode], metrics: dict[str, Any]
     ) -> None:
-        """Say so when the iteration's rewards carry no signal: every GRPO group flat, or every
-        decision of every episode rewarded alike (then an actor-critic update moves the policy by
-        the critic's value errors alone)."""
+        """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal."""
         rewards = [d.reward for e in episodes for d in e.decisions]
         spread = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
         if self.dist.enabled:
             parts = self.dist.gather(spread)
             spread = (min(p[0] for p in parts), max(p[1] for p in parts))
-        flat_groups = metrics.get("rollout/zero_std_fraction") == 1.0
-        flat = flat_groups or spread[0] == spread[1]
-        metrics["rollout/nothing_to_learn"] = int(flat)
-        if not flat:
-            return
-        n = metrics.get("rollout/episodes", len(episodes))
-        if flat_groups:
-            why = (
-                f"in every group the {n} episodes' samples got the same reward "
-                f"(rollout/zero_std_fraction 1.0), so every advantage is 0 and the update is empty"
-            )
-        else:
-            why = (
-                f"every decision of all {n} episodes got reward {spread[0]:g}, so any change "
-                f"of the policy comes from the critic's value errors, not from the task"
-            )
-        logger.warning(
-            "Iteration %d has nothing to learn from: %s. Try easier problems, more episodes or "
-            "samples per group, a higher temperature, or check the reward.",
-            self.iteration + 1,
-            why,
-        )
+        why = no_signal_reason(spread, metrics, self.iteration + 1)
+        metrics["rollout/nothing_to_learn"] = int(why is not None)
+        if why is not None:
+            logger.warning(why)
 
     def _guard_nonfinite(self) -> None:
         """Count iterations whose policy steps were all skipped as non-finite; stop after K in a row."""

@@ -25,6 +25,7 @@ import builtins
 import json
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +94,7 @@ class CodeProblem:
     @property
     def unit_tests(self) -> UnitTests:
         """The tests in the sandbox's form."""
-        return UnitTests(self.tests, self.setup)
+        return UnitTests(self.tests, self.setup, self.entry_point)
 
     def program(self, code: str) -> str:
         """The program that is run for an agent's ``code``: the preamble, then the code."""
@@ -221,24 +222,44 @@ def problem_from_mbpp(
         setup=setup,
         preamble=setup,
         reference=code or None,
-        entry_point=_called_name(tests[0]),
+        entry_point=_called_name(tests[0], _defined_names(code or "")),
         id=f"mbpp-{task_id}" if task_id is not None else None,
     )
 
 
-def _called_name(test: str) -> str | None:
+def _called_name(test: str, defined: frozenset[str] = frozenset()) -> str | None:
+    """The function a test calls: the first called name the reference defines (even a builtin's
+    name, as MBPP 126's ``sum``), else the first called name that is not a builtin."""
     try:
-        tree = ast.parse(test)
+        tree = _parse(test)
     except SyntaxError:
         return None
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and not hasattr(builtins, node.func.id)
-        ):
-            return node.func.id
-    return None
+    called = [
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    ]
+    for name in called:
+        if name in defined:
+            return name
+    return next((name for name in called if not hasattr(builtins, name)), None)
+
+
+def _parse(code: str) -> ast.Module:
+    """Parse dataset code without warnings about its style (invalid escapes in MBPP's regexes)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", (SyntaxWarning, DeprecationWarning))
+        return ast.parse(code)
+
+
+def _defined_names(code: str) -> frozenset[str]:
+    """The functions and classes a program defines at its top level."""
+    try:
+        tree = _parse(code)
+    except SyntaxError:
+        return frozenset()
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return frozenset(node.name for node in tree.body if isinstance(node, kinds))
 
 
 def _check_body_tests(test: str, source: str, location: str) -> tuple[str, ...]:

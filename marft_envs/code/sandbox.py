@@ -21,37 +21,48 @@ What the sandbox guarantees, and how:
   ``setsid()``; without them, when the sandbox runs as root, every process of the run's private
   uid is killed.
 - *Resources are bounded*: CPU time, wall time (the parent kills the tree), address space
-  (default 1 GiB), file size, open files and processes/threads (``RLIMIT_NPROC``), through
-  ``setrlimit`` in the process that runs the program.
+  (default 1 GiB per process), file size, open files and processes/threads (``RLIMIT_NPROC``),
+  through ``setrlimit`` in the process that runs the program. Where the host lets the sandbox
+  create memory cgroups (cgroup v2 with the memory controller available, else cgroup v1), each run
+  gets one, so the program's whole process tree shares ``memory_bytes``; without one, a namespaced
+  run's tester sums the tree's resident memory every 20 ms and kills the tree past
+  ``memory_bytes``, and a run with ``isolation="process"`` may hold ``processes * memory_bytes``. The default worker pool is sized from the host's free memory
+  (:func:`run_memory_bound` per run).
 - *No secrets.* The environment holds ``PATH``, ``LANG``, ``HOME`` and ``TMPDIR`` only; ``-I``
   ignores every ``PYTHON*`` variable and the user's site-packages, ``-S`` all site-packages.
-- *No network, no writes outside the sandbox, nobody else to signal* — with namespaces, i.e.
-  ``unshare --net --mount --pid --ipc --mount-proc`` (Linux, as root or with ``CAP_SYS_ADMIN``):
-  a network namespace with only a down loopback (127.0.0.1 of the host is unreachable), every
-  mount remounted read-only and ``nosuid`` with a fresh size-capped tmpfs as the working directory,
-  a private ``/proc`` (host processes are invisible). As root the program also runs under a random
-  unprivileged uid with ``no_new_privs``, so it can signal no process outside its run and regain
-  no privilege from a setuid binary.
+- *Nothing of the host to see, no network, no writes, nobody else to signal* — with namespaces,
+  i.e. ``unshare --net --mount --pid --ipc`` (Linux, as root or with ``CAP_SYS_ADMIN``): a network
+  namespace with only a down loopback (127.0.0.1 of the host is unreachable), and a private root:
+  a tmpfs that holds only the interpreter's own files (its standard library without
+  ``site-packages``, its executable and the shared libraries they load, bind-mounted read-only)
+  and a fresh size-capped ``/tmp`` as the working directory, entered with ``pivot_root`` and the
+  host's root detached. So no task data, no project, no ``/etc``, ``/proc``, ``/dev``, and no host
+  ``/tmp``, ``/run`` or ``/var`` (no unix socket of the host). As root the program also runs under
+  a random unprivileged uid with ``no_new_privs``, so it can signal no process outside its run
+  and regain no privilege from a setuid binary.
 - *Grading cannot be faked.* The program runs in a child process forked *before* the tests and
   the per-run nonce are read, with stdout and stderr going to ``/dev/null`` and no handle on the
   report channel. The tests run in the parent of that child and call stand-ins for the program's
   functions; only plain values (``None``, bool, int, float, complex, str, bytes and lists, tuples,
   dicts, sets of them, exact types) come back, decoded into fresh objects, so an object with an
-  ``__eq__`` that always returns True never reaches an assertion. The host counts a test as passed
-  only from a report that carries the run's nonce and exactly one result per test; exiting early
-  (``sys.exit(0)``, ``os._exit(0)``), printing fake pass lines, killing its parent or crashing
-  the harness all leave the tests failed.
+  ``__eq__`` that always returns True never reaches an assertion. The tests see the real builtins:
+  a name the program defines that is also a builtin (``def set(*a, **k): return 0``) is not
+  passed to them. The host counts a test as passed only from a report that carries the run's
+  nonce and exactly one result per test; exiting early (``sys.exit(0)``, ``os._exit(0)``),
+  printing fake pass lines, killing its parent or crashing the harness all leave the tests failed.
+- *What comes back is bounded*: a failure's detail is one line of printable characters, at most
+  :data:`DETAIL_CHARS` long.
 
-**Fallback** (``isolation="process"``; chosen by ``"auto"`` where ``unshare`` is not permitted,
-e.g. a container without ``CAP_SYS_ADMIN``, macOS): no network namespace (the program *can* open
-sockets) and no read-only view (it can write wherever its uid may, e.g. ``/tmp``). As root the
-program still runs under a private uid, so it can signal nothing outside its run; where that uid
-could not read the standard library (a Python under ``/root``) the fallback refuses to start
-rather than run programs as root. As a normal user the program runs as that user and could
-signal the user's other processes. Resource limits, the minimal environment, the own session,
-the forked-before-the-tests runner and plain-value grading hold in both modes. Run untrusted
-code only with ``isolation="namespaces"`` (which fails loudly when unavailable) or inside a
-container or VM.
+**Fails closed.** ``Sandbox()`` (``isolation="namespaces"``, the default) raises where namespaces
+are not permitted (e.g. a container without ``CAP_SYS_ADMIN``, macOS). ``isolation="process"`` is
+an explicit opt-in to a weaker mode: no network namespace (the program *can* open sockets), no
+private root (it can read whatever its uid may, the tests' files included, and write e.g. to
+``/tmp``). As root the program still runs under a private uid, so it can signal nothing outside
+its run; where that uid could not read the standard library (a Python under ``/root``) the
+fallback refuses to start rather than run programs as root. As a normal user the program runs as
+that user and could signal the user's other processes. Resource limits, the minimal environment,
+the own session, the forked-before-the-tests runner and plain-value grading hold in both modes.
+Use it only for programs you would run unsandboxed, or inside a container or VM.
 
 Not covered: a program that attacks the kernel, and side channels (timing). Test code runs in the
 sandbox too but is trusted data, like the dataset it comes from.
@@ -79,21 +90,37 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from marft_envs.code.confinement import (
+    MemoryCgroups,
+    available_memory,
+    memory_cgroups,
+    root_plan,
+)
+
 __all__ = [
+    "DETAIL_CHARS",
     "FAILURE_KINDS",
     "Sandbox",
     "SandboxLimits",
     "SandboxResult",
     "UnitTests",
     "available_isolation",
+    "clean_detail",
     "default_sandbox",
     "namespaces_available",
+    "run_memory_bound",
+    "tree_memory_limit_available",
 ]
 
 logger = logging.getLogger(__name__)
 
 _HARNESS = Path(__file__).with_name("_harness.py")
 _UNSHARE = ("--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc")
+
+#: The longest failure detail a result carries (one line of printable characters).
+DETAIL_CHARS = 300
+# Memory a run holds besides the program's: the tester process and the unshare wrapper.
+_RUN_OVERHEAD_BYTES = 48 << 20
 
 #: Why a test failed (``SandboxResult.failure``); ``None`` when every test passed.
 FAILURE_KINDS = (
@@ -116,12 +143,15 @@ class SandboxLimits:
     Attributes:
         cpu_seconds: CPU time of the program's process (``RLIMIT_CPU``).
         wall_seconds: Wall-clock time for the program and all its tests.
-        memory_bytes: Address space of the program's process (``RLIMIT_AS``), default 1 GiB.
+        memory_bytes: Address space of each of the program's processes (``RLIMIT_AS``), default
+            1 GiB, and, where the sandbox can create a memory cgroup, the memory of the program's
+            whole process tree.
         file_size_bytes: Largest file the program may write (``RLIMIT_FSIZE``).
         tmpfs_bytes: Size of the private working directory (namespaces only).
         open_files: Open file descriptors (``RLIMIT_NOFILE``).
-        processes: Processes and threads of the program's uid (``RLIMIT_NPROC``). The memory
-            limit is per process, so a run holds at most ``processes * memory_bytes``.
+        processes: Processes and threads of the program's uid (``RLIMIT_NPROC``). Without a
+            memory cgroup the memory limit is per process, so a run holds at most
+            ``processes * memory_bytes``.
         message_bytes: Largest return value, JSON-encoded.
     """
 
@@ -153,10 +183,15 @@ class UnitTests:
         tests: Python snippets, each one test (usually one ``assert``); they run in order in one
             namespace that holds the program's names.
         setup: Code run once before the tests in that namespace (imports, helpers).
+        entry_point: The function under test. The tests see the program's function of that name
+            even where it is a builtin's (MBPP 126 asks for ``sum``); every other name the
+            program defines that is also a builtin's is hidden from them, so they call the real
+            builtin (``def set(*a, **k): return 0`` cannot make ``set(f(x)) == set(y)`` pass).
     """
 
     tests: tuple[str, ...]
     setup: str = ""
+    entry_point: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.tests, str) or not all(isinstance(t, str) for t in self.tests):
@@ -164,6 +199,12 @@ class UnitTests:
                 f"UnitTests.tests must be a sequence of code strings, got {self.tests!r:.80}."
             )
         object.__setattr__(self, "tests", tuple(self.tests))
+        if self.entry_point is not None and not (
+            isinstance(self.entry_point, str) and self.entry_point.isidentifier()
+        ):
+            raise ValueError(
+                f"UnitTests.entry_point must be a Python name or None, got {self.entry_point!r}."
+            )
         if not self.tests:
             raise ValueError(
                 "UnitTests needs at least one test; a program with no tests proves nothing."
@@ -221,16 +262,11 @@ def namespaces_available() -> bool:
 
 
 def available_isolation() -> str | None:
-    """The isolation ``Sandbox(isolation="auto")`` gets here: ``"namespaces"``, ``"process"``, or
-    ``None`` where no sandbox can run (not POSIX, or root whose standard library another uid
-    cannot read, without namespaces)."""
-    if os.name != "posix":
+    """The isolation the default ``Sandbox()`` gets here: ``"namespaces"``, or ``None`` where it
+    would refuse to start (no namespaces: it fails closed; ``isolation="process"`` is an opt-in)."""
+    if os.name != "posix" or not namespaces_available():
         return None
-    if namespaces_available():
-        return "namespaces"
-    if os.geteuid() == 0 and not _stdlib_world_readable():
-        return None
-    return "process"
+    return "namespaces"
 
 
 @functools.lru_cache(maxsize=1)
@@ -251,17 +287,21 @@ class Sandbox:
 
     Args:
         limits: Resource limits of each run.
-        isolation: ``"namespaces"`` (fail when not permitted), ``"process"`` (the documented
-            fallback) or ``"auto"`` (namespaces where permitted, else the fallback, with a warning).
-        max_workers: Runs in flight at once for :meth:`submit` and :meth:`run_many`
-            (default: the number of CPUs, at most 8).
+        isolation: ``"namespaces"`` (the default; raises :class:`OSError` where namespaces are not
+            permitted: the sandbox fails closed) or ``"process"``, an explicit opt-in to the weaker
+            fallback described in :mod:`marft_envs.code.sandbox` (no network or filesystem
+            isolation). ``"auto"`` is accepted as a synonym of ``"namespaces"``; it no longer
+            falls back.
+        max_workers: Runs in flight at once for :meth:`submit` and :meth:`run_many` (default:
+            the number of CPUs, at most 8, and no more than the host's free memory holds at
+            :func:`run_memory_bound` bytes a run).
     """
 
     def __init__(
         self,
         limits: SandboxLimits | None = None,
         *,
-        isolation: Literal["auto", "namespaces", "process"] = "auto",
+        isolation: Literal["namespaces", "process", "auto"] = "namespaces",
         max_workers: int | None = None,
     ) -> None:
         if os.name != "posix":
@@ -269,22 +309,17 @@ class Sandbox:
                 f"The code sandbox needs a POSIX system (setrlimit, fork); this is {os.name!r}."
             )
         if isolation not in ("auto", "namespaces", "process"):
-            raise ValueError(
-                f"isolation must be 'auto', 'namespaces' or 'process', got {isolation!r}."
-            )
-        if isolation != "process" and not namespaces_available():
-            if isolation == "namespaces":
+            raise ValueError(f"isolation must be 'namespaces' or 'process', got {isolation!r}.")
+        if isolation != "process":
+            if not namespaces_available():
                 raise OSError(
-                    "isolation='namespaces' needs `unshare` with permission to create network, mount "
-                    "and PID namespaces (Linux, root or CAP_SYS_ADMIN); use isolation='process' for "
-                    "the weaker fallback described in marft_envs.code.sandbox."
+                    "The code sandbox needs `unshare` with permission to create network, mount and "
+                    "PID namespaces (Linux, as root or with CAP_SYS_ADMIN), and it is not permitted "
+                    "here, so it will not run untrusted programs. Run where it is permitted (e.g. a "
+                    "container started with CAP_SYS_ADMIN), or opt in to the weaker "
+                    "Sandbox(isolation='process'): no network or filesystem isolation, so only for "
+                    "programs you would run unsandboxed (see docs/code_envs.md)."
                 )
-            logger.warning(
-                "Namespaces are not permitted here; the code sandbox falls back to isolation='process' "
-                "(no network or filesystem isolation; see the marft_envs.code.sandbox docstring)."
-            )
-            isolation = "process"
-        elif isolation == "auto":
             isolation = "namespaces"
         if isolation == "process" and os.geteuid() == 0 and not _stdlib_world_readable():
             raise OSError(
@@ -297,9 +332,11 @@ class Sandbox:
             raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}.")
         self.limits = limits or SandboxLimits()
         self.isolation: str = isolation
-        self.max_workers = max_workers or min(8, os.cpu_count() or 1)
+        self.max_workers = max_workers or _default_workers(self.limits, isolation)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        if isolation == "namespaces":
+            _check_private_root()
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.isolation!r}, max_workers={self.max_workers}, limits={self.limits})"
@@ -315,7 +352,8 @@ class Sandbox:
         try:
             kinds, details = self._execute(program, tests)
         except _Untrusted as err:
-            kinds, details = ["sandbox_error"] * len(tests.tests), [str(err)] * len(tests.tests)
+            kinds = ["sandbox_error"] * len(tests.tests)
+            details = [clean_detail(str(err))] * len(tests.tests)
         outcomes = tuple(kind is None for kind in kinds)
         first = next((i for i, kind in enumerate(kinds) if kind is not None), None)
         return SandboxResult(
@@ -366,30 +404,51 @@ class Sandbox:
         limits = self.limits
         nonce = secrets.token_hex(16)
         base = tempfile.mkdtemp(prefix="marft-sandbox-")
-        workdir, libdir = os.path.join(base, "work"), os.path.join(base, "lib")
-        os.mkdir(workdir, 0o700)
-        os.mkdir(libdir, 0o755)
         os.chmod(base, 0o711)
         uid = self._private_uid()
-        if uid is not None and self.isolation == "process":
-            os.chown(workdir, uid, uid)
+        header: dict[str, object] = {"isolation": self.isolation, "uid": uid}
+        if self.isolation == "namespaces":
+            # The harness builds the run's root on this mount point: the interpreter's files only.
+            workdir = os.path.join(base, "root")
+            os.mkdir(workdir, 0o700)
+            header.update(root=workdir, root_plan=root_plan())
+            env = _minimal_env("/tmp")
+        else:
+            workdir = os.path.join(base, "work")
+            os.mkdir(workdir, 0o700)
+            if uid is not None:
+                os.chown(workdir, uid, uid)
+            env = _minimal_env(workdir)
+        cgroups = memory_cgroups()
+        cgroup = None
+        if cgroups is not None:
+            try:
+                cgroup = cgroups.create(limits.memory_bytes)
+            except OSError as err:
+                shutil.rmtree(base, ignore_errors=True)
+                raise _Untrusted(f"could not create the run's memory cgroup: {err}") from err
+            header["cgroup"] = {"path": cgroup, "events": cgroups.events}
+        elif self.isolation == "namespaces":
+            header["account_bytes"] = limits.memory_bytes
         encoded = program.encode("utf-8", "surrogatepass")
-        header = {
-            "program_bytes": len(encoded),
-            "isolation": self.isolation,
-            "workdir": workdir,
-            "libdir": libdir,
-            "uid": uid,
-            "cpu_seconds": int(limits.cpu_seconds),
-            "wall_seconds": float(limits.wall_seconds),
-            "memory_bytes": int(limits.memory_bytes),
-            "file_size_bytes": int(limits.file_size_bytes),
-            "tmpfs_bytes": int(limits.tmpfs_bytes),
-            "open_files": int(limits.open_files),
-            "processes": int(limits.processes),
-            "message_bytes": int(limits.message_bytes),
+        header.update(
+            program_bytes=len(encoded),
+            workdir=workdir,
+            cpu_seconds=int(limits.cpu_seconds),
+            wall_seconds=float(limits.wall_seconds),
+            memory_bytes=int(limits.memory_bytes),
+            file_size_bytes=int(limits.file_size_bytes),
+            tmpfs_bytes=int(limits.tmpfs_bytes),
+            open_files=int(limits.open_files),
+            processes=int(limits.processes),
+            message_bytes=int(limits.message_bytes),
+        )
+        rest = {
+            "setup": tests.setup,
+            "tests": list(tests.tests),
+            "entry_point": tests.entry_point,
+            "nonce": nonce,
         }
-        rest = {"setup": tests.setup, "tests": list(tests.tests), "nonce": nonce}
         payload = json.dumps(header).encode() + b"\n" + encoded + json.dumps(rest).encode()
         try:
             proc = subprocess.Popen(
@@ -398,12 +457,12 @@ class Sandbox:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=workdir,
-                env=_minimal_env(workdir),
+                env=env,
                 start_new_session=True,
                 close_fds=True,
             )
         except OSError as err:
-            shutil.rmtree(base, ignore_errors=True)
+            _clean_up(base, cgroup)
             raise _Untrusted(f"could not start the sandbox: {err}") from err
         try:
             # The harness enforces wall_seconds itself; the extra time covers start-up and report.
@@ -416,8 +475,68 @@ class Sandbox:
             )
         finally:
             _kill_group(proc)
-            shutil.rmtree(base, ignore_errors=True)
+            _clean_up(base, cgroup)
         return _parse_report(out, err_text, nonce, len(tests.tests))
+
+
+@functools.lru_cache(maxsize=1)
+def _check_private_root() -> None:
+    """Run one program once per process: unshare may be permitted where the mounts of the
+    private root are not (some container profiles), and then every run would fail."""
+    probe = Sandbox.__new__(Sandbox)
+    probe.limits, probe.isolation = SandboxLimits(), "namespaces"
+    result = probe.run("x = 1", UnitTests(("assert x == 1",)))
+    if not result.all_passed:  # not cached: the next Sandbox() checks again
+        raise OSError(
+            "The code sandbox could not run a program in its private root here "
+            f"({result.failure}: {result.detail}). It needs to mount a tmpfs, bind-mount the "
+            "Python installation read-only and pivot_root inside its mount namespace; opt in to "
+            "the weaker Sandbox(isolation='process') only for programs you would run unsandboxed."
+        )
+
+
+def _clean_up(base: str, cgroup: str | None) -> None:
+    shutil.rmtree(base, ignore_errors=True)
+    if cgroup is not None:
+        MemoryCgroups.remove(cgroup)
+
+
+def run_memory_bound(limits: SandboxLimits, isolation: str = "namespaces") -> int:
+    """The most memory one run may hold: ``memory_bytes`` for the program's whole process tree
+    (a memory cgroup, or the per-tree accounting of a namespaced run) plus its tmpfs, else
+    ``processes * memory_bytes`` plus its tmpfs (``isolation="process"`` without cgroups)."""
+    if tree_memory_limit_available(isolation):
+        program = limits.memory_bytes
+    else:
+        program = limits.processes * limits.memory_bytes
+    return program + limits.tmpfs_bytes + _RUN_OVERHEAD_BYTES
+
+
+def tree_memory_limit_available(isolation: str = "namespaces") -> bool:
+    """Whether runs get one memory limit for the program's whole process tree: a memory cgroup
+    where one can be created, else (namespaces only) the tester's accounting of the tree's
+    resident memory every 20 ms, which kills the tree once it passes the limit."""
+    return memory_cgroups() is not None or isolation == "namespaces"
+
+
+def _available_memory() -> int | None:
+    return available_memory()
+
+
+def _default_workers(limits: SandboxLimits, isolation: str) -> int:
+    workers = min(8, os.cpu_count() or 1)
+    free = _available_memory()
+    if free is not None:
+        workers = min(workers, free // run_memory_bound(limits, isolation))
+    return max(1, workers)
+
+
+def clean_detail(text: str) -> str:
+    """A failure message as it may be shown: one line of printable characters (others, line
+    breaks included, become spaces), at most :data:`DETAIL_CHARS` long. The program controls
+    most of it, and the retry teams read it."""
+    text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 3] + "..."
 
 
 class _Untrusted(Exception):
@@ -458,7 +577,7 @@ def _parse_report(
                 kinds.append(None)
             else:
                 kinds.append(r["kind"] if r["kind"] in FAILURE_KINDS else "sandbox_error")
-            details.append(str(r.get("detail", ""))[:300])
+            details.append(clean_detail(str(r.get("detail", ""))))
     except (ValueError, KeyError, TypeError) as error:
         raise _Untrusted(f"malformed report: {error}") from None
     return kinds, details

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 from marft_envs.code.sandbox import _HARNESS, Sandbox, SandboxLimits, available_isolation
 
+_CONFINEMENT = Path(__file__).with_name("confinement.py")
+
 if TYPE_CHECKING:
     from marft_envs.code.data import CodeProblem
 
@@ -48,12 +50,28 @@ def _enabled() -> bool:
 
 
 def problem_key(
-    program: str, setup: str, tests: Sequence[str], limits: SandboxLimits, isolation: str
+    program: str,
+    setup: str,
+    tests: Sequence[str],
+    limits: SandboxLimits,
+    isolation: str,
+    entry_point: str | None = None,
 ) -> str:
     """The key of one validation run: a digest of everything its verdict depends on."""
-    harness = hashlib.sha256(_HARNESS.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for source in (_HARNESS, _CONFINEMENT):
+        digest.update(source.read_bytes())
     material = json.dumps(
-        [harness, platform.python_version(), isolation, asdict(limits), program, setup, list(tests)]
+        [
+            digest.hexdigest(),
+            platform.python_version(),
+            isolation,
+            asdict(limits),
+            program,
+            setup,
+            list(tests),
+            entry_point,
+        ]
     )
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -102,7 +120,7 @@ def reference_verdicts(
     and, for passes, on disk."""
     isolation = available_isolation() or "none"
     keys = {
-        i: problem_key(p.program(p.reference), p.setup, p.tests, limits, isolation)
+        i: problem_key(p.program(p.reference), p.setup, p.tests, limits, isolation, p.entry_point)
         for i, p in enumerate(problems)
         if p.reference is not None
     }

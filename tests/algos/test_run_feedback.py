@@ -122,7 +122,20 @@ def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
     assert any(line.endswith("ETA 3m00s") for line in lines)
 
 
-def test_progress_true_off_a_terminal_prints_plain_lines_without_logging_setup(capsys):
+@pytest.fixture
+def unconfigured_progress_logger():
+    """The progress logger as a script that never configured logging has it (the command line
+    sets it to INFO, and earlier tests may have run the command line)."""
+    log = logging.getLogger("marft_algos.progress")
+    level = log.level
+    log.setLevel(logging.NOTSET)  # setLevel, not the attribute: it clears the level cache
+    yield
+    log.setLevel(level)
+
+
+def test_progress_true_off_a_terminal_prints_plain_lines_without_logging_setup(
+    capsys, unconfigured_progress_logger
+):
     # From the Python API (no logging configured) progress=True printed nothing for 56 minutes.
     clock = FakeClock()
     with TrainingProgress(True, total=1, done=0, slow_phase_s=0, clock=clock) as bar:
@@ -132,3 +145,24 @@ def test_progress_true_off_a_terminal_prints_plain_lines_without_logging_setup(c
         bar.update({"rollout/reward_mean": 0.0})
     err = capsys.readouterr().err
     assert "rollout 1/2 episodes, 10 tokens/s" in err and "iteration 1/1" in err
+
+
+def test_transcripts_reach_tensorboard_as_text(tiny_path, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = build(
+        "action",
+        tiny_path,
+        iterations=1,
+        eval_samples=1,
+        output_dir=str(tmp_path),
+        tensorboard=True,
+    )
+    trainer.train()
+    trainer.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    texts = events.Tensors("eval/samples/text_summary")
+    assert [t.step for t in texts] == [0, 1]
+    assert "*writer* (reward" in texts[0].tensor_proto.string_val[0].decode()

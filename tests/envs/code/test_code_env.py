@@ -110,7 +110,7 @@ def test_the_coder_sees_the_testers_cases_and_the_tester_does_not_see_the_coder(
 
 
 def test_retry_variant_feeds_back_the_failure_and_ends_on_success():
-    env = marft_envs.make("code-dual-retry-v0", dataset=PROBLEMS, limits=LIMITS)
+    env = marft_envs.make("code-dual-retry-v1", dataset=PROBLEMS, limits=LIMITS)
     env.reset(options={"index": 0})
     play(env, "plan", block("def add(a, b):\n    return a - b"))
     assert env.agents and not any(env.terminations.values())
@@ -120,6 +120,30 @@ def test_retry_variant_feeds_back_the_failure_and_ends_on_success():
     play(env, "plan", block(PROBLEMS[0].reference))
     assert env.rewards["coder"] == 1.0 and all(env.terminations.values())
     assert env.unwrapped.timestep == 2
+
+
+def test_retry_feedback_of_a_failure_is_bounded_and_holds_no_host_file():
+    env = marft_envs.make("code-dual-retry-v1", dataset=PROBLEMS, limits=LIMITS)
+    env.reset(options={"index": 0})
+    leak = (
+        "def add(a, b):\n"
+        "    try:\n"
+        "        text = open('/etc/passwd').read()\n"
+        "    except OSError as err:\n"
+        "        text = str(err)\n"
+        "    raise ValueError('\\x1b[2J' + text + 'X' * 3000)\n"
+    )
+    play(env, "plan", block(leak))
+    detail = env.infos["coder"]["failure_detail"]
+    assert detail.startswith("ValueError: ") and len(detail) <= 300 and detail.isprintable()
+    feedback = env.observe("tester")["messages"][-1]["content"]
+    assert f"({detail})" in feedback and "\x1b" not in feedback and "root:x:0" not in feedback
+
+
+def test_v0_ids_build_v1_and_say_so():
+    with pytest.warns(marft_envs.OutdatedEnvWarning, match="code-dual-v1"):
+        env = marft_envs.make("code-dual-v0", dataset=PROBLEMS, limits=LIMITS)
+    assert env.spec.id == "code-dual-v1"
 
 
 def test_prepare_step_starts_the_run_and_step_uses_it():
@@ -155,7 +179,7 @@ def test_make_on_real_mbpp_rewards_references(shared_data, tmp_path):
     rows = json.loads((shared_data / "mbpp_sanitized.json").read_text())[:6]
     path = tmp_path / "mbpp_sanitized.json"
     path.write_text(json.dumps(rows))
-    env = marft_envs.make("code-dual-v0", dataset=str(path), limits=LIMITS)
+    env = marft_envs.make("code-dual-v1", dataset=str(path), limits=LIMITS)
     for index in range(len(rows)):
         env.reset(options={"index": index})
         play(env, "plan", block(rows[index]["code"]))
