@@ -103,6 +103,9 @@ class ActorCriticConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name in ("critic_learning_rate", "huber_delta"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}.")
         for name in ("gamma", "gae_lambda", "gamma_token", "lam_token"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")

@@ -202,8 +202,9 @@ class RunFolderMixin:
                 that changes the run (anything but :data:`RESUMABLE_CHANGES`), unless
                 ``allow_config_change``. Nothing is restored then.
         """
-        from marft_algos.policy.checkpoint import load_checkpoint, read_state
+        from marft_algos.policy.checkpoint import load_checkpoint, read_state, verify_checkpoint
 
+        verify_checkpoint(directory)  # a damaged checkpoint is refused before anything changes
         saved = read_state(directory).get("config", {})
         changed = {
             k: (saved[k], v)
@@ -229,16 +230,29 @@ class RunFolderMixin:
     def resume(
         self, directory: str | Path | None = None, *, allow_config_change: bool = False
     ) -> None:
-        """Continue from ``directory``, or from the newest complete checkpoint in ``config.output_dir``.
+        """Continue from ``directory``, or from the newest checkpoint in ``config.output_dir`` that
+        verifies.
 
-        With no checkpoint yet (a run killed during its first iteration) the run starts again from
-        iteration 0 in the same folder. ``metrics.jsonl`` keeps the records up to the checkpoint
-        (atomically rewritten; a torn last line is dropped) and :attr:`logger` holds them again.
+        Checkpoints are checked against the checksums recorded when they were written; a damaged
+        newest one (flipped or truncated file, no manifest, an empty folder) is skipped with a
+        warning naming it, and the run continues from the newest one that verifies. With no
+        checkpoint folder yet (a run killed during its first iteration) the run starts again from
+        iteration 0 in the same folder; with checkpoint folders of which none verifies it stops
+        (:class:`~marft_algos.policy.checkpoint.CorruptCheckpointError`) rather than throw them
+        away. ``metrics.jsonl`` keeps the records up to the checkpoint (atomically rewritten; a
+        torn last line is dropped) and :attr:`logger` holds them again.
         """
+        from marft_algos.policy.checkpoint import CorruptCheckpointError, newest_valid_checkpoint
+
         if directory is None:
             if self.run_dir is None:
                 raise ValueError("resume() needs a checkpoint directory or config.output_dir.")
-            directory = self.run_dir.latest_checkpoint()
+            directory, skipped = newest_valid_checkpoint(self.run_dir.path)
+            if directory is None and skipped:
+                raise CorruptCheckpointError(
+                    f"No checkpoint in {str(self.run_dir.path)!r} verifies ({'; '.join(skipped)}). "
+                    f"Restore the folder from a backup, or start the run again with --overwrite."
+                )
             if directory is None:
                 logger.warning(
                     "No checkpoint in %s yet: starting the run from iteration 0.", self.run_dir.path

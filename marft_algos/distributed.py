@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DistributedContext", "init_distributed"]
+__all__ = ["DistributedContext", "init_distributed", "parse_device"]
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +210,19 @@ class DistributedContext:
             dist.barrier()
 
 
+def parse_device(device: str | torch.device) -> torch.device:
+    """``device`` as a :class:`torch.device`, or a ValueError that names it and the valid forms."""
+    if isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"--device {device!r} is not a torch device; use cpu, cuda, cuda:N (the N-th GPU) or "
+            f"mps, or leave --device out to use this rank's GPU if there is one, else the CPU."
+        ) from None
+
+
 def init_distributed(
     device: str | torch.device | None = None, *, backend: str | None = None
 ) -> DistributedContext:
@@ -234,7 +247,7 @@ def init_distributed(
     if device is None:
         dev = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
     else:
-        dev = torch.device(device)
+        dev = parse_device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", local)
     if dev.type == "cuda":

@@ -58,8 +58,17 @@ class MetricsLogger:
         record = {"iteration": step, **{k: _jsonable(v) for k, v in metrics.items()}}
         self.records.append(record)
         if self.path is not None:
-            with self.path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            try:
+                with self.path.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as exc:
+                from marft_algos.run_dir import disk_full_error
+
+                full = disk_full_error(exc, self.path.parent)
+                if full is None:
+                    raise
+                # A torn last line is dropped on reading, so the folder stays resumable.
+                raise full from exc
         if self._writer is not None:
             for key, value in metrics.items():
                 if isinstance(value, int | float):

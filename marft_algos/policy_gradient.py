@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -119,6 +120,17 @@ class PolicyGradient:
             **self.sampling,
         )
 
+    @torch.no_grad()
+    def _reference_log_probs(self, agent: str, chunk: RolloutBatch) -> TokenLogProbsLike:
+        """The reference model's log-probs (adapters off) under the sampling temperature alone."""
+        return self.policy.token_log_probs(
+            agent,
+            list(chunk.prompt_ids),
+            chunk.action_lists(),
+            reference=True,
+            temperature=self.sampling.get("temperature"),
+        )
+
     def _reference_kl(
         self, agent: str, chunk: RolloutBatch, log_probs: Tensor, mask: Tensor, weights: Tensor
     ) -> Tensor:
@@ -130,14 +142,7 @@ class PolicyGradient:
         π_θ's own cut excludes (after an earlier step on the same batch) has π_θ = 0 and adds
         nothing to KL(π_θ ‖ π_ref), so it is left out with a finite gradient.
         """
-        with torch.no_grad():
-            ref = self.policy.token_log_probs(
-                agent,
-                list(chunk.prompt_ids),
-                chunk.action_lists(),
-                reference=True,
-                temperature=self.sampling.get("temperature"),
-            ).log_probs  # (B, T)
+        ref = self._reference_log_probs(agent, chunk).log_probs  # (B, T)
         keep = mask & torch.isfinite(log_probs)
         safe = torch.where(keep, log_probs, ref)  # k3(ref, ref) = 0 off `keep`
         per_token = torch.where(keep, kl_k3(safe, ref), torch.zeros_like(ref))
@@ -248,6 +253,26 @@ class PolicyGradient:
         out["entropy"] = sums["entropy"] / sums["weight"] if sums["weight"] else 0.0
         for name in _STATS:
             out[name] = sums[name] / sums["entries"] if sums["entries"] else 0.0
+        return out
+
+    @torch.no_grad()
+    def reference_log_probs(self, batch: RolloutBatch) -> Tensor:
+        """``(N, T)`` log-probs of the batch's tokens under the reference policy (adapters off),
+        for a KL penalty folded into the reward (RLOO, REINFORCE++); 0 on padding.
+
+        The reference distribution is the base model's at the rollout temperature, without the
+        top-k / top-p cut (TRL's convention): a sampled token outside the reference's own cut
+        would get log-prob −inf and an infinite penalty, so the penalty is finite by construction.
+        Forwards run agent by agent in ``accumulation_steps`` chunks, as the update's do.
+        """
+        out = torch.zeros_like(batch.old_log_probs)  # (N, T)
+        for agent in dict.fromkeys(batch.agents):
+            rows = batch.indices_of(agent)
+            for part in np.array_split(np.asarray(rows), min(self.accumulation_steps, len(rows))):
+                lp = self._reference_log_probs(agent, batch[part])
+                width = lp.mask.shape[1]
+                kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
+                out[torch.as_tensor(part), :width] = kept.float().cpu()
         return out
 
     @torch.no_grad()

@@ -25,8 +25,8 @@ same :class:`~marft_algos.policy.multi_agent.Generation` records as
   difference above ``probe_tolerance`` raises :class:`AdapterSyncError` naming the agent.
 
 The engine runs in the trainer's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, vLLM's own
-variable, is set unless you set it), so there is nothing to shut down but :meth:`close` frees its
-memory and adapter files. On CPU the engine leaves the process's torch threads as they were
+variable, is set unless you set it; so is ``VLLM_LOGGING_LEVEL=ERROR``), so there is nothing to
+shut down but :meth:`close` frees its memory and adapter files. On CPU the engine leaves the process's torch threads as they were
 (``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set). A team on two different base models is refused:
 one engine serves one base model.
 """
@@ -89,6 +89,9 @@ class AdapterSyncError(RuntimeError):
 def import_vllm() -> Any:
     """The ``vllm`` module, or :class:`VLLMNotInstalledError` with the install command."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # vLLM logs every engine setting (INFO) and CPU-build advice (WARNING) on standard output,
+    # mixed into `marft eval --json -`; its errors still show.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         import vllm
     except ImportError as exc:

@@ -12,12 +12,16 @@ layout:
 - :meth:`RunDirectory.prune` keeps the newest ``K`` checkpoints, deleting older ones by first
   renaming them out of the ``checkpoint-N`` namespace (a kill mid-delete leaves no half folder
   under a checkpoint name);
-- :func:`write_atomic` replaces a file in one ``os.replace``.
+- :func:`write_atomic` replaces a file in one ``os.replace``;
+- a write that runs out of space (a full disk, a quota, a file-size limit) raises
+  :class:`DiskFullError`: one line naming the folder and the fix, with the folder left resumable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import os
 import shutil
@@ -28,11 +32,14 @@ from typing import Any
 __all__ = [
     "RESUMABLE_CHANGES",
     "ConfigMismatchError",
+    "DiskFullError",
     "RunDirectory",
     "RunDirectoryError",
     "RunExistsError",
     "RunInUseError",
     "TrainingDiverged",
+    "disk_full_error",
+    "file_sha256",
     "write_atomic",
 ]
 
@@ -53,6 +60,42 @@ class RunInUseError(RunDirectoryError):
 
 class RunExistsError(RunDirectoryError):
     """The directory holds an earlier run and neither resume nor overwrite was asked for."""
+
+
+class DiskFullError(RunDirectoryError):
+    """A run file could not be written for lack of space; the folder is left as it was."""
+
+
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+# How libraries that do not raise OSError report it: safetensors ("StorageFull", "os error 28"),
+# torch.save ("file write failed").
+_DISK_FULL_TEXT = (
+    "no space left",
+    "file too large",
+    "quota exceeded",
+    "storagefull",
+    "filetoolarge",
+    "os error 28",
+    "os error 27",
+    "file write failed",
+)
+
+
+def disk_full_error(exc: BaseException, path: str | os.PathLike[str]) -> DiskFullError | None:
+    """A :class:`DiskFullError` for ``path`` when ``exc`` (or its cause) is a lack of space, else None."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the exception, its cause, its cause's cause...
+        if seen is None:
+            return None
+        full = isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS
+        if full or any(text in str(seen).lower() for text in _DISK_FULL_TEXT):
+            return DiskFullError(
+                f"no space left at {os.fspath(path)!r}: free space there (or raise the file-size "
+                f"limit, ulimit -f), or move the run folder to a larger disk, then continue with "
+                f"--resume (the folder holds every checkpoint written before this)."
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class TrainingDiverged(RuntimeError):
@@ -79,10 +122,25 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file's bytes, read in blocks (checkpoint files, datasets)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary sibling and one rename (never half a file)."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        full = disk_full_error(exc, target.parent)
+        if full is None:
+            raise
+        raise full from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -90,8 +148,11 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a run's files are ordinary files
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        full = disk_full_error(exc, target.parent)
+        if full is not None:
+            raise full from exc
         raise
 
 
@@ -208,14 +269,16 @@ class RunDirectory:
             return None
         return json.loads(self.config_path.read_text())
 
-    def checkpoints(self) -> list[Path]:
-        """Complete ``checkpoint-N`` folders, oldest first."""
+    def numbered_checkpoints(self) -> list[Path]:
+        """Every ``checkpoint-N`` folder, complete or not, oldest first."""
         if not self.path.is_dir():
             return []
         found = [p for p in self.path.iterdir() if p.is_dir() and checkpoint_number(p) is not None]
-        return sorted(
-            (p for p in found if is_complete_checkpoint(p)), key=lambda p: checkpoint_number(p) or 0
-        )
+        return sorted(found, key=lambda p: checkpoint_number(p) or 0)
+
+    def checkpoints(self) -> list[Path]:
+        """Complete ``checkpoint-N`` folders, oldest first."""
+        return [p for p in self.numbered_checkpoints() if is_complete_checkpoint(p)]
 
     def latest_checkpoint(self) -> Path | None:
         """The newest complete checkpoint, or None."""

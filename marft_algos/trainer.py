@@ -129,6 +129,7 @@ class TrainerConfig:
     iterations and stop with an error if they differ (0: never)."""
 
     def __post_init__(self) -> None:
+        check_finite_numbers(self)
         positive = (
             "iterations",
             "episodes_per_iteration",
@@ -157,6 +158,16 @@ class TrainerConfig:
                 )
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if self.adam_eps <= 0:
+            raise ValueError(
+                f"adam_eps must be > 0, got {self.adam_eps}: Adam divides by sqrt(v) + eps, so 0 "
+                f"turns a parameter whose gradient is 0 into 0/0 = NaN. Use e.g. 1e-8 (paper: 1e-5)."
+            )
+        if self.max_grad_norm <= 0:
+            raise ValueError(
+                f"max_grad_norm must be > 0, got {self.max_grad_norm} (paper: 0.5; a large value "
+                f"such as 1e9 effectively turns clipping off)."
+            )
         if self.temperature <= 0:
             raise ValueError(
                 f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}."
@@ -183,6 +194,22 @@ class TrainerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_finite_numbers(config: Any) -> None:
+    """Refuse NaN and infinity in any float field of a config dataclass (every subclass's too).
+
+    A non-finite learning rate, epsilon, coefficient or threshold does not fail where it is set:
+    it turns the weights into NaN, and the run then stops inside sampling with a message about
+    probabilities. Checked when the config is built, it names the field and the value.
+    """
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(
+                f"{type(config).__name__}.{f.name} must be a finite number, got {value}; pass a "
+                f"finite value (its default is {f.default!r})."
+            )
 
 
 def check_clip_range(epsilon: float, epsilon_high: float | None) -> None:
@@ -213,7 +240,7 @@ class Trainer(RunFolderMixin, ABC):
 
     Args:
         policy: A multi-agent policy (``marft_algos.policy.MultiAgentPolicy``) covering every agent.
-        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v1")``.
+        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v2")``.
         config: The trainer's config dataclass.
         critic: Value function, for actor-critic trainers.
         eval_env_fn: Builds one held-out env copy (e.g. on the test split); None skips evaluation.
@@ -400,7 +427,8 @@ class Trainer(RunFolderMixin, ABC):
     ) -> dict[str, float]:
         """Backward, guards and optimizer step for one batch of the given agents' decisions.
 
-        A non-finite loss or gradient skips the step (``skipped_nonfinite``). With a trust region
+        A non-finite loss or gradient skips the step, and a step that leaves a weight non-finite
+        is undone (both counted in ``skipped_nonfinite``). With a trust region
         (:attr:`trust_region_kl`), the KL to the rollout policy is measured on ``batch`` after
         the step; a step that exceeds it is undone (``skipped_trust_region``).
         """
@@ -419,11 +447,20 @@ class Trainer(RunFolderMixin, ABC):
             self.zero_grad()
             return {**result, "skipped_nonfinite": 1}
         limit = self.trust_region_kl
-        before = self._snapshot(agents) if limit is not None else None
+        before = self._snapshot(agents)
         grad_norm, applied = self.step_policy(agents)
+        if applied and not self._weights_finite(agents):
+            # Finite gradients can still step to NaN/inf weights (a huge learning rate, a
+            # degenerate optimizer state); the next rollout would sample from them, so undo.
+            logger.warning(
+                "Undoing a policy update at iteration %d: it made adapter weights non-finite.",
+                self.iteration,
+            )
+            self._restore(before)
+            applied = False
         self._steps["skipped"] += int(not applied)
         result = {**result, "grad_norm": grad_norm, "skipped_nonfinite": int(not applied)}
-        if applied and before is not None and limit is not None:
+        if applied and limit is not None:
             kl = step.approx_kl(
                 batch if active is None else batch[active.nonzero().flatten().tolist()]
             )  # global
@@ -432,6 +469,14 @@ class Trainer(RunFolderMixin, ABC):
                 self._restore(before)
                 result["skipped_trust_region"] = 1
         return result
+
+    def _weights_finite(self, agents: Sequence[str]) -> bool:
+        """Whether every trainable weight of the given agents' adapters is finite."""
+        return all(
+            bool(torch.isfinite(p).all())
+            for agent in agents
+            for p in self.policy.trainable_parameters(agent)
+        )
 
     def step_policy(self, agents: Sequence[str]) -> tuple[float, bool]:
         """Clip and apply the gradients of the given agents' adapters.

@@ -23,41 +23,49 @@ register(
 )
 
 # --- math teams (paper §5): built-in problems by default; dataset=... loads MATH/GSM8K/tables --
-# v0's grader rewarded some wrong answers (see marft_envs/math/env.py); it is not kept, since a
-# copy would keep the hole. make("math-dual-v0") still makes an env, as in gymnasium: math-dual-v1,
-# with a warning that says so.
+# Earlier versions' graders paid some wrong answers (see marft_envs/math/env.py); they are not kept,
+# since a copy would keep the holes. make("math-dual-v0") / make("math-dual-v1") still make an env,
+# as in gymnasium: math-dual-v2, with a warning that says so.
 register(
-    "math-single-v1",
+    "math-single-v2",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor solves a math problem; reward 1 for an equivalent \\boxed{} answer.",
 )
 register(
-    "math-dual-v1",
+    "math-dual-v2",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual"},
     description="Reasoner -> actor (the paper's dual team); the actor's \\boxed{} answer is graded.",
 )
 register(
-    "math-trio-v1",
+    "math-trio-v2",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "trio"},
     description="Reasoner -> actor -> verifier; the verifier's \\boxed{} answer is graded.",
 )
 register(
-    "math-dual-retry-v1",
+    "math-dual-retry-v2",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual team with up to 3 attempts; wrong answers come back as feedback.",
 )
 
-_GRADER_FIX = (
+_GRADER_FIX_V1 = (
     "its grader accepted some wrong answers (a value-changing word after the number, e.g. "
-    "5\\text{ thousand} scored as 5); v1 has the same prompts and data, graded by the fixed "
-    "grader, and the v0 grader is not kept."
+    "5\\text{ thousand} scored as 5)."
+)
+#: What the grader of issue 27 changed, for every env that grades math answers.
+GRADER_FIX_V2 = (
+    "its grader paid some wrong answers (5_{1000} or 5\\text{ ways times ways} for 5, digits "
+    "after a repeating block, a 200-digit decimal of \\pi for \\pi), refused correct ones (a box "
+    "after 1,000,000 characters, a matrix of more than 64 rows) and could hang when grading from "
+    "threads. The newest version has the same prompts and data, graded by the fixed grader; the "
+    "old graders are not kept."
 )
 for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
-    deprecate(f"{_name}-v0", f"{_name}-v1", _GRADER_FIX)
+    deprecate(f"{_name}-v0", f"{_name}-v2", f"{_GRADER_FIX_V1[:-1]}; later, {GRADER_FIX_V2}")
+    deprecate(f"{_name}-v1", f"{_name}-v2", GRADER_FIX_V2)
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.code.sandbox) -----
 register(
@@ -115,28 +123,31 @@ register(
 
 # --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
 register(
-    "tool-math-single-v0",
+    "tool-math-single-v1",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
 )
 register(
-    "tool-math-dual-v0",
+    "tool-math-dual-v1",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
 )
+for _name in ("tool-math-single", "tool-math-dual"):
+    deprecate(f"{_name}-v0", f"{_name}-v1", GRADER_FIX_V2)
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(
-    "debate-v0",
-    "marft_envs.debate.env:DebateEnv",
-    kwargs={"profiles": "debate", "credit_scope": "round"},
-    description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
-)
-register(
-    "debate-v1",
+    "debate-v2",
     "marft_envs.debate.env:DebateEnv",
     kwargs={"profiles": "debate"},
-    description="debate-v0 where a solver idle in the final round (after 'rebut B') shares the outcome.",
+    description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
+)
+deprecate("debate-v1", "debate-v2", GRADER_FIX_V2)
+deprecate(
+    "debate-v0",
+    "debate-v2",
+    "v0 paid only the final round's agents; later versions also pay a solver idle in the final "
+    "round (pass credit_scope='round' for v0's rule). Also, " + GRADER_FIX_V2,
 )

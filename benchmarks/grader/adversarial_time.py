@@ -4,8 +4,8 @@ Usage::
 
     python benchmarks/grader/adversarial_time.py [--length 1000000] [--timeout 2.0] [--repeats 3]
 
-Every response is built to exactly ``--length`` characters (the largest size the grader scans;
-longer responses are refused before any work). The families target each step of the pipeline:
+Every response is built to exactly ``--length`` characters (default 1,000,000; the grader scans
+up to ``MAX_RESPONSE_CHARS`` = 16,000,000 and refuses longer responses before any work). The families target each step of the pipeline:
 box extraction (repeated ``\\boxed`` with and without braces, unclosed braces, deep nesting,
 escapes), the bare-answer fallback, normalisation and parsing (a final box holding a
 1,000-character answer built to be slow: long operator chains, deep nesting, many ``\\text``
@@ -77,7 +77,7 @@ GOLDS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--length", type=int, default=grading.MAX_RESPONSE_CHARS)
+    parser.add_argument("--length", type=int, default=1_000_000)
     parser.add_argument("--timeout", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()

@@ -8,9 +8,12 @@ from typing import Any
 from pettingzoo import AECEnv
 
 from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.critic_free import CriticFreeTrainer
 from marft_algos.grpo import GRPOConfig, GRPOTrainer
 from marft_algos.ppo import PPOConfig, PPOTrainer
 from marft_algos.protocols import RolloutBackend
+from marft_algos.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer
+from marft_algos.rloo import RLOOConfig, RLOOTrainer
 from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 from marft_algos.trainer import Trainer, TrainerConfig
 
@@ -22,6 +25,8 @@ ALGORITHMS: dict[str, tuple[type[TrainerConfig], type[Trainer]]] = {
     "token-marft": (TokenMARFTConfig, TokenMARFTTrainer),
     "ppo": (PPOConfig, PPOTrainer),
     "grpo": (GRPOConfig, GRPOTrainer),
+    "rloo": (RLOOConfig, RLOOTrainer),
+    "reinforce-pp": (REINFORCEPPConfig, REINFORCEPPTrainer),
 }
 
 
@@ -47,11 +52,12 @@ def build_trainer(
     rollout_backend: RolloutBackend | None = None,
 ) -> Trainer:
     """Instantiate the trainer for ``algorithm``, with a critic on the policy's base when it needs
-    one; ``rollout_backend`` generates its rollouts (default: the policy)."""
+    one (not GRPO, RLOO or REINFORCE++); ``rollout_backend`` generates its rollouts (default: the
+    policy)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"Unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS)}.")
     _, trainer_class = ALGORITHMS[algorithm]
-    if trainer_class is GRPOTrainer:
+    if issubclass(trainer_class, CriticFreeTrainer):
         return trainer_class(
             policy, env_fn, config, eval_env_fn=eval_env_fn, rollout_backend=rollout_backend
         )

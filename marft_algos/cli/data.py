@@ -5,12 +5,17 @@ Each task family owns how its data is named and loaded: the env class declares a
 the command line only asks it. A *data plan* is JSON (see :meth:`DataFamily.plan`); it goes into
 ``config.json`` and every checkpoint, and :func:`load_part` turns one side back into the same
 problems.
+
+A local file is recorded by its absolute path and the SHA-256 of its bytes, so ``marft eval RUN``
+from another directory reads the same file, and a file changed since the run is refused instead of
+silently grading other problems.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from marft_algos.cli.parsing import UsageError
@@ -56,19 +61,54 @@ def plan_data(
     from marft_envs.core.data import DataPlanError
 
     try:
-        return family.plan(dataset, eval_dataset, filters)
+        plan = family.plan(dataset, eval_dataset, filters)
     except DataPlanError as exc:
         raise UsageError(str(exc)) from None
+    return {side: {**part, **_pinned(part["source"])} for side, part in plan.items()}
+
+
+def _pinned(source: str) -> dict[str, Any]:
+    """A local file as its absolute path and content hash; any other source as given."""
+    from marft_algos.run_dir import file_sha256
+
+    path = Path(source).expanduser()
+    if not path.is_file():
+        return {"source": source}  # builtin:train, hf:<name>, or missing (the loader says why)
+    return {"source": str(path.resolve()), "sha256": file_sha256(path)}
+
+
+def _check_pinned(part: Mapping[str, Any]) -> None:
+    """Refuse a recorded file that is gone or whose bytes changed since the run recorded it."""
+    from marft_algos.run_dir import file_sha256
+
+    recorded = part.get("sha256")
+    if recorded is None:
+        return
+    source = part["source"]
+    if not Path(source).is_file():
+        raise UsageError(
+            f"Dataset {source!r}, recorded by the run, is gone; put the file back there, or pass "
+            f"--dataset FILE to use other problems."
+        )
+    actual = file_sha256(source)
+    if actual != recorded:
+        raise UsageError(
+            f"Dataset {source!r} changed since the run recorded it (sha256 {recorded[:12]}... then, "
+            f"{actual[:12]}... now), so these are not the run's problems. Restore the file, or pass "
+            f"--dataset FILE to use the new problems deliberately (a new run, or marft eval --dataset)."
+        )
 
 
 def load_part(family: Any, part: dict[str, Any]) -> Any:
     """One side of a data plan as ``family``'s dataset (the last few loads are kept in memory).
 
     Raises:
-        UsageError: The source cannot be read, holds no problems, or is too small to hold
-            problems out.
+        UsageError: The source cannot be read, holds no problems, is too small to hold problems
+            out, or is a file whose bytes differ from the hash the run recorded.
     """
     from marft_envs.core.data import DataPlanError
+
+    _check_pinned(part)
 
     key = (family.name, json.dumps(part, sort_keys=True))
     if key not in _CACHE:

@@ -57,11 +57,16 @@ class EvalArguments:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name} {value}: must be >= 1.")
+        from marft_algos.distributed import parse_device
+
+        parse_device(self.device)
 
 
 def find_checkpoint(path: str | Path) -> Path:
-    """The checkpoint itself, or a run folder's newest complete checkpoint."""
-    from marft_algos.run_dir import RunDirectory, is_complete_checkpoint
+    """The checkpoint itself, or a run folder's newest checkpoint that verifies (damaged newer
+    ones are skipped with a warning naming them)."""
+    from marft_algos.policy.checkpoint import newest_valid_checkpoint
+    from marft_algos.run_dir import is_complete_checkpoint
 
     folder = Path(path)
     if not folder.exists():
@@ -70,7 +75,12 @@ def find_checkpoint(path: str | Path) -> Path:
         )
     if is_complete_checkpoint(folder):
         return folder
-    latest = RunDirectory(folder).latest_checkpoint()
+    latest, skipped = newest_valid_checkpoint(folder)
+    if latest is None and skipped:
+        raise UsageError(
+            f"No checkpoint in {str(folder)!r} verifies ({'; '.join(skipped)}); evaluate another run "
+            f"or restore the folder from a backup."
+        )
     if latest is None:
         raise UsageError(
             f"{str(folder)!r} is neither a checkpoint nor a run folder with one (no checkpoint-N with a "

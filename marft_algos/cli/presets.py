@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ALGORITHM_EXCEPTIONS",
     "DEFAULT_MODEL",
     "DEMO_DEFAULTS",
     "MODEL_PRESETS",
@@ -23,9 +24,9 @@ __all__ = [
 DEFAULT_MODEL = "marft-tiny-math"
 
 #: The CPU demo preset, chosen for the built-in model (measured in docs/builtin_model.md): 40
-#: iterations of 64 episodes, two passes over each batch (PPO epochs; GRPO's num_iterations), a
-#: 32-token message budget per agent (the actor only writes \\boxed{}, so 8), greedy and sampled
-#: held-out evaluation on 200 problems.
+#: iterations of 64 episodes, two passes over each batch (PPO epochs; the critic-free trainers'
+#: num_iterations), a 32-token message budget per agent (the actor only writes \\boxed{}, so 8),
+#: greedy and sampled held-out evaluation on 200 problems.
 DEMO_DEFAULTS: dict[str, Any] = {
     "iterations": 40,
     "episodes_per_iteration": 64,
@@ -89,6 +90,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
 }
 
+#: Algorithm -> preset fields it does not take: REINFORCE++ keeps its paper's one sample per task
+#: (its config default) instead of the presets' GRPO/RLOO group sizes; every other field applies.
+ALGORITHM_EXCEPTIONS: dict[str, tuple[str, ...]] = {"reinforce-pp": ("num_generations",)}
+
 #: The preset a model gets when --preset is not given (any other model: "pretrained").
 MODEL_PRESETS: dict[str, str] = {
     "marft-tiny-math": "cpu-demo",
@@ -108,7 +113,11 @@ def choose_preset(model: str, preset: str | None = None, *, paper_defaults: bool
 
 
 def preset_for(
-    model: str, *, paper_defaults: bool = False, preset: str | None = None
+    model: str,
+    *,
+    paper_defaults: bool = False,
+    preset: str | None = None,
+    algorithm: str | None = None,
 ) -> dict[str, Any]:
     """The config defaults the command line uses for ``model`` (empty: the paper's defaults).
 
@@ -116,6 +125,9 @@ def preset_for(
         model: The ``--model`` value.
         paper_defaults: ``--paper-defaults``: keep the config classes' defaults.
         preset: ``--preset``: a preset by name instead of the model's own.
+        algorithm: ``--algo``: leaves out the preset fields that algorithm keeps at its own
+            default (:data:`ALGORITHM_EXCEPTIONS`).
     """
     chosen = PRESETS[choose_preset(model, preset, paper_defaults=paper_defaults)]
-    return {k: dict(v) if isinstance(v, dict) else v for k, v in chosen.items()}
+    skip = ALGORITHM_EXCEPTIONS.get(algorithm or "", ())
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in chosen.items() if k not in skip}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +44,11 @@ ACTION_LEVEL_OPTIONS = ("logprob_normalization",)
 class TrainArguments:
     """What to train, on what, and where: the settings outside the trainer's config."""
 
-    env: str = "math-dual-v1"
+    env: str = "math-dual-v2"
     """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
-    algo: Literal["action-marft", "token-marft", "ppo", "grpo"] = "action-marft"
+    algo: Literal["action-marft", "token-marft", "ppo", "grpo", "rloo", "reinforce-pp"] = (
+        "action-marft"
+    )
     """Training algorithm."""
     model: str = DEFAULT_MODEL
     """Base model: a built-in short name, a local folder, or a Hub id in the local cache."""
@@ -109,6 +112,15 @@ class TrainArguments:
             )
         if self.lora_rank < 1:
             raise UsageError(f"--lora-rank {self.lora_rank}: the LoRA rank must be >= 1 (e.g. 8).")
+        if not (math.isfinite(self.lora_alpha) and self.lora_alpha > 0):
+            raise UsageError(
+                f"--lora-alpha {self.lora_alpha}: LoRA alpha must be a finite number > 0 (the update "
+                f"is scaled by alpha / rank; e.g. 16)."
+            )
+        if self.device is not None:
+            from marft_algos.distributed import parse_device
+
+            parse_device(self.device)
         if self.resume_from is not None:
             self.resume = True
         self.vllm_settings()  # its checks name the field; the flags share the names
@@ -175,7 +187,7 @@ def parse_train_args(
     preset = known.preset or file_values.get("preset")
     try:
         merged = {
-            **preset_for(model, paper_defaults=paper, preset=preset),
+            **preset_for(model, paper_defaults=paper, preset=preset, algorithm=algo),
             **dict(defaults or {}),
             **file_values,
         }
@@ -395,7 +407,7 @@ def main(
     if args.algo == "ppo" and len(plan.agents) != 1:
         raise UsageError(
             f"--algo ppo is the single-agent baseline, but {args.env} has agents {plan.agents}; use "
-            f"--algo action-marft, token-marft or grpo for a team, or a one-agent env (math-single-v1)."
+            f"--algo action-marft, token-marft, grpo, rloo or reinforce-pp for a team, or a one-agent env (math-single-v2)."
         )
     _check_caps(values, given, plan.agents)
     if values.get("output_dir") is None:

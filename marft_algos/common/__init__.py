@@ -9,12 +9,15 @@ from marft_algos.common.advantages import (
     discounted_returns,
     flatten_action_tokens,
     group_advantages,
+    kl_penalized_returns,
+    leave_one_out_advantages,
     normalize_advantages,
     token_level_gae,
     zero_std_group_mask,
 )
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.losses import (
+    KLEstimator,
     LossType,
     Normalizer,
     action_log_prob,
@@ -24,6 +27,7 @@ from marft_algos.common.losses import (
     entropy_from_log_probs,
     entropy_from_logits,
     kl_k3,
+    kl_penalty,
     masked_mean,
     ppo_clip_loss,
     sequence_weights,
@@ -31,6 +35,7 @@ from marft_algos.common.losses import (
 )
 
 __all__ = [
+    "KLEstimator",
     "LossType",
     "Normalizer",
     "RolloutBatch",
@@ -47,6 +52,9 @@ __all__ = [
     "flatten_action_tokens",
     "group_advantages",
     "kl_k3",
+    "kl_penalized_returns",
+    "kl_penalty",
+    "leave_one_out_advantages",
     "masked_mean",
     "normalize_advantages",
     "ppo_clip_loss",

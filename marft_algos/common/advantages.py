@@ -1,4 +1,5 @@
-"""Advantage estimators for MARFT: action-level and token-level GAE, GRPO group advantages.
+"""Advantage estimators for MARFT: action-level and token-level GAE; the critic-free group
+advantages of GRPO and RLOO and the KL-penalised returns of REINFORCE++.
 
 Pure functions on torch tensors: no environment, model or trainer imports.
 
@@ -41,6 +42,8 @@ __all__ = [
     "discounted_returns",
     "flatten_action_tokens",
     "group_advantages",
+    "kl_penalized_returns",
+    "leave_one_out_advantages",
     "normalize_advantages",
     "token_level_gae",
     "zero_std_group_mask",
@@ -478,6 +481,86 @@ def group_advantages(
         batch_std = r.std() if r.numel() > 1 else torch.zeros((), device=r.device)
         adv = adv / (batch_std + eps)
     return adv
+
+
+def leave_one_out_advantages(rewards: Tensor, group_ids: Tensor | Sequence[object]) -> Tensor:
+    """RLOO advantages (Ahmadian et al. 2024, arXiv:2402.14740; TRL's ``RLOOTrainer``): each sample's reward
+    minus the mean reward of the *other* samples of its group.
+
+    A_i = R_i − (Σ_{j ∈ g(i), j ≠ i} R_j) / (K − 1) = K/(K − 1) · (R_i − mean_{g(i)} R), with K the
+    size of sample i's group. The baseline never contains R_i itself, so it is an unbiased
+    baseline. A group of one sample has no other sample to compare with: its advantage is 0.
+
+    Args:
+        rewards: ``(N,)`` scalar reward of each sample.
+        group_ids: ``(N,)`` group label of each sample (ints or hashables, e.g. ``(task, agent)``
+            pairs so each agent of a team is compared with its own samples only).
+
+    Returns:
+        ``(N,)`` advantages.
+    """
+    r = rewards.reshape(-1).float()
+    if r.numel() == 0:
+        return r.clone()
+    inverse = _group_index(group_ids, r.numel(), r.device)
+    n_groups = int(inverse.max().item()) + 1
+    sums = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(0, inverse, r)
+    counts = torch.bincount(inverse, minlength=n_groups).to(r.dtype)[inverse]  # (N,)
+    others = (sums[inverse] - r) / (counts - 1).clamp(min=1.0)
+    return torch.where(counts > 1, r - others, torch.zeros_like(r))
+
+
+def kl_penalized_returns(
+    rewards: Tensor,
+    kl: Tensor,
+    mask: Tensor,
+    sequence_ids: Sequence[object] | None = None,
+    *,
+    beta: float,
+) -> Tensor:
+    """REINFORCE++ per-token returns (Hu 2025, arXiv:2501.03262): the sequence's reward minus β times the
+    KL penalties of this token and every later token of the sequence.
+
+    A_t = R − β · Σ_{i ≥ t} KL(i), where KL(i) is a per-token estimate of KL(π_old ‖ π_ref) (see
+    :func:`~marft_algos.common.losses.kl_penalty`). This is the undiscounted return of the
+    token-level reward r_i = −β·KL(i), plus R on the sequence's last token (γ = 1, as the paper
+    writes it).
+
+    A sequence may span several rows (an agent that acts in several rounds of an episode): rows
+    sharing a label in ``sequence_ids`` form one sequence in row order, so a token's return also
+    subtracts the penalties of the sequence's later rows. Every row of a sequence must carry the
+    same reward R (the episode's return credited to each of the agent's decisions).
+
+    Args:
+        rewards: ``(N,)`` reward R of each row's sequence.
+        kl: ``(N, T)`` per-token KL penalty (any value on padding: it is masked).
+        mask: ``(N, T)`` bool, True on tokens.
+        sequence_ids: ``(N,)`` labels joining rows into sequences (default: every row its own).
+        beta: Weight β of the KL penalty.
+
+    Returns:
+        ``(N, T)`` returns, 0 on padding.
+    """
+    m = mask.bool()
+    pen = torch.where(m, kl.float(), torch.zeros_like(kl, dtype=torch.float32))  # (N, T)
+    # Σ_{i ≥ t} within each row: a reversed cumulative sum.
+    within = pen.flip(-1).cumsum(-1).flip(-1)  # (N, T)
+    row_total = pen.sum(-1)  # (N,)
+    later = torch.zeros_like(row_total)  # (N,) penalties of the sequence's later rows
+    if sequence_ids is not None:
+        labels = list(sequence_ids)
+        if len(labels) != pen.shape[0]:
+            raise ValueError(
+                f"sequence_ids has {len(labels)} entries but kl has {pen.shape[0]} rows"
+            )
+        running: dict[object, Tensor] = {}
+        for k in reversed(range(len(labels))):
+            seen = running.get(labels[k])
+            if seen is not None:
+                later[k] = seen
+            running[labels[k]] = row_total[k] + (seen if seen is not None else 0.0)
+    out = rewards.reshape(-1, 1).float() - beta * (within + later.unsqueeze(-1))
+    return torch.where(m, out, torch.zeros_like(out))
 
 
 def zero_std_group_mask(rewards: Tensor, group_ids: Tensor | Sequence[object]) -> Tensor:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "KLEstimator",
     "LossType",
     "action_log_prob",
     "aggregate_loss",
@@ -23,6 +24,7 @@ __all__ = [
     "entropy_from_log_probs",
     "entropy_from_logits",
     "kl_k3",
+    "kl_penalty",
     "masked_mean",
     "ppo_clip_loss",
     "sequence_weights",
@@ -70,6 +72,35 @@ def kl_k3(log_probs: Tensor, ref_log_probs: Tensor) -> Tensor:
     """
     diff = ref_log_probs - log_probs
     return torch.exp(diff) - diff - 1.0
+
+
+KLEstimator = Literal["k1", "k2", "k3"]
+
+
+def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, estimator: KLEstimator = "k1") -> Tensor:
+    """Per-token estimate of KL(π ‖ π_ref) on tokens sampled from π, for a KL penalty in the reward.
+
+    With x = log π − log π_ref (Schulman's estimators, as OpenRLHF's ``--kl_estimator``):
+
+    * ``"k1"``: x — REINFORCE++ (the paper's KL term) and TRL's RLOO; unbiased, may be negative per token;
+    * ``"k2"``: x²/2 — biased, never negative;
+    * ``"k3"``: e^{−x} − 1 + x — unbiased, never negative (:func:`kl_k3`).
+
+    Args:
+        log_probs: log π of the sampled tokens (the rollout policy's), any shape.
+        ref_log_probs: log π_ref of the same tokens, same shape.
+        estimator: ``"k1"``, ``"k2"`` or ``"k3"``.
+
+    Returns:
+        Per-element estimate, same shape.
+    """
+    if estimator == "k1":
+        return log_probs - ref_log_probs
+    if estimator == "k2":
+        return 0.5 * (log_probs - ref_log_probs) ** 2
+    if estimator == "k3":
+        return kl_k3(log_probs, ref_log_probs)
+    raise ValueError(f"kl estimator must be 'k1', 'k2' or 'k3', got {estimator!r}")
 
 
 def approx_kl(log_probs: Tensor, old_log_probs: Tensor, mask: Tensor | None = None) -> Tensor:

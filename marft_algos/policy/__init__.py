@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from marft_algos.policy.checkpoint import (
     CheckpointError,
+    CorruptCheckpointError,
     load_checkpoint,
+    newest_valid_checkpoint,
     read_manifest,
     save_checkpoint,
+    verify_checkpoint,
 )
 from marft_algos.policy.config import AgentSpec, LoraSettings
 from marft_algos.policy.critic import Critic, ValueHead
@@ -27,6 +30,7 @@ from marft_algos.policy.tiny import build_tiny_model, build_tiny_tokenizer, tiny
 __all__ = [
     "AgentSpec",
     "CheckpointError",
+    "CorruptCheckpointError",
     "Critic",
     "Generation",
     "LoraSettings",
@@ -36,9 +40,11 @@ __all__ = [
     "build_tiny_model",
     "build_tiny_tokenizer",
     "load_checkpoint",
+    "newest_valid_checkpoint",
     "read_manifest",
     "render_prompt_ids",
     "render_prompt_text",
     "save_checkpoint",
     "tiny_model_path",
+    "verify_checkpoint",
 ]

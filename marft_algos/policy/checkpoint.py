@@ -3,7 +3,8 @@
 Layout of a checkpoint folder::
 
     manifest.json          format version, agents, base models, adapters, LoRA settings, critic,
-                           file list, and the run's description (env spec, generation settings)
+                           file list with each file's SHA-256, and the run's description (env
+                           spec, generation settings)
     adapters/              every policy adapter in standard peft format (+ policy.json)
     critic.safetensors     critic head (and critic LoRA) weights, if a critic was saved
     optimizers/<name>.pt   ``state_dict()`` of each optimizer (or scheduler, scaler, ...)
@@ -12,14 +13,20 @@ Layout of a checkpoint folder::
 
 :func:`save_checkpoint` writes everything into a temporary sibling folder and renames it into
 place, so a crash never leaves a half-written checkpoint under the final name.
-:func:`load_checkpoint` checks the manifest against the live objects first and raises
+:func:`load_checkpoint` verifies every file against the checksum recorded when it was written
+(:func:`verify_checkpoint`: a flipped byte or a truncated file is :class:`CorruptCheckpointError`,
+before anything is restored), then checks the manifest against the live objects and raises
 :class:`CheckpointError` naming what differs (agents, base models, adapters, format version).
+:func:`newest_valid_checkpoint` picks, in a run folder, the newest checkpoint that verifies.
+A write that runs out of disk space raises :class:`~marft_algos.run_dir.DiskFullError` and leaves
+the folder as it was.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import random
 import shutil
@@ -33,6 +40,7 @@ import numpy as np
 import torch
 
 from marft_algos.policy.adapters import load_adapters, save_adapters
+from marft_algos.run_dir import RunDirectory, disk_full_error, file_sha256
 
 if TYPE_CHECKING:
     from marft_algos.policy.critic import Critic
@@ -41,12 +49,17 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
+    "CorruptCheckpointError",
     "load_checkpoint",
+    "newest_valid_checkpoint",
     "policy_from_checkpoint",
     "read_manifest",
     "read_state",
     "save_checkpoint",
+    "verify_checkpoint",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: Version of the checkpoint layout; bumped on any incompatible change.
 FORMAT_VERSION = 1
@@ -55,6 +68,10 @@ MANIFEST = "manifest.json"
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be restored into the given objects (says what differs and how to fix)."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint's files are not what was written: missing, truncated or changed."""
 
 
 def _json_default(obj: Any) -> Any:
@@ -181,6 +198,7 @@ def save_checkpoint(
             files.append("rng.pt")
         (tmp / "state.json").write_text(state_text)
         files.append("state.json")
+        checksums = {name: file_sha256(tmp / name) for name in files}
         manifest = {
             "format_version": FORMAT_VERSION,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -190,9 +208,15 @@ def save_checkpoint(
             "run": json.loads(json.dumps(dict(metadata or {}), default=_json_default)),
             "optimizers": opt_names,
             "files": files,
+            "sha256": checksums,
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
         _swap_into_place(tmp, target)
+    except Exception as exc:
+        full = disk_full_error(exc, target.parent)
+        if full is None:
+            raise
+        raise full from exc
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -220,17 +244,95 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Raises:
         CheckpointError: No manifest (not a checkpoint, or an interrupted write).
+        CorruptCheckpointError: The manifest is not readable JSON.
     """
     file = Path(path) / MANIFEST
     if not file.exists():
         raise CheckpointError(f"{path} is not a marft checkpoint: {MANIFEST} is missing.")
-    return json.loads(file.read_text())
+    try:
+        manifest = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CorruptCheckpointError(f"{file} is damaged ({err}).") from None
+    if not isinstance(manifest, dict):
+        raise CorruptCheckpointError(f"{file} is damaged (not a JSON object).")
+    return manifest
+
+
+def verify_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Check every file of a checkpoint against the SHA-256 recorded when it was written.
+
+    Checkpoints written before checksums were recorded are accepted with a log line (only their
+    files' presence is checked).
+
+    Returns:
+        The manifest.
+
+    Raises:
+        CheckpointError: Not a checkpoint (no manifest).
+        CorruptCheckpointError: A listed file is missing or its bytes changed (flipped, truncated).
+    """
+    root = Path(path)
+    manifest = read_manifest(root)
+    files = manifest.get("files")
+    if not isinstance(files, list) or "state.json" not in files:
+        raise CorruptCheckpointError(f"{root / MANIFEST} is damaged (no file list).")
+    recorded = manifest.get("sha256")
+    missing = [name for name in files if not (root / name).is_file()]
+    if missing:
+        raise CorruptCheckpointError(f"{root} lacks {', '.join(missing)}.")
+    if not isinstance(recorded, dict):
+        logger.info("%s was written before checksums were recorded: not verified.", root)
+        return manifest
+    changed = [name for name in files if file_sha256(root / name) != recorded.get(name)]
+    if changed:
+        raise CorruptCheckpointError(
+            f"{root}: {', '.join(changed)} differ(s) from what was written (checksum mismatch: "
+            f"damaged or truncated)."
+        )
+    return manifest
+
+
+def newest_valid_checkpoint(run_dir: str | os.PathLike[str]) -> tuple[Path | None, list[str]]:
+    """The newest ``checkpoint-N`` of a run folder that verifies, and what was skipped on the way.
+
+    Every ``checkpoint-N`` folder counts, complete or not, so a damaged newest one (no manifest,
+    empty, a flipped or truncated file) is reported rather than silently passed over; a warning
+    names each skipped folder and why.
+
+    Returns:
+        ``(checkpoint or None, ["checkpoint-3: why", ...])``.
+    """
+    skipped: list[str] = []
+    for candidate in reversed(RunDirectory(run_dir).numbered_checkpoints()):
+        try:
+            verify_checkpoint(candidate)
+        except CheckpointError as err:
+            skipped.append(f"{candidate.name}: {err}")
+            continue
+        if skipped:
+            logger.warning(
+                "Skipped damaged checkpoint(s) in %s (%s); using %s.",
+                run_dir,
+                "; ".join(skipped),
+                candidate.name,
+            )
+        return candidate, skipped
+    if skipped:
+        logger.warning("No checkpoint in %s verifies (%s).", run_dir, "; ".join(skipped))
+    return None, skipped
 
 
 def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The caller state saved with a checkpoint (``state.json``), without loading anything."""
     read_manifest(path)
-    return json.loads((Path(path) / "state.json").read_text())
+    file = Path(path) / "state.json"
+    try:
+        state = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CorruptCheckpointError(f"{file} cannot be read ({err}).") from None
+    if not isinstance(state, dict):
+        raise CorruptCheckpointError(f"{file} is damaged (not a JSON object).")
+    return state
 
 
 def policy_from_checkpoint(
@@ -389,10 +491,11 @@ def load_checkpoint(
         The caller state saved with the checkpoint.
 
     Raises:
+        CorruptCheckpointError: A file differs from what was written (nothing is restored).
         CheckpointError: The checkpoint does not match the given objects.
     """
     root = Path(path)
-    manifest = read_manifest(root)
+    manifest = verify_checkpoint(root)
     _check_compatible(manifest, policy, critic, optimizers, check_base_model)
     try:
         load_adapters(policy, root / "adapters")
@@ -411,4 +514,4 @@ def load_checkpoint(
         )
     if restore_rng and (root / "rng.pt").exists():
         _set_rng_state(torch.load(root / "rng.pt", map_location="cpu", weights_only=True))
-    return json.loads((root / "state.json").read_text())
+    return read_state(root)

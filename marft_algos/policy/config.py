@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,11 @@ class LoraSettings:
     def __post_init__(self) -> None:
         if self.r < 1:
             raise ValueError(f"LoRA rank r must be >= 1, got {self.r}.")
+        if not (math.isfinite(self.alpha) and self.alpha > 0):
+            raise ValueError(
+                f"LoRA alpha must be a finite number > 0, got {self.alpha} (the update is scaled by "
+                f"alpha / r; e.g. 16)."
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout}.")
 

@@ -22,7 +22,6 @@ importing the package.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -31,6 +30,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from marft_algos.run_dir import file_sha256
 
 __all__ = [
     "GGUF_INFO",
@@ -113,14 +114,6 @@ def smollm2_gguf_path() -> Path:
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def convert_gguf(
     gguf_path: str | os.PathLike[str],
     *,
@@ -149,7 +142,7 @@ def convert_gguf(
             f"(or a folder with model_kwargs={{'gguf_file': name}})."
         )
     root = Path(cache) if cache is not None else cache_dir()
-    key = _sha256(source)[:16]
+    key = file_sha256(source)[:16]
     target = root / f"{source.stem}-{key}"
     if (target / GGUF_INFO).is_file():
         return target

@@ -25,11 +25,13 @@ from marft_algos.distributed import init_distributed  # noqa: E402
 from marft_algos.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from marft_algos.policy import MultiAgentPolicy, tiny_model_path  # noqa: E402
 from marft_algos.policy.critic import Critic  # noqa: E402
+from marft_algos.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer  # noqa: E402
+from marft_algos.rloo import RLOOConfig, RLOOTrainer  # noqa: E402
 from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer  # noqa: E402
 from marft_envs import AgentProfile, FlexPOMDPEnv, Transition  # noqa: E402
 from marft_envs.core.dependency import Router  # noqa: E402
 
-KINDS = ("action", "token", "grpo")
+KINDS = ("action", "token", "grpo", "rloo", "reinforce-pp")
 # Adam's first step moves every weight by about lr·sign(g), so float round-off in a near-zero gradient
 # element (sums taken in another order) moves it by up to ~lr·1e-4: a small lr keeps that below 1e-6.
 SMALL = dict(
@@ -79,6 +81,14 @@ def build(kind, distributed, env_fn=lambda: DigitsEnv(team=2), **overrides):
         return GRPOTrainer(
             policy, env_fn, GRPOConfig(num_generations=4, **settings), distributed=distributed
         )
+    if kind == "rloo":  # token level, advantages standardised over both ranks' samples
+        config = RLOOConfig(
+            num_generations=4, level="token", normalize_advantages=True, beta=0.1, **settings
+        )
+        return RLOOTrainer(policy, env_fn, config, distributed=distributed)
+    if kind == "reinforce-pp":  # one sample per task: the token statistics span both ranks
+        config = REINFORCEPPConfig(num_generations=1, beta=0.1, **settings)
+        return REINFORCEPPTrainer(policy, env_fn, config, distributed=distributed)
     config_cls, trainer_cls = {
         "action": (ActionMARFTConfig, ActionMARFTTrainer),
         "token": (TokenMARFTConfig, TokenMARFTTrainer),

@@ -13,6 +13,9 @@ from marft_algos.common import (
     discounted_returns,
     flatten_action_tokens,
     group_advantages,
+    kl_penalized_returns,
+    kl_penalty,
+    leave_one_out_advantages,
     normalize_advantages,
     token_level_gae,
     zero_std_group_mask,
@@ -462,6 +465,60 @@ def test_group_singleton_and_zero_std_mask() -> None:
     assert adv.item() == 0.0
     mask = zero_std_group_mask(t(1, 1, 0, 1, 2, 2), torch.tensor([0, 0, 1, 1, 2, 2]))
     assert mask.tolist() == [True, True, False, False, True, True]
+
+
+# ---------------------------------------------------------------- RLOO and REINFORCE++
+
+
+def test_leave_one_out_hand() -> None:
+    # group 0: {1, 0, 4}; group 1: {2, 6}; group 2: a single sample.
+    adv = leave_one_out_advantages(t(1, 0, 4, 2, 6, 9), torch.tensor([0, 0, 0, 1, 1, 2]))
+    # 1 - (0+4)/2 = -1; 0 - (1+4)/2 = -2.5; 4 - (1+0)/2 = 3.5; 2 - 6 = -4; 6 - 2 = 4; alone: 0
+    torch.testing.assert_close(adv, t(-1, -2.5, 3.5, -4, 4, 0))
+    # K/(K-1)·(R - mean): group 0 mean 5/3, factor 3/2
+    torch.testing.assert_close(adv[:3], 1.5 * (t(1, 0, 4) - 5 / 3))
+
+
+def test_leave_one_out_per_agent_labels() -> None:
+    labels = [(3, "reasoner"), (3, "actor"), (3, "reasoner"), (3, "actor"), (3, "reasoner")]
+    adv = leave_one_out_advantages(t(1, 10, 2, 30, 6), labels)
+    # reasoner {1, 2, 6}: 1-4 = -3, 2-3.5 = -1.5, 6-1.5 = 4.5; actor {10, 30}: -20, 20
+    torch.testing.assert_close(adv, t(-3, -20, -1.5, 20, 4.5))
+    assert leave_one_out_advantages(torch.zeros(0), []).numel() == 0
+
+
+def test_kl_penalty_estimators_hand() -> None:
+    lp, ref = t(-1.0, -2.0), t(-1.5, -1.0)  # x = lp - ref = (0.5, -1)
+    torch.testing.assert_close(kl_penalty(lp, ref, "k1"), t(0.5, -1.0))
+    torch.testing.assert_close(kl_penalty(lp, ref, "k2"), t(0.125, 0.5))
+    torch.testing.assert_close(
+        kl_penalty(lp, ref, "k3"), t(math.exp(-0.5) - 1 + 0.5, math.exp(1) - 1 - 1)
+    )
+    with pytest.raises(ValueError, match="'k1', 'k2' or 'k3'"):
+        kl_penalty(lp, ref, "k5")  # type: ignore[arg-type]
+
+
+def test_kl_penalized_returns_hand() -> None:
+    # Rows 0 and 2 are one agent's two decisions in an episode (sequence "a", R = 1); row 1 is
+    # another sequence (R = 2) with one pad token holding garbage.
+    kl = torch.tensor([[0.1, 0.2, 0.3], [0.4, 9.0, 9.0], [0.5, -0.2, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0]], dtype=torch.bool)
+    out = kl_penalized_returns(t(1, 2, 1), kl, mask, ["a", "b", "a"], beta=0.5)
+    # sequence a's tokens: 0.1 0.2 0.3 | 0.5 -0.2; suffix sums 0.9 0.8 0.6 | 0.3 -0.2
+    want = torch.tensor(
+        [
+            [1 - 0.5 * 0.9, 1 - 0.5 * 0.8, 1 - 0.5 * 0.6],
+            [2 - 0.5 * 0.4, 0, 0],
+            [1 - 0.5 * 0.3, 1 + 0.5 * 0.2, 0],
+        ]
+    )
+    torch.testing.assert_close(out, want)
+    # Without sequence labels every row is its own sequence: row 0 no longer sees row 2's KL.
+    alone = kl_penalized_returns(t(1, 2, 1), kl, mask, beta=0.5)
+    torch.testing.assert_close(alone[0], t(1 - 0.5 * 0.6, 1 - 0.5 * 0.5, 1 - 0.5 * 0.3))
+    torch.testing.assert_close(alone[1:], want[1:])
+    with pytest.raises(ValueError, match="sequence_ids has 2 entries"):
+        kl_penalized_returns(t(1, 2, 1), kl, mask, ["a", "b"], beta=0.5)
 
 
 # ---------------------------------------------------------------- normalisation

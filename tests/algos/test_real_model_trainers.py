@@ -45,14 +45,17 @@ def gsm8k():
 @pytest.mark.parametrize(
     ("algo", "env_id", "extra"),
     [
-        ("action-marft", "math-dual-v1", {}),
-        ("token-marft", "math-dual-v1", {}),
-        ("ppo", "math-single-v1", {"level": "action"}),
-        ("ppo", "math-single-v1", {"level": "token"}),
+        ("action-marft", "math-dual-v2", {}),
+        ("token-marft", "math-dual-v2", {}),
+        ("ppo", "math-single-v2", {"level": "action"}),
+        ("ppo", "math-single-v2", {"level": "token"}),
         # Eight tokens rarely solve a GSM8K problem, so groups are usually flat (zero advantages);
         # the KL and entropy terms make GRPO update all the same (and exercise the reference).
-        ("grpo", "math-dual-v1", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
-        ("grpo", "math-single-v1", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
+        ("grpo", "math-dual-v2", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
+        ("grpo", "math-single-v2", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
+        # RLOO and REINFORCE++ fold the KL into the reward (a reference forward per iteration).
+        ("rloo", "math-dual-v2", {"num_generations": 2, "level": "token", "entropy_coef": 0.01}),
+        ("reinforce-pp", "math-dual-v2", {"entropy_coef": 0.01}),
     ],
 )
 def test_every_trainer_trains_the_real_model_on_gsm8k(algo, env_id, extra, smollm2_path, gsm8k):
@@ -70,7 +73,9 @@ def test_every_trainer_trains_the_real_model_on_gsm8k(algo, env_id, extra, smoll
     assert "eval/accuracy" in records[0] and "eval/accuracy" in records[-1]
     for record in records[1:]:
         assert math.isfinite(record["train/policy_loss"]), record
-        if algo != "grpo":
+        if algo in ("rloo", "reinforce-pp"):
+            assert math.isfinite(record["train/kl"]), record
+        elif algo != "grpo":
             assert math.isfinite(record["train/value_loss"]), record
     # Measured before the first optimizer step: the update's log-probs equal the rollout's.
     assert records[1]["train/approx_kl"] < 1e-6

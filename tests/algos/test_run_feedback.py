@@ -122,7 +122,20 @@ def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
     assert any(line.endswith("ETA 3m00s") for line in lines)
 
 
-def test_progress_true_off_a_terminal_prints_plain_lines_without_logging_setup(capsys):
+@pytest.fixture
+def unconfigured_progress_logger():
+    """The progress logger as a script that never configured logging has it (the command line
+    sets it to INFO, and earlier tests may have run the command line)."""
+    log = logging.getLogger("marft_algos.progress")
+    level = log.level
+    log.setLevel(logging.NOTSET)  # setLevel, not the attribute: it clears the level cache
+    yield
+    log.setLevel(level)
+
+
+def test_progress_true_off_a_terminal_prints_plain_lines_without_logging_setup(
+    capsys, unconfigured_progress_logger
+):
     # From the Python API (no logging configured) progress=True printed nothing for 56 minutes.
     clock = FakeClock()
     with TrainingProgress(True, total=1, done=0, slow_phase_s=0, clock=clock) as bar:

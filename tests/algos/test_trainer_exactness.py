@@ -119,15 +119,28 @@ def test_unmerged_path_agrees_with_the_merged_one(tiny_path):
         )
 
 
-@pytest.mark.parametrize("kind", ["action", "token", "grpo"])
+@pytest.mark.parametrize(
+    ("kind", "extra"),
+    [
+        ("action", {}),
+        ("token", {}),
+        ("grpo", {}),
+        ("rloo", {"level": "action"}),
+        ("rloo", {"level": "token"}),
+        ("reinforce-pp", {"level": "token"}),
+        ("reinforce-pp", {"level": "action"}),
+    ],
+)
 @pytest.mark.parametrize(
     "sampling", [{"temperature": 0.5}, {"temperature": 1.3, "top_k": 6, "top_p": 0.9}]
 )
-def test_first_update_ratio_is_one_off_the_default_sampling(kind, sampling, tiny_path):
-    trainer = build(kind, tiny_path, iterations=1, **sampling)
+def test_first_update_ratio_is_one_off_the_default_sampling(kind, extra, sampling, tiny_path):
+    trainer = build(kind, tiny_path, iterations=1, **sampling, **extra)
     record = trainer.train()[-1]
     assert record["train/approx_kl"] < 1e-8 and record["train/clip_fraction"] == 0.0
     assert abs(record["train/ratio_mean"] - 1.0) < 1e-3 or kind == "grpo"
+    if kind in ("rloo", "reinforce-pp"):  # the KL penalty in the reward is finite under the cut
+        assert math.isfinite(record["train/kl"])
 
 
 def test_entropy_with_cut_tokens_is_finite_and_has_a_finite_gradient():
@@ -180,11 +193,8 @@ def _batch(trainer):
     episodes = trainer.collect()
     if trainer.critic is not None:
         return trainer.prepare_batch(episodes)
-    table = trainer.advantages(episodes)
     batch = trainer.rollout_batch(episodes)
-    adv = torch.tensor(
-        [table.get((int(r), a), 0.0) for r, a in zip(batch.episode, batch.agents, strict=True)]
-    )
+    adv, _ = trainer.batch_advantages(episodes, batch)
     return batch.with_targets(advantages=adv)
 
 
@@ -201,6 +211,14 @@ def _batch(trainer):
         ("grpo", 2, {"loss_type": "grpo"}),
         ("grpo", 2, {"loss_type": "dr_grpo", "max_new_tokens_per_agent": {"answerer": 4}}),
         ("grpo", 2, {"loss_type": "dapo", "beta": 0.1}),
+        ("rloo", 2, {"level": "action"}),
+        ("rloo", 2, {"level": "action", "logprob_normalization": "word"}),
+        ("rloo", 2, {"level": "token", "loss_type": "grpo", "normalize_advantages": True}),
+        ("rloo", 2, {"level": "token", "loss_type": "dr_grpo", "num_generations": 4}),
+        ("reinforce-pp", 2, {"level": "token", "kl_estimator": "k3"}),
+        ("reinforce-pp", 2, {"level": "token", "loss_type": "bnpo", "beta": 0.0}),
+        ("reinforce-pp", 2, {"level": "action", "normalize_advantages_per_agent": True}),
+        ("reinforce-pp", 1, {"level": "token", "num_generations": 2, "baseline": "group"}),
     ],
 )
 def test_gradient_does_not_depend_on_accumulation_with_entropy_on(kind, team, extra, tiny_path):

@@ -16,6 +16,8 @@ from marft_algos.grpo import GRPOConfig, GRPOTrainer
 from marft_algos.policy import AgentSpec, MultiAgentPolicy
 from marft_algos.policy.critic import Critic
 from marft_algos.ppo import PPOConfig, PPOTrainer
+from marft_algos.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer
+from marft_algos.rloo import RLOOConfig, RLOOTrainer
 from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 
 SMALL = dict(
@@ -28,16 +30,24 @@ SMALL = dict(
     eval_episodes=4,
 )
 
+#: The critic-free trainers by test name.
+CRITIC_FREE = {
+    "grpo": (GRPOConfig, GRPOTrainer),
+    "rloo": (RLOOConfig, RLOOTrainer),
+    "reinforce-pp": (REINFORCEPPConfig, REINFORCEPPTrainer),
+}
 
-def build(kind, tiny_path, team=2, seed=0, output_dir=None, specs=None, **overrides):
+
+def build(kind, tiny_path, team=2, seed=0, output_dir=None, specs=None, rounds=1, **overrides):
     agents = ["writer", "answerer"] if team == 2 else ["answerer"]
     policy = MultiAgentPolicy.from_pretrained(tiny_path, agents, specs=specs, seed=seed)
-    env_fn = lambda: DigitsEnv(team=team)  # noqa: E731
+    env_fn = lambda: DigitsEnv(team=team, rounds=rounds)  # noqa: E731
     settings = {**SMALL, "seed": seed, "output_dir": output_dir, **overrides}
-    if kind == "grpo":
+    if kind in CRITIC_FREE:
         settings.pop("critic_learning_rate")
-        settings.setdefault("num_generations", 2)
-        return GRPOTrainer(policy, env_fn, GRPOConfig(**settings), eval_env_fn=env_fn)
+        settings.setdefault("num_generations", 1 if kind == "reinforce-pp" else 2)
+        config_cls, trainer_cls = CRITIC_FREE[kind]
+        return trainer_cls(policy, env_fn, config_cls(**settings), eval_env_fn=env_fn)
     config_cls, trainer_cls = {
         "action": (ActionMARFTConfig, ActionMARFTTrainer),
         "token": (TokenMARFTConfig, TokenMARFTTrainer),
@@ -60,7 +70,18 @@ def changed(before, after):
 
 @pytest.mark.parametrize(
     ("kind", "team"),
-    [("action", 2), ("token", 2), ("ppo-action", 1), ("ppo-token", 1), ("grpo", 2), ("grpo", 1)],
+    [
+        ("action", 2),
+        ("token", 2),
+        ("ppo-action", 1),
+        ("ppo-token", 1),
+        ("grpo", 2),
+        ("grpo", 1),
+        ("rloo", 2),
+        ("rloo", 1),
+        ("reinforce-pp", 2),
+        ("reinforce-pp", 1),
+    ],
 )
 def test_trainer_runs_with_finite_losses_and_changes_parameters(kind, team, tiny_path):
     trainer = build(kind, tiny_path, team=team)
@@ -82,7 +103,7 @@ def test_trainer_runs_with_finite_losses_and_changes_parameters(kind, team, tiny
         assert changed(critic_before, trainer.critic.parameters())
 
 
-@pytest.mark.parametrize("kind", ["action", "token", "grpo"])
+@pytest.mark.parametrize("kind", ["action", "token", "grpo", "rloo", "reinforce-pp"])
 def test_rollout_and_update_log_probs_agree_before_the_first_step(kind, tiny_path):
     trainer = build(kind, tiny_path, iterations=1)
     (record,) = [r for r in trainer.train() if r["iteration"] == 1]
@@ -91,7 +112,7 @@ def test_rollout_and_update_log_probs_agree_before_the_first_step(kind, tiny_pat
     assert record["train/clip_fraction"] == 0.0
 
 
-@pytest.mark.parametrize("kind", ["action", "grpo"])
+@pytest.mark.parametrize("kind", ["action", "grpo", "rloo", "reinforce-pp"])
 def test_seeded_runs_repeat_exactly(kind, tiny_path):
     finals = []
     for _ in range(2):
@@ -102,7 +123,7 @@ def test_seeded_runs_repeat_exactly(kind, tiny_path):
     assert finals[0][1] == finals[1][1]
 
 
-@pytest.mark.parametrize("kind", ["action", "grpo"])
+@pytest.mark.parametrize("kind", ["action", "grpo", "rloo", "reinforce-pp"])
 def test_resume_continues_the_same_run(kind, tiny_path, tmp_path):
     straight = build(
         kind, tiny_path, iterations=3, seed=1, output_dir=str(tmp_path / "a"), checkpoint_every=1

@@ -9,12 +9,15 @@ class DigitsEnv(FlexPOMDPEnv):
     """A dense reward any random model earns some of: the share of ASCII letters in the graded text.
 
     Rewards differ between samples, so every trainer (GRPO included) gets non-zero advantages.
+    With ``rounds`` > 1 every agent acts in each of that many rounds (the reward is paid every
+    round).
     """
 
-    def __init__(self, team: int = 2, **kwargs):
+    def __init__(self, team: int = 2, rounds: int = 1, **kwargs):
         profiles = [AgentProfile("writer", "Write digits.")] if team == 2 else []
         profiles.append(AgentProfile("answerer", "Answer with digits only.", graded=True))
-        super().__init__(profiles, **kwargs)
+        self.rounds = rounds
+        super().__init__(profiles, horizon=rounds, **kwargs)
 
     def _reset_task(self, options):
         self.target = int(self.np_random.integers(10, 99))
@@ -25,4 +28,8 @@ class DigitsEnv(FlexPOMDPEnv):
     def _transition(self, actions):
         text = actions["answerer"]
         score = sum(ch.isascii() and ch.isalpha() for ch in text) / max(1, len(text))
-        return Transition(reward=score, terminated=True, info={"correct": score > 0.5})
+        return Transition(
+            reward=score,
+            terminated=self.timestep == self.rounds - 1,
+            info={"correct": score > 0.5},
+        )

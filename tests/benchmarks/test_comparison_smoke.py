@@ -25,6 +25,8 @@ def test_comparison_runs_and_summarises(tmp_path: Path) -> None:
         "dual-action-marft",
         "dual-action-marft-agent-norm",
         "dual-grpo",
+        "dual-rloo",
+        "dual-reinforce-pp",
     ]
     command = [
         sys.executable,
@@ -65,6 +67,8 @@ def test_comparison_runs_and_summarises(tmp_path: Path) -> None:
         "dual-action-marft",
         "dual-action-marft-agent-norm",
         "dual-grpo",
+        "dual-rloo",
+        "dual-reinforce-pp",
     ):
         row = summary["rows"][name]
         assert row["seeds"] == [0, 1] and len(row["values"]) == 2
@@ -72,8 +76,8 @@ def test_comparison_runs_and_summarises(tmp_path: Path) -> None:
     # Every team row (untuned too) carries the noise-reasoner check; single-agent rows cannot.
     for name in ("dual-action-marft", "dual-grpo"):
         assert len(summary["rows"][name]["noise_reasoner_values"]) == 2
-    # The untuned row: one check per trained team run (3 team settings x 2 seeds).
-    assert len(summary["rows"]["dual-untuned"]["noise_reasoner_values"]) == 6
+    # The untuned row: one check per trained team run (5 team settings x 2 seeds).
+    assert len(summary["rows"]["dual-untuned"]["noise_reasoner_values"]) == 10
     assert "noise_reasoner_values" not in summary["rows"]["single-ppo-action"]
     assert "dual-untuned > single-untuned" in summary["goal_checks"]
     assert (

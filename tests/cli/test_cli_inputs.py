@@ -48,7 +48,7 @@ def test_config_file_then_flags(tmp_path):
 def test_config_file_with_a_field_of_another_trainer(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("num_generations: 2\n")
-    with pytest.raises(UsageError, match=r"num_generations \(--algo grpo only\)"):
+    with pytest.raises(UsageError, match=r"num_generations \(--algo grpo/rloo/reinforce-pp only\)"):
         parse_train_args(["--config", str(config)])
 
 
@@ -73,8 +73,8 @@ def test_option_of_another_trainer(capsys):
     with pytest.raises(SystemExit):
         train("--num-generations", "4", "--model", MISSING_MODEL)
     assert (
-        "--num-generations is an option of --algo grpo; --algo action-marft does not use it"
-        in capsys.readouterr().err
+        "--num-generations is an option of --algo grpo / rloo / reinforce-pp; --algo action-marft "
+        "does not use it" in capsys.readouterr().err
     )
 
 
@@ -96,7 +96,7 @@ def test_ppo_on_a_team_is_refused_before_the_model_loads():
     with pytest.raises(
         UsageError, match=r"--algo ppo is the single-agent baseline.*\['reasoner', 'actor'\]"
     ):
-        train("--algo", "ppo", "--env", "math-dual-v1", "--model", MISSING_MODEL)
+        train("--algo", "ppo", "--env", "math-dual-v2", "--model", MISSING_MODEL)
 
 
 def test_per_agent_caps_naming_missing_agents():
@@ -192,8 +192,8 @@ def test_envs_lists_teams_and_dependencies(capsys, user_package):
     rows = main(["envs", "--json", "--import-module", "user_envs.triage"])
     by_id = {r["id"]: r for r in rows}
     assert (
-        by_id["math-dual-v1"]["agents"] == ["reasoner", "actor"]
-        and by_id["math-dual-v1"]["dependency"] == "Chain"
+        by_id["math-dual-v2"]["agents"] == ["reasoner", "actor"]
+        and by_id["math-dual-v2"]["dependency"] == "Chain"
     )
     assert by_id["dispatch-v0"]["dependency"] == "Orchestrator"
     assert by_id["triage-v0"]["takes_dataset"] is False
@@ -235,3 +235,15 @@ def test_exit_status_says_bad_input_or_divergence(capsys):
         guarded(bad_input, [], "marft train")
     assert (diverged.value.code, bad.value.code) == (1, 2)
     assert "marft train: error: every update was skipped" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("model", "group"), [("marft-tiny-math", 4), ("smollm2-135m-instruct", 8)])
+def test_presets_give_rloo_their_group_and_reinforce_pp_one_sample_per_task(model, group):
+    _, config_class, rloo, _ = parse_train_args(["--algo", "rloo", "--model", model])
+    assert config_class.__name__ == "RLOOConfig" and rloo["num_generations"] == group
+    _, config_class, rpp, _ = parse_train_args(["--algo", "reinforce-pp", "--model", model])
+    assert config_class.__name__ == "REINFORCEPPConfig" and rpp["num_generations"] == 1
+    # Every other preset field applies to both (e.g. the learning rate and passes per batch).
+    assert rloo["learning_rate"] == rpp["learning_rate"] and rpp["learning_rate"] != 1e-6
+    _, _, chosen, _ = parse_train_args(["--algo", "reinforce-pp", "--num-generations", "4"])
+    assert chosen["num_generations"] == 4

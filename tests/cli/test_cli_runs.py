@@ -5,6 +5,7 @@ iteration and logs what the uninterrupted run logs; a second run on a busy folde
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -118,7 +119,7 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
                 "--resume",
             ]
         )
-    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v1' vs now 'math-trio-v1'"):
+    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v2' vs now 'math-trio-v2'"):
         main(
             [
                 "train",
@@ -130,7 +131,7 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
                 "2",
                 *BUDGET,
                 "--env",
-                "math-trio-v1",
+                "math-trio-v2",
                 "--max-new-tokens-per-agent",
                 "{}",
                 "--resume",
@@ -280,3 +281,32 @@ def test_run_shows_samples_and_qualified_accuracies_and_eval_prints_transcripts(
     out = capsys.readouterr().out
     assert out.count("episode ") >= 2 and "reasoner (round 0) read:" in out
     assert "actor said (reward" in out and "accuracy " in out
+
+
+@pytest.mark.parametrize("algo", ["rloo", "reinforce-pp"])
+def test_critic_free_estimators_train_the_builtin_team_from_the_command_line(
+    algo, tiny_path, tmp_path
+):
+    out = tmp_path / algo
+    result = main(
+        [
+            "train",
+            "--algo",
+            algo,
+            "--model",
+            tiny_path,
+            "--iterations",
+            "2",
+            "--output-dir",
+            str(out),
+            *BUDGET,
+        ]
+    )
+    trained = [r for r in records(out) if "train/policy_loss" in r]
+    assert [r["iteration"] for r in trained] == [1, 2]
+    for r in trained:
+        assert math.isfinite(r["train/policy_loss"]) and math.isfinite(r["train/kl"])
+        assert r["train/skipped_nonfinite"] == 0
+    assert trained[0]["train/approx_kl"] < 1e-3  # the first update starts at ratio 1
+    assert result["config"]["beta"] > 0  # the KL penalty in the reward is on by default
+    assert json.loads((out / "config.json").read_text())["algorithm"] == algo

@@ -18,7 +18,7 @@ FAMILY_IDS = [
     "planpath-dual-v0",
 ]
 #: Families whose problems come from the math data family (--dataset as for math envs).
-MATH_DATA_IDS = ["tool-math-single-v0", "tool-math-dual-v0", "debate-v0"]
+MATH_DATA_IDS = ["tool-math-single-v1", "tool-math-dual-v1", "debate-v2"]
 REAL = [
     *["--iterations", "1", "--max-new-tokens", "4", "--eval-episodes", "2"],
     *["--episodes-per-iteration", "2", "--rollout-threads", "2", "--eval-every", "1"],
@@ -92,10 +92,40 @@ def test_marft_envs_lists_the_new_ids_with_their_dependency_functions():
         "sudoku-dual-v0": (["planner", "executor"], "Chain"),
         "planpath-single-v0": (["navigator"], "Chain"),
         "planpath-dual-v0": (["planner", "executor"], "Chain"),
-        "tool-math-single-v0": (["actor"], "Chain"),
-        "tool-math-dual-v0": (["caller", "answerer"], "ToolRouter"),
-        "debate-v0": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
+        "tool-math-single-v1": (["actor"], "Chain"),
+        "tool-math-dual-v1": (["caller", "answerer"], "ToolRouter"),
+        "debate-v2": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
     }
     for env_id, (agents, dependency) in expected.items():
         assert "error" not in rows[env_id], rows[env_id]
         assert (rows[env_id]["agents"], rows[env_id]["dependency"]) == (agents, dependency)
+
+
+def test_marft_eval_of_a_puzzle_run_uses_the_test_split(tiny_path, tmp_path, monkeypatch):
+    import marft_envs
+    from marft_algos.cli.evaluate import evaluate_checkpoint, find_checkpoint
+
+    run = tmp_path / "r"
+    main(
+        [
+            "train",
+            "--env",
+            "sudoku-single-v0",
+            "--model",
+            tiny_path,
+            "--output-dir",
+            str(run),
+            *ONE_ITERATION,
+        ]
+    )
+    made = []
+    real_make = marft_envs.make
+
+    def recording_make(env_id, **kwargs):
+        made.append(kwargs.get("split"))
+        return real_make(env_id, **kwargs)
+
+    monkeypatch.setattr(marft_envs, "make", recording_make)
+    metrics = evaluate_checkpoint(find_checkpoint(run))
+    assert metrics["eval/episodes"] == 4
+    assert made and set(made) == {"test"}

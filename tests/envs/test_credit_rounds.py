@@ -101,8 +101,8 @@ def test_no_registered_env_has_agents_idle_in_a_rewarded_round(env_id):
     # The credit rules now pay agents that acted in earlier rounds too. That changes nothing for
     # an env whose every round is acted by every agent that acted before: then its ids keep their
     # versions. An env where this fails needs a new version (its rewards changed). debate-v0
-    # keeps the round scope (credit_scope="round") and debate-v1 is its new version, tested
-    # below (random play never asks for a rebuttal, so this check cannot see the debate's case).
+    # had the round scope (credit_scope="round", still available) and debate-v1 (now v2) the
+    # episode scope, tested below (random play never asks for a rebuttal, so this check cannot see the debate's case).
     env = marft_envs.make(env_id)
     for seed in range(3):
         env.reset(seed=seed)
@@ -118,11 +118,12 @@ def test_no_registered_env_has_agents_idle_in_a_rewarded_round(env_id):
     env.close()
 
 
-@pytest.mark.parametrize(("env_id", "solver_a"), [("debate-v0", 0.0), ("debate-v1", 1.0)])
-def test_debate_versions_differ_only_in_who_shares_a_rebuttal_round(env_id, solver_a):
+@pytest.mark.parametrize(("scope", "solver_a"), [("round", 0.0), ("episode", 1.0)])
+def test_debate_credit_scopes_differ_only_in_who_shares_a_rebuttal_round(scope, solver_a):
     from marft_envs.math.data import MathProblem
 
-    env = marft_envs.make(env_id, dataset=[MathProblem("What is 17 * 23?", "391")])
+    problems = [MathProblem("What is 17 * 23?", "391")]
+    env = marft_envs.make("debate-v2", dataset=problems, credit_scope=scope)
     env.reset(seed=0)
     script = {
         "solver_a": ["\\boxed{391}"],

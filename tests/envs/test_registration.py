@@ -180,18 +180,36 @@ def test_installed_plugins_register_through_the_entry_point_group(monkeypatch, s
 
 
 @pytest.mark.parametrize("name", ["math-single", "math-dual", "math-trio", "math-dual-retry"])
-def test_out_of_date_math_v0_still_makes_with_a_warning_naming_v1_and_what_changed(name):
+@pytest.mark.parametrize("old", ["v0", "v1"])
+def test_out_of_date_math_ids_still_make_with_a_warning_naming_v2_and_what_changed(name, old):
     # Gymnasium's convention: an old version makes, and warns with the newest one.
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"'{name}-v0' is out of date: the newest version is '{name}-v1'.*"
-        rf"What changed: its grader accepted some wrong answers.*"
-        rf"make\('{name}-v0'\) now builds '{name}-v1'",
+        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v2'.*"
+        rf"What changed: its grader .*wrong answers.*5_\{{1000\}}.*"
+        rf"make\('{name}-{old}'\) now builds '{name}-v2'",
     ):
-        env = marft_envs.make(f"{name}-v0")
-    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v1")  # what was built, recorded as such
-    assert marft_envs.spec(f"{name}-v1").kwargs["profiles"] in ("single", "dual", "trio")
-    assert f"{name}-v0" not in marft_envs.registry  # listed once, under its newest id
+        env = marft_envs.make(f"{name}-{old}")
+    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v2")  # what was built, recorded as such
+    assert marft_envs.spec(f"{name}-v2").kwargs["profiles"] in ("single", "dual", "trio")
+    assert f"{name}-{old}" not in marft_envs.registry  # listed once, under its newest id
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("tool-math-single-v0", "tool-math-single-v1"),
+        ("tool-math-dual-v0", "tool-math-dual-v1"),
+        ("debate-v0", "debate-v2"),
+        ("debate-v1", "debate-v2"),
+    ],
+)
+def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old, new):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning, match=rf"newest version is '{new}'.*5_\{{1000\}}"
+    ):
+        env = marft_envs.make(old)
+    assert env.unwrapped.spec == marft_envs.spec(new)
 
 
 def test_the_design_cards_first_line_makes_an_env_that_passes_the_api_test():

@@ -68,17 +68,20 @@ def test_help_documents_every_option(monkeypatch):
     assert "(default: marft-tiny-math)" in out and "--num-generations" not in out
     grpo = run("train_math.py", "--algo", "grpo", "--help").stdout
     assert (
-        "--num-generations" in grpo and "Episodes per task (the group size G). (default: 4)" in grpo
+        "--num-generations" in grpo
+        and "Episodes per task (the group size G, or K). (default: 4)" in grpo
     )
 
 
 @pytest.mark.parametrize(
     ("algo", "env", "extra"),
     [
-        ("action-marft", "math-dual-v1", []),
-        ("token-marft", "math-dual-v1", []),
-        ("ppo", "math-single-v1", ["--level", "token"]),
-        ("grpo", "math-dual-v1", ["--num-generations", "2"]),
+        ("action-marft", "math-dual-v2", []),
+        ("token-marft", "math-dual-v2", []),
+        ("ppo", "math-single-v2", ["--level", "token"]),
+        ("grpo", "math-dual-v2", ["--num-generations", "2"]),
+        ("rloo", "math-dual-v2", ["--num-generations", "2", "--level", "token"]),
+        ("reinforce-pp", "math-dual-v2", []),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
@@ -127,7 +130,7 @@ def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     run(
         "train_math.py",
         "--env",
-        "math-single-v1",
+        "math-single-v2",
         "--model",
         model_path,
         "--iterations",
@@ -143,7 +146,7 @@ def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
             str(ROOT / "examples" / "evaluate.py"),
             str(out / "checkpoint-1"),
             "--env",
-            "math-dual-v1",
+            "math-dual-v2",
             "--episodes",
             "2",
         ],
@@ -177,11 +180,6 @@ def test_custom_env_example_registers_and_trains(model_path):
 
 def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
     # The main job's launch path under a standard launcher: two CPU ranks, gloo on 127.0.0.1.
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tmp_path / "ddp"
     result = subprocess.run(
         [
@@ -190,10 +188,7 @@ def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
             "torch.distributed.run",
             "--nproc_per_node",
             "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(port),
+            "--standalone",  # the launcher binds a free port itself: no window for another job
             str(ROOT / "examples" / "train_math.py"),
             "--model",
             model_path,

@@ -10,6 +10,7 @@ the engine back before they finish.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -20,6 +21,7 @@ vllm = pytest.importorskip("vllm", reason="the vllm tests run in the vLLM enviro
 
 import marft_envs  # noqa: E402
 from marft_algos.cli import ALGORITHMS, build_trainer  # noqa: E402
+from marft_algos.cli.main import main  # noqa: E402
 from marft_algos.policy import AgentSpec, MultiAgentPolicy  # noqa: E402
 from marft_algos.rollout_vllm import AdapterSyncError, VLLMRolloutBackend  # noqa: E402
 
@@ -154,15 +156,9 @@ def test_greedy_generation_matches_the_policys(team):
         assert max(abs(a - b) for a, b in zip(e.log_probs, g.log_probs, strict=True)) < 1e-3
 
 
-@pytest.mark.parametrize(
-    ("algo", "extra"),
-    [
-        ("grpo", {"num_generations": 2, "beta": 0.01}),
-        ("action-marft", {}),
-    ],
-)
-def test_an_iteration_on_the_engine_starts_at_ratio_one(algo, extra, smollm2_path):
-    env_fn = lambda: marft_envs.make("math-dual-v1")  # noqa: E731
+def test_a_grpo_iteration_on_the_engine_starts_at_ratio_one(smollm2_path):
+    algo = "grpo"
+    env_fn = lambda: marft_envs.make("math-dual-v2")  # noqa: E731
     agents = env_fn().possible_agents
     policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
     config_class, _ = ALGORITHMS[algo]
@@ -172,7 +168,8 @@ def test_an_iteration_on_the_engine_starts_at_ratio_one(algo, extra, smollm2_pat
         rollout_threads=4,
         max_new_tokens=12,
         learning_rate=1e-3,
-        **extra,
+        num_generations=2,
+        beta=0.01,  # the update runs even when every group's rewards are equal
     )
     with VLLMRolloutBackend(policy) as backend:
         trainer = build_trainer(algo, policy, env_fn, config, rollout_backend=backend)
@@ -183,3 +180,48 @@ def test_an_iteration_on_the_engine_starts_at_ratio_one(algo, extra, smollm2_pat
     assert math.isfinite(record["train/policy_loss"]), record
     # Measured before the first optimizer step: the update's log-probs equal the engine's.
     assert record["train/approx_kl"] < 1e-3, record
+
+
+def test_marft_train_and_eval_on_the_engine(smollm2_path, tmp_path, capsys):
+    """Action-level MARFT through the command line: the first update's ratio is 1, and ``marft
+    eval --rollout-backend vllm`` reproduces the policy's greedy evaluation."""
+    run = tmp_path / "run"
+    main(
+        [
+            "train",
+            "--rollout-backend",
+            "vllm",
+            "--model",
+            "smollm2-135m-instruct",
+            "--algo",
+            "action-marft",
+            "--iterations",
+            "1",
+            "--episodes-per-iteration",
+            "4",
+            "--rollout-threads",
+            "4",
+            "--max-new-tokens",
+            "12",
+            "--eval-episodes",
+            "2",
+            "--learning-rate",
+            "1e-3",
+            "--no-plot",
+            "--progress",
+            "off",
+            "--output-dir",
+            str(run),
+        ]
+    )
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "train/policy_loss" in r]
+    assert len(trained) == 1 and math.isfinite(trained[0]["train/policy_loss"])
+    assert trained[0]["train/approx_kl"] < 1e-3, trained[0]
+    capsys.readouterr()
+    evals = {}
+    for backend in ("vllm", "transformers"):
+        main(["eval", str(run), "--rollout-backend", backend, "--episodes", "2", "--json", "-"])
+        evals[backend] = json.loads(capsys.readouterr().out)
+    assert evals["vllm"] == evals["transformers"]
+    assert evals["vllm"]["eval/episodes"] == 2

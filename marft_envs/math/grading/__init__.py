@@ -21,7 +21,6 @@ import functools
 import logging
 
 from marft_envs.math.grading.answers import (
-    MAX_ANSWER_CHARS,
     Answer,
     AnswerParseError,
     Chain,
@@ -33,6 +32,7 @@ from marft_envs.math.grading.answers import (
     SetBuilder,
     Text,
     Union,
+    max_answer_chars,
     parse_structure,
 )
 from marft_envs.math.grading.compare import answers_equal
@@ -69,7 +69,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 GOLD_CHECK_TIMEOUT_S = 10.0
-MAX_RESPONSE_CHARS = 1_000_000  # beyond this a response is not scanned at all
+# Beyond this a response is not scanned at all. Every step runs under the time limit, so the cap
+# only bounds single C-level scans (one regular expression pass over the text) and memory.
+MAX_RESPONSE_CHARS = 16_000_000
 
 
 def parse_answer(text: str, *, prefer_list: bool = False) -> Answer:
@@ -140,7 +142,7 @@ def grade_answer(response: str, gold: str, *, timeout: float = 2.0) -> bool:
         # also linear in the response length, so a hostile response cannot stall a rollout.
         with time_limit(timeout):
             pred = extract_answer(response)
-            if pred is None or len(pred) > MAX_ANSWER_CHARS:
+            if pred is None or len(pred) > max_answer_chars(pred):
                 # Nothing longer is an answer, and the cap bounds every later step's cost.
                 return False
             normalised = normalize_answer(pred)

@@ -16,9 +16,12 @@ import sympy
 
 from marft_envs.math.grading.latex import parse_latex_expr
 from marft_envs.math.grading.normalize import text_key
+from marft_envs.math.grading.numeric import numbers_equal
 
 __all__ = [
     "MAX_ANSWER_CHARS",
+    "MAX_MATRIX_CHARS",
+    "MAX_MATRIX_SIDE",
     "Answer",
     "AnswerParseError",
     "Chain",
@@ -30,11 +33,14 @@ __all__ = [
     "SetBuilder",
     "Text",
     "Union",
+    "max_answer_chars",
     "parse_structure",
 ]
 
 MAX_ANSWER_CHARS = 1_000  # longer "answers" are not answers; refusing them bounds all later work
 MAX_ITEMS = 64
+MAX_MATRIX_SIDE = 100  # rows and columns of a matrix answer
+MAX_MATRIX_CHARS = 200_000  # a 100x100 matrix of 10-character entries, with its separators
 _MAX_PM = 6  # 2**6 = MAX_ITEMS answers; more signs would expand exponentially
 
 _OPEN = "([{"
@@ -49,7 +55,13 @@ _TEXT_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mbox)\s*\{")
 _MATRIX_RE = re.compile(
     r"^\\begin\{([pbB]?matrix|array)\}(?:\{[^}]*\})?(.*)\\end\{\1\}$", re.DOTALL
 )
+_MATRIX_START_RE = re.compile(r"[\s$]*\\begin\{(?:[pbBvV]?matrix|array)\}")
 _REL_RE = re.compile(r"\\leq?(?![a-zA-Z])|\\geq?(?![a-zA-Z])|\\neq?(?![a-zA-Z])|<=|>=|<|>|=")
+
+
+def max_answer_chars(text: str) -> int:
+    """The longest answer of the kind ``text`` starts as: a matrix may hold up to 100x100 cells."""
+    return MAX_MATRIX_CHARS if _MATRIX_START_RE.match(text) else MAX_ANSWER_CHARS
 
 
 class AnswerParseError(ValueError):
@@ -273,30 +285,13 @@ def _equalities(text: str, sides: list[sympy.Expr]) -> Answer:
     false statement and stay an equation, which never equals a number.
     """
     numeric = all(not side.free_symbols for side in sides)
-    if numeric and all(_same_number(side, sides[-1]) for side in sides[:-1]):
+    if numeric and all(numbers_equal(side, sides[-1]) for side in sides[:-1]):
         return Scalar(text, sides[-1])
     if len(sides) == 2:
         return Equation(text, sides[0] - sides[1])
     raise AnswerParseError(
         f"a chain of equalities is read only when every side is the same number: {text!r}"
     )
-
-
-def _same_number(a: sympy.Expr, b: sympy.Expr) -> bool:
-    """Whether two numbers without free symbols are equal: exact for rationals, else to 40 digits.
-
-    Strict on purpose: ``3.14159265358979 = \\pi`` is a false statement, not a route to ``\\pi``.
-    """
-    if a == b:
-        return True
-    if a.is_Rational and b.is_Rational:
-        return False
-    try:
-        diff = abs(a - b).evalf(60)
-        scale = max(abs(a).evalf(60), abs(b).evalf(60))
-        return bool(diff.is_number and scale.is_number and diff <= sympy.Float("1e-40", 60) * scale)
-    except (TypeError, ValueError):
-        return False
 
 
 _SET_BUILDER_RE = re.compile(
@@ -339,9 +334,12 @@ def _item(text: str) -> Answer:
 
 def _matrix(body: str, raw: str) -> Matrix:
     rows = [r for r in re.split(r"\\\\", body) if r.strip()]
-    if not rows or len(rows) > MAX_ITEMS:
-        raise AnswerParseError(f"bad matrix {raw!r}")
-    parsed = tuple(tuple(_item(cell) for cell in row.split("&")) for row in rows)
+    if not rows or len(rows) > MAX_MATRIX_SIDE:
+        raise AnswerParseError(f"bad matrix {raw[:80]!r}: 1 to {MAX_MATRIX_SIDE} rows")
+    cells = [row.split("&") for row in rows]
+    if max(len(row) for row in cells) > MAX_MATRIX_SIDE:
+        raise AnswerParseError(f"bad matrix {raw[:80]!r}: more than {MAX_MATRIX_SIDE} columns")
+    parsed = tuple(tuple(_item(cell) for cell in row) for row in cells)
     if len({len(r) for r in parsed}) != 1:
         raise AnswerParseError(f"ragged matrix {raw!r}")
     return Matrix(raw, parsed)
@@ -365,8 +363,8 @@ def parse_structure(text: str, *, prefer_list: bool = False, allow_list: bool = 
     text = text.strip()
     if not text:
         raise AnswerParseError("empty answer")
-    if len(text) > MAX_ANSWER_CHARS:
-        raise AnswerParseError(f"answer longer than {MAX_ANSWER_CHARS} characters")
+    if len(text) > max_answer_chars(text):
+        raise AnswerParseError(f"answer longer than {max_answer_chars(text)} characters")
     if _TEXT_RE.search(text):
         return Text(text, text_key(text))
     if not prefer_list and _THOUSANDS_RE.fullmatch(text):

@@ -25,6 +25,7 @@ from marft_envs.math.grading.answers import (
     parse_structure,
 )
 from marft_envs.math.grading.normalize import strip_text_units, text_key, unwrap_text
+from marft_envs.math.grading.numeric import numbers_equal
 from marft_envs.math.grading.sets import real_set, sets_equal
 
 __all__ = ["answers_equal", "exprs_equal"]
@@ -34,39 +35,11 @@ _WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
 
 # -- comparison ---------------------------------------------------------------------------------
 
-_REL_TOL = sympy.Float("1e-40", 60)
-_REL_TOL_FINE = sympy.Float("1e-150", 200)
 _PROBE_POINTS = (
     (sympy.Rational(7, 3), sympy.Rational(-5, 11), sympy.Rational(13, 17)),
     (sympy.Rational(-3, 2), sympy.Rational(11, 7), sympy.Rational(2, 9)),
     (sympy.Rational(5, 13), sympy.Rational(17, 6), sympy.Rational(-19, 10)),
 )
-
-
-def _numbers_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
-    if a.is_Rational and b.is_Rational:
-        return bool(a == b)
-    if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
-        return bool(a == b)
-    va, vb = a.evalf(60), b.evalf(60)
-    try:
-        complex(va), complex(vb)
-    except (TypeError, ValueError):
-        # Something evalf cannot reduce to a number; only an exact proof counts.
-        return bool(sympy.simplify(a - b) == 0)
-    # Rounded decimals never pass: 60 digits are computed and 40 must agree; a pair that passes
-    # is checked again at 200 digits, so only numbers equal to ~150 digits count as equal.
-    return _close(va, vb, _REL_TOL, 60) and _close(a.evalf(200), b.evalf(200), _REL_TOL_FINE, 200)
-
-
-def _close(va: sympy.Expr, vb: sympy.Expr, tol: sympy.Float, digits: int) -> bool:
-    diff = abs(va - vb).evalf(digits)
-    scale = max(abs(va).evalf(digits), abs(vb).evalf(digits))
-    if not diff.is_number or not scale.is_number:
-        return False
-    if scale == 0:
-        return bool(diff == 0)
-    return bool(diff <= tol * scale)
 
 
 def _probe_differs(a: sympy.Expr, b: sympy.Expr, symbols: list[sympy.Symbol]) -> bool:
@@ -108,7 +81,7 @@ def exprs_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
         return True
     symbols = sorted(a.free_symbols | b.free_symbols, key=str)
     if not symbols:
-        return _numbers_equal(a, b)
+        return numbers_equal(a, b)
     if _probe_differs(a, b, symbols):
         return False
     diff = a - b

@@ -101,7 +101,8 @@ _TRAILING_TEXT_RE = re.compile(
     r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm)\s*\{([\sa-zA-Z.]*)\}"
     r"\s*(?:\^\s*\{?[23]\}?)?\s*$"
 )
-_BASE_SUBSCRIPT_RE = re.compile(r"(\d)_\{?(\d+)\}?")
+# 52_8 / 1011_{2}: a numeral written in a base from 2 to 36 (every digit below the base).
+_BASE_SUBSCRIPT_RE = re.compile(r"(?<![\w.])(\d+)_(?:\{(\d+)\}|(\d))")
 _LEADING_ZERO_RE = re.compile(r"(?<![\d.])\.(\d)")
 # 1.5e3 / 2E-4: scientific notation (never a product with e, which would need an operand after).
 _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d.a-zA-Z])")
@@ -109,7 +110,11 @@ _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d
 # fraction is never written that way); not after ^, _, a letter or a digit ("x^2\frac{1}{3}").
 _MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}")
 # 0.1\overline{6}: a repeating decimal, an exact fraction.
-_REPEATING_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
+# Digits after the repeating block are not part of it (0.\overline{3}5 is no number), so such a
+# numeral is left as written and does not parse.
+_REPEATING_RE = re.compile(
+    r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}(?!\s*(?:[\d.]|\\overline))"
+)
 _EXPONENT_TAIL_RE = re.compile(r"\s*(?:\^\s*\{?[23]\}?)?\s*$")
 
 
@@ -168,6 +173,13 @@ def _repeating_to_fraction(m: re.Match[str]) -> str:
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
 
 
+def _base_numeral(m: re.Match[str]) -> str:
+    digits, base = m.group(1), int(m.group(2) or m.group(3))
+    if 2 <= base <= 36 and all(int(d) < base for d in digits):
+        return digits
+    return m.group()  # 5_{1000} is no numeral in any base: left as written, it does not parse
+
+
 def droppable_words(words: str) -> bool:
     """Whether trailing ``words`` after a number are presentation only (units, counts, filler).
 
@@ -189,6 +201,8 @@ def droppable_words(words: str) -> bool:
     words_left = text.split()
     if words_left and words_left[-1] in _UNIT_MODIFIERS:
         return False  # "3 square" may mean 3 squared; "square" is a unit only before one
+    if "times" in words_left[:-1]:
+        return False  # "5 ways times ways" multiplies; "times" counts only as the last word
     return all(word in UNIT_WORDS for word in words_left)
 
 
@@ -213,8 +227,15 @@ def _strip_trailing_words(text: str) -> str | None:
         starts.append(k)
         i = k
     for start in reversed(starts):  # longest run first: "12 apples in total"
-        if start > 0 and text[start - 1] in "0123456789}. \t" and droppable_words(text[start:end]):
+        if start == 0 or text[start - 1] not in "0123456789}. \t":
+            continue
+        if droppable_words(text[start:end]):
             return text[:start].rstrip()
+        if not text[start - 1].isdigit():
+            # Words set apart from the math are one phrase, dropped whole or kept whole: without
+            # this, "5 ways times ways" lost its words one by one down to 5. A word glued to a
+            # digit ("2x cm") is math, so the run after it may still be a unit.
+            return None
     return None
 
 
@@ -287,7 +308,7 @@ def normalize_answer(text: str) -> str:
         s = re.sub(r"\s+(?:or|and)\s+", ", ", s)
     s = _DEGREE_RE.sub(" ", s)
     s = _PERCENT_RE.sub(" ", s)
-    s = _BASE_SUBSCRIPT_RE.sub(r"\1", s)
+    s = _BASE_SUBSCRIPT_RE.sub(_base_numeral, s)
     s = _LEADING_ZERO_RE.sub(r"0.\1", s)
     s = strip_text_units(s)
     s = re.sub(r"\s+", " ", s).strip()

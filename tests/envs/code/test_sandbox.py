@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -31,8 +32,8 @@ LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=6.0, memory_bytes=512 << 20)
 ADD_TESTS = UnitTests(("assert add(1, 2) == 3", "assert add(5, 0) == 5", "assert add(10, 5) == 15"))
 
 
-def _sandbox_uids() -> list[int]:
-    """Processes whose real uid is in the sandbox's private range (leftovers of a run)."""
+def _owned_by(uids: set[int] | None = None) -> list[int]:
+    """Real uids of the processes whose uid is in ``uids`` (None: the sandbox's private range)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -42,9 +43,35 @@ def _sandbox_uids() -> list[int]:
         except OSError:
             continue
         uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
-        if uid >= 100_000:
+        if (uid in uids) if uids is not None else uid >= 100_000:
             found.append(uid)
     return found
+
+
+@pytest.fixture
+def run_uids(sandbox, monkeypatch):
+    """The private uids the sandbox hands to this test's runs (as root; empty otherwise)."""
+    issued: set[int] = set()
+    draw = sandbox._private_uid
+
+    def record():
+        uid = draw()
+        if uid is not None:
+            issued.add(uid)
+        return uid
+
+    monkeypatch.setattr(sandbox, "_private_uid", record)
+    return issued
+
+
+def _assert_no_leftovers(uids: set[int]) -> None:
+    """No process of this test's runs is left. Other runs on the machine (another test session,
+    a training job) may hold uids of the same range at any time, so only ``uids`` count; the
+    generous deadline only matters on failure."""
+    deadline = time.monotonic() + 30
+    while _owned_by(uids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _owned_by(uids) == []
 
 
 def test_a_correct_program_passes_and_a_wrong_one_fails(sandbox):
@@ -149,7 +176,7 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
-def test_hostile_program_earns_nothing(sandbox, name):
+def test_hostile_program_earns_nothing(sandbox, run_uids, name):
     program, kind = HOSTILE[name]
     result = sandbox.run(program, ADD_TESTS)
     assert result.passed == 0 and not result.all_passed, result
@@ -157,13 +184,39 @@ def test_hostile_program_earns_nothing(sandbox, name):
         assert result.failure == kind, result
     assert result.failure in FAILURE_KINDS
     # Whatever the program did, no process of its run is left.
-    deadline = time.monotonic() + 5
-    while _sandbox_uids() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _sandbox_uids() == []
+    _assert_no_leftovers(run_uids)
 
 
-def test_orphans_that_leave_the_process_group_are_killed(sandbox):
+FOREIGN_UID = 1073841831  # beyond the range Sandbox draws its uids from
+
+
+@pytest.fixture
+def foreign_run():
+    """A process of another sandbox run on this machine (another test session, a training job on
+    a code env): it holds a uid of the sandbox's private range while this test runs."""
+    if os.geteuid() != 0:
+        pytest.skip("only root can start a process under another uid")
+    proc = subprocess.Popen(["sleep", "600"], user=FOREIGN_UID)
+    try:
+        while not _owned_by({FOREIGN_UID}):  # setuid happens before exec; poll ends at once
+            if proc.poll() is not None:
+                pytest.fail("the stand-in for another run exited early")
+            time.sleep(0.01)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_leftover_check_ignores_other_runs_on_the_machine(sandbox, run_uids, foreign_run):
+    # A loaded machine runs other sandboxes at the same time; only this run's processes count.
+    assert sandbox.run("def add(a, b):\n    return a + b\n", ADD_TESTS).all_passed
+    assert run_uids and FOREIGN_UID not in run_uids
+    _assert_no_leftovers(run_uids)
+    assert foreign_run.poll() is None  # the other run's process was there all along
+
+
+def test_orphans_that_leave_the_process_group_are_killed(sandbox, run_uids):
     program = (
         "import os, time\n"
         "def add(a, b):\n"
@@ -175,10 +228,7 @@ def test_orphans_that_leave_the_process_group_are_killed(sandbox):
         "    return a + b\n"
     )
     assert sandbox.run(program, ADD_TESTS).all_passed  # the program did its job...
-    deadline = time.monotonic() + 5
-    while _sandbox_uids() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _sandbox_uids() == []  # ...and its sleepers died with the run
+    _assert_no_leftovers(run_uids)  # ...and its sleepers died with the run
 
 
 def test_no_write_outside_the_working_directory(sandbox, tmp_path):

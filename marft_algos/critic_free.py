@@ -1,0 +1,423 @@
+"""What the critic-free trainers (GRPO, RLOO, REINFORCE++) share: groups of samples per task,
+advantages from rewards alone, and one pass of the shared policy-gradient step per
+``num_iterations``.
+
+Each iteration samples ``episodes_per_iteration / num_generations`` tasks and runs every task
+``num_generations`` times (the episodes of a group share their reset seed, so they face the same
+problem). Every agent of a team is its own learner: a sample is an ``(episode, agent)`` pair whose
+reward is the episode's team return (or the agent's own credited return), and the agent's
+decisions in that episode are trained on its advantage. A subclass says how advantages come from
+rewards (:meth:`CriticFreeTrainer.batch_advantages`) and which :class:`~marft_algos.policy_gradient.Objective`
+it minimises; the loop, the data-parallel split (whole groups per rank), dynamic sampling and the
+metrics live here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from marft_algos.common.advantages import zero_std_group_mask
+from marft_algos.common.batch import RolloutBatch, build_rollout_batch
+from marft_algos.common.losses import KLEstimator, Normalizer, kl_penalty
+from marft_algos.levels import level_named
+from marft_algos.policy_gradient import Objective
+from marft_algos.rollout import Episode, EpisodeRequest
+from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range, check_num_minibatches
+
+__all__ = [
+    "LOSS_NORMALIZERS",
+    "CriticFreeConfig",
+    "CriticFreeLevelConfig",
+    "CriticFreeLevelTrainer",
+    "CriticFreeTrainer",
+    "check_level_options",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Token-level ``loss_type`` (TRL's names) → how the per-token losses are weighted.
+LOSS_NORMALIZERS: dict[str, Normalizer] = {
+    "grpo": "sequence",
+    "bnpo": "token",
+    "dapo": "token",
+    "dr_grpo": "constant",
+}
+
+
+@dataclass
+class CriticFreeConfig(TrainerConfig):
+    """Settings shared by the critic-free trainers (names as TRL's ``GRPOConfig``/``RLOOConfig``)."""
+
+    num_generations: int = 8
+    """Episodes per task (the group size G, or K)."""
+    beta: float = 0.0
+    """Weight of the KL to the reference policy (the base model with adapters disabled); 0: no
+    reference forward pass."""
+    epsilon: float = 0.2
+    """Lower clip range ε_low."""
+    epsilon_high: float | None = None
+    """Upper clip range ε_high (DAPO clip-higher, e.g. 0.28); None: equal to epsilon."""
+    loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = "dapo"
+    """Token-level loss aggregation: per-sequence means (grpo), every token of the batch once (dapo;
+    bnpo too, over the whole batch rather than TRL's per-micro-batch count, so the gradient does not
+    depend on gradient_accumulation_steps), or each agent's token cap as a constant length
+    (dr_grpo). The entropy bonus and a KL loss term are aggregated the same way."""
+    num_iterations: int = 1
+    """Optimisation passes over each batch (μ; TRL's name). Not --iterations, which counts rollout-and-update iterations."""
+    num_minibatches: int = 1
+    """Optimizer steps per pass: the batch's episodes are shuffled and split into this many
+    minibatches (TRL's ``steps_per_generation``); each minibatch's loss is aggregated over its own
+    tokens or sequences (advantages are computed once, over the whole batch)."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and sample more groups to refill the batch."""
+    max_resample_rounds: int = 4
+    """With dynamic sampling: extra sampling rounds at most before training on a short batch."""
+    reward_source: Literal["team", "agent"] = "team"
+    """R_i of an agent: the episode's team return, or the agent's own credited return."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight (none by default)."""
+    skip_zero_advantages: bool = True
+    """Skip the forward and backward pass of completions whose advantage is 0: with ``beta=0``
+    and no entropy bonus they add exactly nothing to the gradient. False runs every completion
+    through the update, as TRL does (equal-work comparisons)."""
+
+    min_generations: ClassVar[int] = 2
+    """Smallest group this estimator works with (a baseline from the group needs two)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_clip_range(self.epsilon, self.epsilon_high)
+        if self.num_generations < self.min_generations:
+            raise ValueError(
+                f"num_generations must be >= {self.min_generations} (a group needs a baseline), got "
+                f"{self.num_generations}."
+            )
+        if self.episodes_per_iteration % self.num_generations:
+            raise ValueError(
+                f"episodes_per_iteration={self.episodes_per_iteration} must be a multiple of "
+                f"num_generations={self.num_generations}; e.g. set episodes_per_iteration="
+                f"{self.num_generations * max(1, self.episodes_per_iteration // self.num_generations)}."
+            )
+        if self.loss_type not in LOSS_NORMALIZERS:
+            raise ValueError(
+                f"loss_type must be one of {tuple(LOSS_NORMALIZERS)}, got {self.loss_type!r}."
+            )
+        if self.reward_source not in ("team", "agent"):
+            raise ValueError(
+                f"reward_source must be 'team' or 'agent', got {self.reward_source!r}."
+            )
+        if self.beta < 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}.")
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
+        check_num_minibatches(self.num_minibatches, self.episodes_per_iteration)
+        if self.dynamic_sampling and self.num_generations < 2:
+            raise ValueError(
+                "dynamic_sampling drops groups whose rewards are all equal, which a group of one "
+                "always is; set num_generations >= 2 or dynamic_sampling=False."
+            )
+
+    @property
+    def groups_per_iteration(self) -> int:
+        return self.episodes_per_iteration // self.num_generations
+
+
+def check_level_options(config: Any) -> None:
+    """Validate ``level`` / ``logprob_normalization`` of a config that offers both granularities,
+    refusing options the chosen level would ignore."""
+    if config.level not in ("action", "token"):
+        raise ValueError(f"level must be 'action' or 'token', got {config.level!r}.")
+    if config.logprob_normalization not in ("none", "token", "word"):
+        raise ValueError(
+            f"logprob_normalization must be 'none', 'token' or 'word', got "
+            f"{config.logprob_normalization!r}."
+        )
+    if config.level == "token" and config.logprob_normalization != "none":
+        raise ValueError(
+            f"logprob_normalization={config.logprob_normalization!r} divides an action's log-prob, "
+            f"which only level='action' uses; set level='action' or drop logprob_normalization."
+        )
+    if config.level == "action" and config.loss_type != "dapo":
+        raise ValueError(
+            f"loss_type={config.loss_type!r} weights tokens, but level='action' has one ratio per "
+            f"decision and averages over decisions; set level='token' or drop loss_type."
+        )
+
+
+class CriticFreeTrainer(Trainer):
+    """Base of the trainers that learn from group or batch statistics of rewards (no critic)."""
+
+    config: CriticFreeConfig
+
+    def shards_per_iteration(self) -> int:
+        return self.config.groups_per_iteration
+
+    def objective(self) -> Objective:
+        raise NotImplementedError
+
+    def token_objective(self, **overrides: Any) -> Objective:
+        """The objective with this config's clip ranges, entropy bonus and ``loss_type`` weighting."""
+        c = self.config
+        settings: dict[str, Any] = {
+            "level": "token",
+            "normalizer": LOSS_NORMALIZERS[c.loss_type],
+            "epsilon": c.epsilon,
+            "epsilon_high": c.epsilon_high,
+            "entropy_coef": c.entropy_coef,
+            **overrides,
+        }
+        return Objective(**settings)
+
+    def batch_advantages(
+        self, episodes: list[Episode], batch: RolloutBatch
+    ) -> tuple[Tensor, dict[str, Any]]:
+        """Advantages of the batch's decisions, ``(N,)`` or ``(N, T)``, and extra metrics."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ sampling
+    def _group_requests(self, n_groups: int, first_group: int) -> list[EpisodeRequest]:
+        seeds = self.collector.rng.integers(0, 2**31 - 1, size=n_groups)
+        return [
+            EpisodeRequest(seed=int(seed), group=first_group + g)
+            for g, seed in enumerate(seeds)
+            for _ in range(self.config.num_generations)
+        ]
+
+    def _rewards(self, episode: Episode, agent: str) -> float:
+        if self.config.reward_source == "team":
+            return episode.team_return
+        return episode.agent_returns.get(agent, 0.0)
+
+    def _informative_groups(self, episodes: list[Episode]) -> set[int]:
+        """Groups in which some agent's rewards differ (the others give zero advantages)."""
+        keep = set()
+        by_group: dict[int, list[Episode]] = defaultdict(list)
+        for e in episodes:
+            by_group[int(e.group or 0)].append(e)
+        for group, members in by_group.items():
+            for agent in self.agents:
+                rewards = {
+                    self._rewards(e, agent)
+                    for e in members
+                    if any(d.agent == agent for d in e.decisions)
+                }
+                if len(rewards) > 1:
+                    keep.add(group)
+                    break
+        return keep
+
+    def _run_groups(self, n_groups: int, first_group: int) -> list[Episode]:
+        """Draw ``n_groups`` tasks (alike on every rank) and run this rank's share of whole groups."""
+        requests = self._group_requests(n_groups, first_group)
+        share = self.dist.shard(n_groups)
+        per = self.config.num_generations
+        return self.collector.collect([r for g in share for r in requests[g * per : (g + 1) * per]])
+
+    def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
+        c = self.config
+        episodes = self._run_groups(c.groups_per_iteration, 0)
+        if not c.dynamic_sampling:
+            return episodes, {"rollout/groups_dropped": 0, "rollout/resample_rounds": 0}
+        kept = self._all_ranks(self._informative_groups(episodes))
+        pool = [e for e in episodes if e.group in kept]
+        dropped = c.groups_per_iteration - len(kept)
+        next_group = c.groups_per_iteration
+        rounds = 0
+        while len(kept) < c.groups_per_iteration and rounds < c.max_resample_rounds:
+            wanted_more = c.groups_per_iteration - len(kept)
+            more = self._run_groups(wanted_more, next_group)
+            next_group += c.groups_per_iteration
+            new = self._all_ranks(self._informative_groups(more))
+            dropped += wanted_more - len(new)
+            pool += [e for e in more if e.group in new]
+            kept |= new
+            rounds += 1
+        wanted = set(sorted(kept)[: c.groups_per_iteration])
+        if not wanted:
+            logger.warning(
+                "Dynamic sampling found no group with differing rewards; this iteration has nothing to learn."
+            )
+        stats = {"rollout/groups_dropped": dropped, "rollout/resample_rounds": rounds}
+        return [e for e in pool if e.group in wanted], stats
+
+    def _all_ranks(self, groups: set[int]) -> set[int]:
+        """The union of every rank's group ids (each rank runs whole groups)."""
+        return {g for part in self.dist.gather(sorted(groups)) for g in part}
+
+    # ------------------------------------------------------------------ rewards
+    def _acting_pairs(self, episodes: list[Episode]) -> list[tuple[int, str]]:
+        return [
+            (row, agent)
+            for row, e in enumerate(episodes)
+            for agent in self.agents
+            if any(d.agent == agent for d in e.decisions)
+        ]
+
+    def _group_rewards(
+        self, episodes: list[Episode], keys: list[tuple[int, str]]
+    ) -> tuple[torch.Tensor, list[tuple[int, str]]]:
+        """R of each ``(episode row, agent)`` sample and its group label ``(task group, agent)``."""
+        rewards = torch.tensor(
+            [self._rewards(episodes[row], agent) for row, agent in keys], dtype=torch.float32
+        )
+        groups = [(int(episodes[row].group or 0), agent) for row, agent in keys]
+        return rewards, groups
+
+    def batch_samples(
+        self, episodes: list[Episode], batch: RolloutBatch
+    ) -> tuple[Tensor, list[tuple[int, str]], Tensor]:
+        """The batch's samples: one per ``(episode, agent)`` with decisions in the batch.
+
+        Returns:
+            ``(rewards, groups, index)``: ``(S,)`` R of each sample, its group label
+            ``(task group, agent)``, and ``(N,)`` the sample of each decision.
+        """
+        keys = list(
+            dict.fromkeys((int(r), a) for r, a in zip(batch.episode, batch.agents, strict=True))
+        )
+        position = {key: s for s, key in enumerate(keys)}
+        index = torch.tensor(
+            [position[(int(r), a)] for r, a in zip(batch.episode, batch.agents, strict=True)],
+            dtype=torch.long,
+        )
+        rewards, groups = self._group_rewards(episodes, keys)
+        return rewards, groups, index
+
+    def reference_kl(
+        self, batch: RolloutBatch, estimator: KLEstimator
+    ) -> tuple[Tensor, dict[str, Any]]:
+        """``(N, T)`` per-token KL(π_old ‖ π_ref) estimates (0 on padding) and ``train/kl``, their
+        mean over every rank's tokens."""
+        ref = self.policy_gradient().reference_log_probs(batch)
+        mask = batch.action_mask
+        kl = torch.where(
+            mask, kl_penalty(batch.old_log_probs, ref, estimator), torch.zeros_like(ref)
+        )
+        total, count = self.dist.sum([float(kl.sum()), float(mask.sum())])
+        return kl, {"train/kl": total / count if count else 0.0}
+
+    def _rollout_metrics(self, episodes: list[Episode]) -> dict[str, Any]:
+        keys = self._acting_pairs(episodes)
+        flat, pairs = 0.0, float(len(keys))
+        if keys and self.config.num_generations > 1:
+            rewards, groups = self._group_rewards(episodes, keys)
+            flat = float(zero_std_group_mask(rewards, groups).float().sum())
+        flat, pairs = self.dist.sum([flat, pairs])
+        if pairs and self.config.num_generations > 1:
+            return {"rollout/zero_std_fraction": flat / pairs}
+        return {}
+
+    # ------------------------------------------------------------------ update
+    def _agents_with_work(self, agents: Sequence[str], active: Tensor) -> list[str]:
+        """The agents with an active decision on some rank, in the same order on every rank."""
+        present = self.dist.sum(
+            [
+                float(any(on and a == agent for a, on in zip(agents, active.tolist(), strict=True)))
+                for agent in self.agents
+            ]
+        )
+        return [agent for agent, n in zip(self.agents, present, strict=True) if n]
+
+    def update(self, episodes: list[Episode]) -> dict[str, Any]:
+        c = self.config
+        metrics = self._rollout_metrics(episodes)
+        trained = [a for a in self.agents if a in self._optimizer_of]
+        batch = build_rollout_batch(
+            episodes,
+            agents=trained,
+            token_caps=c.max_new_tokens_per_agent,
+            default_cap=c.max_new_tokens,
+        )
+        if not self.dist.sum([len(batch)])[0]:
+            return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
+        advantages, extra = self.batch_advantages(episodes, batch)  # (N,) or (N, T)
+        batch = batch.with_targets(advantages=advantages)
+        step = self.policy_gradient()
+        objective = step.objective
+        # Zero-advantage rows add nothing to the surrogate; without entropy or KL terms they need no forward.
+        nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
+        active = (
+            torch.ones(len(batch), dtype=torch.bool)
+            if objective.beta > 0 or objective.entropy_coef > 0 or not c.skip_zero_advantages
+            else nonzero
+        )
+        if not self._agents_with_work(batch.agents, active):
+            # every advantage is 0: nothing to learn, and no statistics to report
+            return {**metrics, **extra, "train/policy_loss": 0.0, "train/skipped_empty": 1}
+
+        stats: dict[str, list[float]] = defaultdict(list)
+        first: dict[str, float] = {}
+        skipped = 0
+        first_episode, total_episodes = self.dist.offset(len(episodes))
+        for _ in range(c.num_iterations):
+            for rows in batch.minibatch_indices(
+                self.rng,
+                c.num_minibatches,
+                len(episodes),
+                first_episode=first_episode,
+                total_episodes=total_episodes,
+            ):
+                minibatch = batch[rows]
+                agents = self._agents_with_work(minibatch.agents, active[rows])
+                if not agents:  # no rank has a decision of this minibatch to train on
+                    continue
+                result = self.policy_step(step, minibatch, agents, active=active[rows])
+                if not first:
+                    first = {
+                        "approx_kl": result["approx_kl"],
+                        "clip_fraction": result["clip_fraction"],
+                    }
+                for key in ("policy_loss", "entropy", "kl", "ratio_mean"):
+                    stats[f"train/{key}"].append(result[key])
+                if "grad_norm" in result:
+                    stats["train/grad_norm"].append(result["grad_norm"])
+                skipped += int(result.get("skipped_nonfinite", 0))
+        metrics.update({k: float(np.mean(v)) for k, v in stats.items() if v})
+        metrics.update(extra)
+        metrics["train/approx_kl"] = first.get("approx_kl", 0.0)
+        metrics["train/clip_fraction"] = first.get("clip_fraction", 0.0)
+        metrics["train/skipped_nonfinite"] = skipped
+        metrics["train/advantage_abs_mean"] = self._advantage_abs_mean(batch)
+        return metrics
+
+    def _advantage_abs_mean(self, batch: RolloutBatch) -> float:
+        """Mean |A| over the decisions of every rank (a token-level decision: over its tokens)."""
+        assert batch.advantages is not None
+        adv = batch.advantages.abs()
+        if adv.dim() == 2:
+            mask = level_named("token").mask(batch)
+            adv = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        total, count = self.dist.sum([float(adv.sum()), float(len(batch))])
+        return total / count if count else 0.0
+
+
+@dataclass
+class CriticFreeLevelConfig(CriticFreeConfig):
+    """A critic-free config that trains at action or token level (RLOO, REINFORCE++)."""
+
+    level: Literal["action", "token"] = "token"
+    """One clipped ratio per decision (on the action's log-prob, paper eq. 6) or per token."""
+    logprob_normalization: Literal["none", "token", "word"] = "none"
+    """Action level: divide an action's log-prob by its token or word count (paper §4.1.1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_level_options(self)
+
+
+class CriticFreeLevelTrainer(CriticFreeTrainer):
+    """A critic-free trainer whose objective's granularity is the config's ``level``."""
+
+    config: CriticFreeLevelConfig
+
+    def objective(self) -> Objective:
+        c = self.config
+        return self.token_objective(level=c.level, logprob_normalization=c.logprob_normalization)

@@ -1,0 +1,75 @@
+"""RLOO: REINFORCE with a leave-one-out baseline (Ahmadian et al. 2024), for every agent of a team.
+
+Each task runs ``num_generations`` (K) times. A sample is an ``(episode, agent)`` pair whose reward
+is the episode's team return (``reward_source="team"``) or the agent's own; with ``beta > 0`` the
+KL of the agent's tokens in the episode to the reference policy is subtracted first, summed over
+the tokens (TRL's sequence-level penalty):
+
+    R'_i = R_i − β · Σ_t (log π_old(o_t) − log π_ref(o_t))
+    A_i  = R'_i − (Σ_{j ≠ i} R'_j) / (K − 1)            over the same agent's samples of the task
+
+and ``normalize_advantages`` optionally standardises A over the batch. Every decision of the agent
+in the episode is trained on A_i (the team's return credited to every decision, as GRPO does):
+
+- ``level="action"`` (TRL's RLOO): one clipped ratio per decision, on the action's log-prob
+  (paper eq. 6, optionally divided by its token or word count), averaged over decisions;
+- ``level="token"``: one clipped ratio per token, A_i on every token, aggregated by ``loss_type``.
+
+Knob names follow TRL's ``RLOOConfig``: ``num_generations`` (K, default 2), ``beta`` (0.05),
+``epsilon``, ``epsilon_high``, ``num_iterations``, ``normalize_advantages`` (False).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from marft_algos.common.advantages import leave_one_out_advantages
+from marft_algos.common.batch import RolloutBatch
+from marft_algos.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
+from marft_algos.levels import normalize
+from marft_algos.rollout import Episode
+from marft_algos.trainer import TrainerConfig
+
+__all__ = ["RLOOConfig", "RLOOTrainer"]
+
+
+@dataclass
+class RLOOConfig(CriticFreeLevelConfig):
+    """Settings of :class:`RLOOTrainer` (names and defaults as TRL's ``RLOOConfig``)."""
+
+    num_generations: int = 2
+    """Episodes per task (K); each sample's baseline is the mean of the other K − 1."""
+    beta: float = 0.05
+    """Weight of the KL penalty in the reward: β times the sum over the agent's tokens of
+    log π_old − log π_ref (reference: adapters disabled); 0: no reference forward pass."""
+    level: Literal["action", "token"] = "action"
+    """One clipped ratio per decision (TRL's RLOO: the whole completion is one action) or per token."""
+    normalize_advantages: bool = False
+    """Standardise the advantages over the batch (every rank's samples; population std)."""
+
+
+class RLOOTrainer(CriticFreeLevelTrainer):
+    """REINFORCE leave-one-out over any registered env, each agent against its own samples."""
+
+    algorithm: ClassVar[str] = "rloo"
+    config_class: ClassVar[type[TrainerConfig]] = RLOOConfig
+    config: RLOOConfig
+
+    def batch_advantages(
+        self, episodes: list[Episode], batch: RolloutBatch
+    ) -> tuple[Tensor, dict[str, Any]]:
+        c = self.config
+        rewards, groups, index = self.batch_samples(episodes, batch)  # (S,), S labels, (N,)
+        metrics: dict[str, Any] = {}
+        if c.beta > 0:
+            kl, metrics = self.reference_kl(batch, "k1")  # (N, T)
+            per_sample = torch.zeros_like(rewards).index_add_(0, index, kl.sum(-1))  # (S,)
+            rewards = rewards - c.beta * per_sample
+        adv = leave_one_out_advantages(rewards, groups)  # (S,)
+        if c.normalize_advantages:
+            adv = normalize(adv, torch.ones_like(adv, dtype=torch.bool), self.dist)
+        return adv[index], metrics
