@@ -12,8 +12,9 @@ the calling thread only (``sys.settrace``): it runs at every Python function cal
 shared watcher thread has marked the running frames at the deadline, at every line of them (so a
 long loop without calls is caught too). Past the deadline it raises :class:`GradingTimeout`
 *synchronously, in that thread*, at a safe point: in a function of sympy, mpmath or the grader,
-never inside the standard library (imports, locks, logging), a ``__del__`` or an ``__exit__``, and
-never while an import is running in that thread. Library code that swallows the exception is
+never inside the standard library (imports, locks, logging), a ``__del__``, an ``__exit__`` or a
+generator's own frame (which the garbage collector may be closing), and never while an import is
+running in that thread. Library code that swallows the exception is
 interrupted again every 50 ms until the guarded block exits. The watcher only sets frame
 attributes and never raises; no signal is used, so concurrent calls in threads and processes each
 keep their own bound (a forked child starts its own watcher).
@@ -27,6 +28,7 @@ tool's trace function is paused for that thread and restored afterwards.
 from __future__ import annotations
 
 import heapq
+import inspect
 import os
 import sys
 import threading
@@ -40,6 +42,10 @@ __all__ = ["GradingTimeout", "time_limit"]
 
 _RETRY_S = 0.05
 _UNSAFE_NAMES = frozenset({"__del__", "__exit__", "__aexit__", "__enter__", "__aenter__"})
+# Generator and coroutine frames: their resumption may be a close (GeneratorExit thrown in by the
+# garbage collector), where a raised time-out reaches no caller and is printed as "Exception
+# ignored". Their loops are still interrupted at the calls they make and in the frame consuming them.
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 def _package_dir(module_name: str) -> str | None:
@@ -83,7 +89,8 @@ class _Limit:
 
     def due(self, frame: FrameType) -> bool:
         now = time.monotonic()
-        if now < self.next_raise or frame.f_code.co_name in _UNSAFE_NAMES:
+        code = frame.f_code
+        if now < self.next_raise or code.co_name in _UNSAFE_NAMES or code.co_flags & _RESUMABLE:
             return False
         code_file = frame.f_code.co_filename
         if not code_file.startswith(self.roots) or code_file == __file__:

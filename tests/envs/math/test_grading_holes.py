@@ -226,3 +226,32 @@ def test_normalisation_leaves_malformed_numerals_unparsable() -> None:
     assert normalize_answer("52_8") == "52"
     with pytest.raises(ValueError):
         parse_answer("0.\\overline{3}5")
+
+
+def test_a_time_out_is_never_raised_into_a_generator_being_closed() -> None:
+    # A generator of sympy's that the garbage collector closes after the deadline is resumed
+    # with GeneratorExit; raising the time-out there cannot reach the grader and surfaced as
+    # "Exception ignored in: <generator object FactKB.deduce_all_facts...>" under load.
+    import gc
+    import os
+
+    from marft_envs.math.grading import timeout as timeout_module
+
+    source = "def numbers():\n    yield 1\n    yield 2\n"
+    namespace: dict[str, object] = {}
+    grader_file = os.path.join(os.path.dirname(timeout_module.__file__), "_generator_case.py")
+    exec(compile(source, grader_file, "exec"), namespace)  # code that counts as the grader's
+    numbers = namespace["numbers"]
+    unraisable: list[BaseException | None] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda report: unraisable.append(report.exc_value)
+    try:
+        with time_limit(0.01):
+            generator = numbers()  # type: ignore[operator]
+            assert next(generator) == 1
+            time.sleep(0.1)  # past the deadline, in the standard library (never interrupted)
+            del generator  # closed here: resumed with GeneratorExit
+            gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert not [e for e in unraisable if isinstance(e, GradingTimeout)], unraisable
