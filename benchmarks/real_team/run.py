@@ -1,0 +1,202 @@
+"""Does a team of real LLMs learn as a team? SmolLM2-135M-Instruct, reasoner -> actor, on a CPU.
+
+Three trained settings at the same budget (iterations x episodes per iteration, and generated
+tokens per problem), each from the same untuned model and evaluated greedily on the same held-out
+problems:
+
+- ``dual``: a reasoner -> actor team (``math-dual-v2`` with the profiles below) tuned with
+  action-level MARFT (one LoRA adapter per agent, a critic on the frozen base, shared reward);
+- ``ppo``: one agent (``math-single-v2``) tuned with single-agent PPO (same critic and settings);
+- ``grpo``: the same single agent tuned with GRPO (groups of 8, no critic).
+
+The task: single-digit arithmetic chains of one or two operations (the built-in ``digits``
+family, levels 1-2: "Compute 8 \\times 4 - 2."), trained on the built-in train split and
+evaluated on problems of the test split (no problem text in both; the script checks). Each job
+writes ``<out>/<setting>-seed<k>.json``: the greedy held-out accuracy before training (the untuned
+model: fresh adapters leave it unchanged), at every ``--eval-every`` iterations and after, the
+rollout reward per iteration, and for the team the noise check (the same evaluation with the
+reasoner's messages replaced by noise, before and after training); the run folder
+``<out>/runs/<setting>-seed<k>`` keeps metrics.jsonl and every evaluated transcript
+(samples.jsonl). ``summarize.py`` turns the job files into summary.json and the tables.
+
+Run (two jobs at a time on two cores, one torch thread each; about 100 minutes in all)::
+
+    python benchmarks/real_team/run.py --jobs dual:0 grpo:0 ppo:0 dual:1 ... (see README.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import marft_envs
+from marft_algos.cli import ALGORITHMS, build_trainer
+from marft_algos.evaluation import NoisyMessages, evaluation_requests, greedy
+from marft_algos.policy import LoraSettings, MultiAgentPolicy
+from marft_algos.rollout import RolloutCollector
+from marft_envs import AgentProfile
+from marft_envs.math.data import load_dataset
+
+MODEL = "smollm2-135m-instruct"
+
+#: The team (chosen on 48 training-split problems, untuned and greedy; see RESULTS.md). The
+#: reasoner writes the calculation as one line of equations, which this model does reliably in
+#: form; the actor reads it and boxes the answer.
+TEAM = (
+    AgentProfile(
+        "reasoner",
+        "Write the calculation and its result on one line, for example: "
+        "3 + 4 \\times 2 = 3 + 8 = 11. Do not explain.",
+    ),
+    AgentProfile(
+        "actor",
+        "Solve the math problem, using the Reasoner's work if it is right. Give the final answer "
+        "in \\boxed{}, for example \\boxed{42}. Be brief.",
+        graded=True,
+    ),
+)
+
+#: The single agent: the best profile measured for this model in benchmarks/real_model.
+SINGLE = (
+    AgentProfile(
+        "actor",
+        "Solve the math problem. Give the final answer in \\boxed{}, for example \\boxed{42}. "
+        "Be brief.",
+        graded=True,
+    ),
+)
+
+#: Setting -> (env id, profiles, algorithm, tokens per agent). Every setting may generate 48
+#: tokens per problem: the team's reasoner 32 and actor 16, the single agent 48.
+SETTINGS: dict[str, tuple[str, tuple[AgentProfile, ...], str, dict[str, int]]] = {
+    "dual": ("math-dual-v2", TEAM, "action-marft", {"reasoner": 32, "actor": 16}),
+    "ppo": ("math-single-v2", SINGLE, "ppo", {"actor": 48}),
+    "grpo": ("math-single-v2", SINGLE, "grpo", {"actor": 48}),
+}
+
+DATA = {"subjects": ["digits"], "levels": [1, 2]}
+
+
+def datasets(eval_episodes: int) -> tuple[Any, Any]:
+    """The training split and the held-out problems, checked to share no problem text."""
+    train = load_dataset("builtin:train", size=2000, **DATA)
+    held_out = load_dataset("builtin:test", size=eval_episodes, **DATA)
+    shared = {p.problem for p in train} & {p.problem for p in held_out}
+    if shared:
+        raise RuntimeError(f"{len(shared)} held-out problems are in the training split: {shared}")
+    return train, held_out
+
+
+def noise_accuracy(policy: Any, eval_fn: Any, config: Any, episodes: int, seed: int) -> float:
+    """Greedy held-out accuracy with the reasoner's messages replaced by noise."""
+    noisy = NoisyMessages(policy, ["reasoner"], seed=seed)
+    settings = greedy(config.generation)
+    collector = RolloutCollector.from_factory(noisy, eval_fn, 50, settings, seed=seed)
+    done = collector.collect(evaluation_requests(collector, episodes), settings)
+    return sum(bool(e.info.get("correct")) for e in done) / len(done)
+
+
+def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    env_id, profiles, algorithm, tokens = SETTINGS[setting]
+    train, held_out = datasets(args.eval_episodes)
+    env_fn = lambda: marft_envs.make(env_id, dataset=train, profiles=list(profiles))  # noqa: E731
+    eval_fn = lambda: marft_envs.make(env_id, dataset=held_out, profiles=list(profiles))  # noqa: E731
+    run_dir = args.out / "runs" / f"{setting}-seed{seed}"
+    settings: dict[str, Any] = dict(
+        iterations=args.iterations,
+        episodes_per_iteration=args.episodes_per_iteration,
+        rollout_threads=args.episodes_per_iteration,
+        max_new_tokens=max(tokens.values()),
+        max_new_tokens_per_agent=tokens,
+        temperature=args.temperature,
+        learning_rate=args.learning_rate,
+        gradient_accumulation_steps=4,
+        eval_every=args.eval_every,
+        eval_episodes=args.eval_episodes,
+        eval_samples=args.eval_episodes,
+        seed=seed,
+        output_dir=str(run_dir),
+        checkpoint_every=0,
+        keep_checkpoints=1,
+        overwrite=True,
+    )
+    if algorithm == "grpo":
+        settings["num_generations"] = args.num_generations
+    else:
+        settings.update(critic_learning_rate=args.critic_learning_rate, entropy_coef=0.0)
+    config = ALGORITHMS[algorithm][0](**settings)
+    start = time.perf_counter()
+    # The policy's temperature is its log-prob convention: the same as the rollouts' sampling.
+    policy = MultiAgentPolicy.from_pretrained(
+        args.model,
+        [p.role for p in profiles],
+        lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank),
+        seed=seed,
+        temperature=args.temperature,
+    )
+    trainer = build_trainer(
+        algorithm, policy, env_fn, config, eval_env_fn=eval_fn, critic_seed=seed
+    )
+    row: dict[str, Any] = {
+        "setting": setting,
+        "algorithm": algorithm,
+        "env_id": env_id,
+        "seed": seed,
+    }
+    if setting == "dual":
+        row["noise_before"] = noise_accuracy(policy, eval_fn, config, args.eval_episodes, seed)
+    records = trainer.train()
+    evals = [r for r in records if "eval/accuracy" in r]
+    row.update(
+        before=evals[0]["eval/accuracy"],
+        after=evals[-1]["eval/accuracy"],
+        curve=[[r["iteration"], r["eval/accuracy"]] for r in evals],
+        rollout_reward=[
+            r.get("rollout/reward_mean") for r in records if "rollout/reward_mean" in r
+        ],
+        eval_episodes=evals[-1]["eval/episodes"],
+    )
+    if setting == "dual":
+        row["noise_after"] = noise_accuracy(policy, eval_fn, config, args.eval_episodes, seed)
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--jobs", nargs="+", required=True, help="setting:seed pairs, e.g. dual:0 grpo:1 ppo:2"
+    )
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--episodes-per-iteration", type=int, default=48)
+    parser.add_argument("--eval-every", type=int, default=4)
+    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--num-generations", type=int, default=8, help="GRPO group size")
+    parser.add_argument("--temperature", type=float, default=0.5)
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--critic-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--model", default=MODEL, help="a registered model name or a local path")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for job in args.jobs:
+        setting, _, seed = job.partition(":")
+        if setting not in SETTINGS or not seed.isdigit():
+            raise SystemExit(
+                f"--jobs {job!r}: expected setting:seed with a setting in {sorted(SETTINGS)}"
+            )
+        row = run_job(setting, int(seed), args)
+        row["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        (args.out / f"{setting}-seed{seed}.json").write_text(json.dumps(row, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in row.items() if k != "args"}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
