@@ -44,37 +44,27 @@ from marft_envs.math.data import load_dataset
 
 MODEL = "smollm2-135m-instruct"
 
-#: The team (chosen on 48 training-split problems, untuned and greedy; see RESULTS.md). The
-#: reasoner writes the calculation as one line of equations, which this model does reliably in
-#: form; the actor reads it and boxes the answer.
-TEAM = (
-    AgentProfile(
-        "reasoner",
-        "Write the calculation and its result on one line, for example: "
-        "3 + 4 \\times 2 = 3 + 8 = 11. Do not explain.",
-    ),
-    AgentProfile(
-        "actor",
-        "Solve the math problem, using the Reasoner's work if it is right. Give the final answer "
-        "in \\boxed{}, for example \\boxed{42}. Be brief.",
-        graded=True,
-    ),
+#: Every agent's profile, in every setting (chosen on 48 training-split problems, untuned and
+#: greedy; see RESULTS.md): one line of calculation, which this model writes reliably in form and
+#: which the grader reads ("5 \\times 3 = 15" answers 15). Alone it solves 38% of those problems;
+#: the env's default profiles and boxed-answer profiles did worse for both the single agent and
+#: the team (the team's actor rambled or restated instead of answering).
+PROFILE = (
+    "Write the calculation and its result on one line, for example: "
+    "3 + 4 \\times 2 = 3 + 8 = 11. Do not explain."
 )
 
-#: The single agent: the best profile measured for this model in benchmarks/real_model.
-SINGLE = (
-    AgentProfile(
-        "actor",
-        "Solve the math problem. Give the final answer in \\boxed{}, for example \\boxed{42}. "
-        "Be brief.",
-        graded=True,
-    ),
-)
+#: The team: the reasoner writes its calculation; the actor, which reads the problem and the
+#: reasoner's line, writes the team's answer (graded).
+TEAM = (AgentProfile("reasoner", PROFILE), AgentProfile("actor", PROFILE, graded=True))
+
+#: The single agent.
+SINGLE = (AgentProfile("actor", PROFILE, graded=True),)
 
 #: Setting -> (env id, profiles, algorithm, tokens per agent). Every setting may generate 48
-#: tokens per problem: the team's reasoner 32 and actor 16, the single agent 48.
+#: tokens per problem: the team's reasoner and actor 24 each, the single agent 48.
 SETTINGS: dict[str, tuple[str, tuple[AgentProfile, ...], str, dict[str, int]]] = {
-    "dual": ("math-dual-v2", TEAM, "action-marft", {"reasoner": 32, "actor": 16}),
+    "dual": ("math-dual-v2", TEAM, "action-marft", {"reasoner": 24, "actor": 24}),
     "ppo": ("math-single-v2", SINGLE, "ppo", {"actor": 48}),
     "grpo": ("math-single-v2", SINGLE, "grpo", {"actor": 48}),
 }
