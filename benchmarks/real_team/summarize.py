@@ -22,6 +22,21 @@ from marft_envs.math.grading import extract_answer, grade_answer, last_boxed
 
 HERE = Path(__file__).parent
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+PLAIN_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
+
+
+def states_a_number(response: str) -> bool:
+    """Whether the graded answer of a response is a plain number (after its last ``=``, if any).
+
+    The v2 math grader compares values, so it also accepts an unevaluated expression: answering
+    "Compute 6 \\times 8 - 9." with the problem's own "6 \\times 8 - 9" earns the reward for 39.
+    The strict accuracy of RESULTS.md counts a right answer only when it states the number.
+    """
+    answer = extract_answer(response)
+    if answer is None:
+        return False
+    final = answer.rsplit("=", 1)[-1].strip().rstrip(".").strip()
+    return bool(PLAIN_NUMBER.match(final))
 
 
 def last_result(text: str) -> str | None:
@@ -55,6 +70,17 @@ def transcript_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 3,
             ),
         }
+    graded = [row["turns"][-1]["action"] for row in rows]  # the actor, last in every setting
+    stats["restated"] = round(
+        sum(row["correct"] and not states_a_number(a) for row, a in zip(rows, graded, strict=True))
+        / len(rows),
+        3,
+    )
+    stats["strict_accuracy"] = round(
+        sum(row["correct"] and states_a_number(a) for row, a in zip(rows, graded, strict=True))
+        / len(rows),
+        3,
+    )
     if "reasoner" in by_agent:
         lost = fixed = passed = 0
         for row in rows:
@@ -79,6 +105,37 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def compact(key: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A transcript of samples.jsonl without the prompts: the problem, each action, the grade."""
+    prompt = row["turns"][0]["messages"][-1]["content"]
+    return {
+        "job": key,
+        "iteration": row["iteration"],
+        "episode": row["episode"],
+        "problem": prompt.split("\n\n")[0].removeprefix("Problem: "),
+        "info": {"gold": row["info"]["gold"]},
+        "correct": row["correct"],
+        "turns": [
+            {"agent": t["agent"], "action": t["action"], "finished": t["finished"]}
+            for t in row["turns"]
+        ],
+    }
+
+
+def load_transcripts(out: Path, keys: list[str], path: Path) -> list[dict[str, Any]]:
+    """The first and last evaluation of every job, from the run folders when they are here
+    (then also written to ``path``), else from ``path``."""
+    if not all((out / "runs" / key / "samples.jsonl").is_file() for key in keys):
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    rows = []
+    for key in keys:
+        samples = read_samples(out / "runs" / key)
+        first, last = min(r["iteration"] for r in samples), max(r["iteration"] for r in samples)
+        rows += [compact(key, r) for r in samples if r["iteration"] in (first, last)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE / "results")
@@ -87,9 +144,22 @@ def main() -> None:
     jobs = {p.stem: json.loads(p.read_text()) for p in sorted(args.out.glob("*-seed*.json"))}
     seeds = sorted({j["seed"] for j in jobs.values()})
     by = {(j["setting"], j["seed"]): j for j in jobs.values()}
+    transcripts = load_transcripts(args.out, sorted(jobs), args.out / "transcripts.jsonl")
+    stats = {}
+    for key in sorted(jobs):
+        mine = [r for r in transcripts if r["job"] == key]
+        its = sorted({r["iteration"] for r in mine})
+        stats[key] = {it: transcript_stats([r for r in mine if r["iteration"] == it]) for it in its}
 
     def column(setting: str, key: str) -> list[float]:
         return [by[setting, s][key] for s in seeds if (setting, s) in by]
+
+    def strict(setting: str, when: int) -> list[float]:
+        return [
+            list(stats[f"{setting}-seed{s}"].values())[when]["strict_accuracy"]
+            for s in seeds
+            if (setting, s) in by
+        ]
 
     settings = {
         "dual_untuned": column("dual", "before"),
@@ -100,6 +170,13 @@ def main() -> None:
     }
     if column("ppo", "before") and column("ppo", "before") != settings["single_untuned"]:
         raise SystemExit("The untuned single agent scored differently in the PPO and GRPO jobs.")
+    strict_settings = {
+        "dual_untuned": strict("dual", 0),
+        "dual_tuned": strict("dual", -1),
+        "single_untuned": strict("grpo", 0),
+        "single_tuned_ppo": strict("ppo", -1),
+        "single_tuned_grpo": strict("grpo", -1),
+    }
     any_job = next(iter(jobs.values()))
     summary = {
         "model": any_job["args"].get("model", "smollm2-135m-instruct"),
@@ -107,6 +184,9 @@ def main() -> None:
         f"{any_job['eval_episodes']} held-out test-split problems, greedy",
         "seeds": seeds,
         "settings": settings,
+        # The same evaluations, counting a right answer only when it states the number (see
+        # states_a_number: the v2 grader also rewards the problem's own expression restated).
+        "settings_number_answers_only": strict_settings,
         "noise_check": {
             "dual_untuned": column("dual", "noise_before"),
             "dual_tuned": column("dual", "noise_after"),
@@ -116,27 +196,28 @@ def main() -> None:
     }
     args.summary.write_text(json.dumps(summary, indent=2) + "\n")
 
-    print("| setting | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | std |")
-    print("|---|" + "---|" * (len(seeds) + 2))
-    for name, values in list(settings.items()) + [
-        (f"noise: {k}", v) for k, v in summary["noise_check"].items()
-    ]:
-        if values:
-            m, sd = mean_std(values)
-            cells = " | ".join(f"{100 * v:.0f}%" for v in values)
-            print(f"| {name} | {cells} | {100 * m:.1f}% | {100 * sd:.1f} |")
+    for title, table in (
+        ("Held-out accuracy as the env grades it", settings),
+        ("Number answers only", strict_settings),
+        ("Noise check (the team, reasoner's messages replaced by noise)", summary["noise_check"]),
+    ):
+        print(f"\n{title}:\n")
+        print("| setting | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | std |")
+        print("|---|" + "---|" * (len(seeds) + 2))
+        for name, values in table.items():
+            if values:
+                m, sd = mean_std(values)
+                cells = " | ".join(f"{100 * v:.0f}%" for v in values)
+                print(f"| {name} | {cells} | {100 * m:.1f}% | {100 * sd:.1f} |")
     print("\nLearning curves (held-out greedy accuracy at iteration):")
     for key, job in sorted(jobs.items()):
         curve = ", ".join(f"{it}: {100 * acc:.0f}%" for it, acc in job["curve"])
         reward = ", ".join(f"{100 * r:.0f}" for r in job["rollout_reward"])
         print(f"- {key}: {curve}; rollout reward % per iteration: {reward}; {job['seconds']:.0f} s")
     print("\nTranscripts (first and last evaluation):")
-    for key in sorted(jobs):
-        rows = read_samples(args.out / "runs" / key)
-        iterations = sorted({r["iteration"] for r in rows})
-        for it in (iterations[0], iterations[-1]) if iterations else ():
-            stats = transcript_stats([r for r in rows if r["iteration"] == it])
-            print(f"- {key} iteration {it}: {json.dumps(stats)}")
+    for key, by_iteration in stats.items():
+        for it, numbers in by_iteration.items():
+            print(f"- {key} iteration {it}: {json.dumps(numbers)}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "benchmarks" / "real_team"
 sys.path.insert(0, str(FOLDER))
 
-from summarize import last_result, transcript_stats  # noqa: E402
+from summarize import last_result, states_a_number, transcript_stats  # noqa: E402
 
 
 def _row(gold: str, correct: bool, *turns: tuple[str, str, bool]) -> dict:
@@ -64,6 +64,28 @@ def test_transcript_stats_counts_format_arithmetic_and_hand_off() -> None:
         "right_result_lost": 0.25,
         "actor_fixed": 0.25,
     }
+
+
+def test_a_restated_expression_is_right_for_the_env_but_not_a_number_answer() -> None:
+    from marft_envs.math.grading import grade_answer
+
+    # The hole the strict accuracy excludes: the v2 grader compares values.
+    assert grade_answer("6 \\times 8 - 9.", "39")
+    assert not states_a_number("6 \\times 8 - 9.")
+    assert states_a_number("6 \\times 8 - 9 = 48 - 9 = 39.")
+    assert states_a_number("\\boxed{-4}") and states_a_number("2.5")
+    assert not states_a_number("The answer is 39.")  # no answer the env reads
+    rows = [
+        _row(
+            "39",
+            True,
+            ("reasoner", "6 \\times 8 - 9 = 12.", True),
+            ("actor", "6 \\times 8 - 9.", True),
+        ),
+        _row("7", True, ("reasoner", "3 + 4 = 7", True), ("actor", "3 + 4 = 7", True)),
+    ]
+    stats = transcript_stats(rows)
+    assert stats["restated"] == 0.5 and stats["strict_accuracy"] == 0.5
 
 
 @pytest.mark.slow
@@ -128,4 +150,8 @@ def test_run_and_summarize_end_to_end_on_the_tiny_model(tmp_path: Path) -> None:
         assert len(values) == 2 and all(0.0 <= v <= 1.0 for v in values)
     # The untuned model is the same for every seed (fresh adapters change nothing), greedy.
     assert summary["settings"]["dual_untuned"][0] == summary["settings"]["dual_untuned"][1]
+    strict = summary["settings_number_answers_only"]
+    for name, values in strict.items():  # a subset of the env's right answers
+        assert all(0.0 <= v <= w for v, w in zip(values, summary["settings"][name], strict=True))
+    assert (out / "transcripts.jsonl").is_file()
     assert "| dual_tuned |" in result.stdout and "iteration 2:" in result.stdout
