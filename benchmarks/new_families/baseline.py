@@ -30,10 +30,10 @@ DEFAULT_IDS = [
     "sudoku-dual-v0",
     "planpath-single-v0",
     "planpath-dual-v0",
-    "tool-math-single-v1",
-    "tool-math-dual-v1",
-    "math-single-v2",
-    "debate-v2",
+    "tool-math-single-v2",
+    "tool-math-dual-v2",
+    "math-single-v3",
+    "debate-v3",
 ]
 #: Held-out arguments per id: the puzzles' test split, the math family's built-in test split.
 MATH_DATA = {"dataset": "builtin:test"}

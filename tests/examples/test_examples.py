@@ -76,12 +76,12 @@ def test_help_documents_every_option(monkeypatch):
 @pytest.mark.parametrize(
     ("algo", "env", "extra"),
     [
-        ("action-marft", "math-dual-v2", []),
-        ("token-marft", "math-dual-v2", []),
-        ("ppo", "math-single-v2", ["--level", "token"]),
-        ("grpo", "math-dual-v2", ["--num-generations", "2"]),
-        ("rloo", "math-dual-v2", ["--num-generations", "2", "--level", "token"]),
-        ("reinforce-pp", "math-dual-v2", []),
+        ("action-marft", "math-dual-v3", []),
+        ("token-marft", "math-dual-v3", []),
+        ("ppo", "math-single-v3", ["--level", "token"]),
+        ("grpo", "math-dual-v3", ["--num-generations", "2"]),
+        ("rloo", "math-dual-v3", ["--num-generations", "2", "--level", "token"]),
+        ("reinforce-pp", "math-dual-v3", []),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
@@ -130,7 +130,7 @@ def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     run(
         "train_math.py",
         "--env",
-        "math-single-v2",
+        "math-single-v3",
         "--model",
         model_path,
         "--iterations",
@@ -146,7 +146,7 @@ def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
             str(ROOT / "examples" / "evaluate.py"),
             str(out / "checkpoint-1"),
             "--env",
-            "math-dual-v2",
+            "math-dual-v3",
             "--episodes",
             "2",
         ],

@@ -9,6 +9,8 @@ The pipeline, cheapest first:
    solutions, matrix, text) and parses each expression with a strict LaTeX parser into sympy.
 4. :func:`~marft_envs.math.grading.compare.answers_equal` compares structure first, then values:
    exact rationals directly, other numbers to 40 significant digits, expressions symbolically.
+   When the gold answer is a plain number, the answer must be a number too, not the computation
+   that gives it (:func:`~marft_envs.math.grading.compare.states_the_number`).
 
 The whole call runs under a wall-clock limit (:func:`~marft_envs.math.grading.timeout.time_limit`)
 that works in the main thread and in worker threads. Parsed gold answers and comparison results
@@ -35,7 +37,7 @@ from marft_envs.math.grading.answers import (
     max_answer_chars,
     parse_structure,
 )
-from marft_envs.math.grading.compare import answers_equal
+from marft_envs.math.grading.compare import answers_equal, states_the_number
 from marft_envs.math.grading.extract import extract_answer, last_boxed
 from marft_envs.math.grading.latex import LatexParseError, parse_latex_expr
 from marft_envs.math.grading.normalize import normalize_answer
@@ -63,6 +65,7 @@ __all__ = [
     "normalize_answer",
     "parse_answer",
     "parse_latex_expr",
+    "states_the_number",
     "time_limit",
 ]
 
@@ -114,7 +117,8 @@ def _grade_normalised(pred: str, gold: str) -> bool:
     if parsed is None:
         # Words that happen not to parse as math can still match a text answer.
         return isinstance(gold_answer, Text) and answers_equal(gold_answer, Text(pred, ""))
-    return answers_equal(gold_answer, parsed)
+    # A number is asked for: its unevaluated computation is not an answer (see the rule's doc).
+    return states_the_number(gold_answer, parsed) and answers_equal(gold_answer, parsed)
 
 
 def grade_answer(response: str, gold: str, *, timeout: float = 2.0) -> bool:

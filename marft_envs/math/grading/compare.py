@@ -28,10 +28,71 @@ from marft_envs.math.grading.normalize import strip_text_units, text_key, unwrap
 from marft_envs.math.grading.numeric import numbers_equal
 from marft_envs.math.grading.sets import real_set, sets_equal
 
-__all__ = ["answers_equal", "exprs_equal"]
+__all__ = ["answers_equal", "exprs_equal", "is_number_literal", "states_the_number"]
 
 _TEXT_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mbox)\s*\{")
 _WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
+
+# -- form: a numeric question wants a number ---------------------------------------------------
+
+_INT = r"[-+]?\d+"
+_NUMBER_LITERAL_RE = re.compile(
+    r"[-+]?(?:"
+    r"\d+(?:\.\d*)?|\.\d+"  # 39, 39.0, .5
+    rf"|\\frac(?:\{{{_INT}\}}\{{{_INT}\}}|\d\d)"  # \frac{6}{4}, \frac{-3}{2}, \frac34
+    r"|\d+/\d+|\(\d+\)/\(\d+\)"  # 3/2, (3)/(2)
+    r"|\(\d+\+\\frac\{\d+\}\{\d+\}\)"  # a mixed number 2\frac{1}{2}, as normalised
+    r"|(?:\d+(?:\.\d*)?|\.\d+)(?:\\times|\\cdot)10\^(?:\{[-+]?\d+\}|\d)"  # 1.5 \times 10^{6}
+    r")"
+)
+
+
+def is_number_literal(text: str) -> bool:
+    """Whether normalised ``text`` is a number written out, not a computation to be done.
+
+    Number literals: an integer or decimal (``39``, ``-4``, ``39.0``), a fraction of two integers
+    (``\\frac{6}{4}``, ``3/2``; unsimplified is fine), a mixed number, and scientific notation,
+    a decimal times a power of ten (``1.5 \\times 10^{6}``, ``15 \\cdot 10^2``; a bare power such
+    as ``10^{9}`` is a computation), optionally signed and in one layer of braces or parentheses.
+    Thousands separators, ``$``, percent signs and units are gone by now
+    (:func:`~marft_envs.math.grading.normalize.normalize_answer`).
+    """
+    compact = re.sub(r"\s+", "", text)
+    for _ in range(2):
+        if _NUMBER_LITERAL_RE.fullmatch(compact):
+            return True
+        if len(compact) < 3 or compact[0] + compact[-1] not in ("{}", "()"):
+            return False
+        compact = compact[1:-1]
+    return _NUMBER_LITERAL_RE.fullmatch(compact) is not None
+
+
+def states_the_number(gold: Answer, pred: Answer) -> bool:
+    """When the gold answer is a plain number, the answer must be one too, not its computation.
+
+    The grader compares values, so without this rule an answer that restates the problem's own
+    expression (``6 \\times 8 - 9`` for "Compute $6 \\times 8 - 9$.", ``2^{10}`` for 1024,
+    ``\\frac{17}{19} + \\frac{13}{19}`` for ``\\frac{30}{19}``) has the gold value and was paid:
+    RL policies learned to answer "Compute ..." problems by copying them instead of solving them.
+    So when the gold is a number literal (:func:`is_number_literal`), a scalar answer must be a
+    number literal as well. What is judged is the compared value's own text: the name of
+    ``x = 39`` is not part of it, and in a worked chain ``6 \\times 8 - 9 = 48 - 9 = 39`` only
+    the last side is, so a computation written out to its result is still right. Any other gold
+    (expressions, sets, intervals, equations, matrices, ...) is graded on values alone, as before.
+
+    Args:
+        gold: The parsed gold answer.
+        pred: The parsed answer to grade.
+
+    Returns:
+        ``False`` only when the gold is a plain number and ``pred`` is a scalar that is not.
+    """
+    if not isinstance(gold, Scalar) or not isinstance(pred, Scalar):
+        return True
+    if not is_number_literal(gold.raw.split("=")[-1]):
+        return True
+    return is_number_literal(pred.raw.split("=")[-1])
+
 
 # -- comparison ---------------------------------------------------------------------------------
 

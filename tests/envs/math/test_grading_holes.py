@@ -66,7 +66,7 @@ RIGHT = [
     ("5 \\text{ times}", "5"),
     ("12 apples in total", "12"),
     ("2x cm", "2x"),
-    ("\\log_2 8", "3"),
+    ("\\log_2 8 = 3", "3"),
     ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}"),
     ("\\sqrt{3+2\\sqrt{2}}", "1+\\sqrt{2}"),
     ("0.5", "\\frac{1}{2}"),
@@ -255,3 +255,98 @@ def test_a_time_out_is_never_raised_into_a_generator_being_closed() -> None:
     finally:
         sys.unraisablehook = hook
     assert not [e for e in unraisable if isinstance(e, GradingTimeout)], unraisable
+
+
+# -- a numeric question wants the number, not its computation (math-*-v3) ------------------------
+# RL policies learned to answer "Compute 6 \times 8 - 9." by restating the expression, which has
+# the gold value: a reward for not solving.
+
+RESTATED = [
+    ("6 \\times 8 - 9.", "39"),
+    ("6 \\times 8 - 9", "39"),
+    ("48 - 9", "39"),
+    ("3 \\cdot 5", "15"),
+    ("2^{10}", "1024"),
+    ("10^{3}", "1000"),
+    ("\\sqrt{16}", "4"),
+    ("\\frac{17}{19} + \\frac{13}{19}", "\\frac{30}{19}"),
+    ("\\frac{17}{19} + \\frac{13}{19}", "30/19"),
+    ("(48 - 9)", "39"),
+    ("-(4)", "-4"),
+    ("x = 6 \\times 8 - 9", "39"),
+    ("39 = 6 \\times 8 - 9", "39"),  # the chain's last side is what is compared
+    ("\\text{6 \\times 8 - 9}", "39"),
+    ("6 \\times 8 - 9 \\text{ apples}", "39"),
+    ("\\$6 \\times 8 - 9", "39"),
+    ("1{,}000 + 0", "1000"),
+    ("\\frac{6}{4} \\cdot 1", "\\frac{3}{2}"),
+    ("0.1+0.2", "0.3"),
+    ("5!", "120"),
+    ("\\binom{5}{2}", "10"),
+]
+
+
+@pytest.mark.parametrize(("answer", "gold"), RESTATED)
+@pytest.mark.parametrize("boxed", [True, False])
+def test_a_computation_is_not_the_number_it_gives(answer: str, gold: str, boxed: bool) -> None:
+    response = f"The answer is $\\boxed{{{answer}}}$." if boxed else answer
+    assert grade_answer(response, gold) is False
+
+
+STATED = [
+    ("39", "39"),
+    ("39.0", "39"),
+    ("39.", "39"),
+    ("-4", "-4"),
+    ("+3", "3"),
+    ("6 \\times 8 - 9 = 48 - 9 = 39", "39"),  # worked out to the number
+    ("x = 6 \\times 8 - 9 = 39", "39"),
+    ("x = 39", "39"),
+    ("\\frac{6}{4}", "\\frac{3}{2}"),  # unsimplified, still a number written out
+    ("\\dfrac{6}{4}", "1.5"),
+    ("\\frac{-3}{2}", "-\\frac{3}{2}"),
+    ("3/2", "\\frac32"),
+    ("(3)/(2)", "\\frac32"),
+    ("1.5", "\\frac{3}{2}"),
+    ("2\\frac{1}{2}", "\\frac{5}{2}"),  # a mixed number
+    ("0.\\overline{3}", "\\frac{1}{3}"),
+    ("1,000", "1000"),
+    ("1{,}000", "1000"),
+    ("\\$1,000", "1000"),
+    ("50\\%", "50"),
+    ("39^\\circ", "39"),
+    ("5 \\text{ cm}", "5"),
+    ("\\text{39}", "39"),
+    ("{39}", "39"),
+    ("(39)", "39"),
+    ("1.5 \\times 10^{6}", "1500000"),  # scientific notation
+    ("15 \\cdot 10^2", "1500"),
+]
+
+
+@pytest.mark.parametrize(("answer", "gold"), STATED)
+@pytest.mark.parametrize("boxed", [True, False])
+def test_a_number_is_still_right_in_any_written_form(answer: str, gold: str, boxed: bool) -> None:
+    response = f"The answer is $\\boxed{{{answer}}}$." if boxed else answer
+    assert grade_answer(response, gold) is True
+
+
+NOT_NUMBERS = [  # gold answers that are not plain numbers: values compared, as before
+    ("2^{10}", "2^{10}"),
+    ("1024", "2^{10}"),
+    ("\\sqrt{16}", "\\sqrt{16}"),
+    ("2\\sqrt{2}", "\\sqrt{8}"),
+    ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}"),
+    ("2\\pi", "\\pi + \\pi"),
+    ("x^2 + 2x + 1", "(x+1)^2"),
+    ("y = 2x + 1", "2x - y + 1 = 0"),
+    ("(1, 2 + 1)", "(1, 3)"),
+    ("\\{1, 2 + 1\\}", "\\{3, 1\\}"),
+    ("[0, 1 + 1)", "[0, 2)"),
+    ("\\begin{pmatrix} 1 & 1 + 1 \\end{pmatrix}", "\\begin{pmatrix} 1 & 2 \\end{pmatrix}"),
+]
+
+
+@pytest.mark.parametrize(("answer", "gold"), NOT_NUMBERS)
+def test_other_gold_answers_are_graded_on_values_as_before(answer: str, gold: str) -> None:
+    assert grade_answer(f"The answer is $\\boxed{{{answer}}}$.", gold) is True
