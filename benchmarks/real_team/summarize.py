@@ -18,25 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from marft_algos.samples import read_samples
-from marft_envs.math.grading import extract_answer, grade_answer, last_boxed
+from marft_envs.math.grading import extract_answer, grade_answer, last_boxed, normalize_answer
+from marft_envs.math.grading.compare import is_number_literal
 
 HERE = Path(__file__).parent
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-PLAIN_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 
 
 def states_a_number(response: str) -> bool:
-    """Whether the graded answer of a response is a plain number (after its last ``=``, if any).
+    """Whether the graded answer of a response is a number (after its last ``=``, if any).
 
-    The v2 math grader compares values, so it also accepts an unevaluated expression: answering
-    "Compute 6 \\times 8 - 9." with the problem's own "6 \\times 8 - 9" earns the reward for 39.
-    The strict accuracy of RESULTS.md counts a right answer only when it states the number.
+    The v2 math grader, which graded the runs of RESULTS.md, compared values only, so it also
+    paid an unevaluated expression: answering "Compute 6 \\times 8 - 9." with the problem's own
+    "6 \\times 8 - 9" earned the reward for 39. Since v3 the grader wants a number for a numeric
+    answer (:func:`~marft_envs.math.grading.states_the_number`); this re-grades v2 transcripts by
+    the same rule, so the strict accuracy counts a right answer only when it states the number.
     """
     answer = extract_answer(response)
     if answer is None:
         return False
-    final = answer.rsplit("=", 1)[-1].strip().rstrip(".").strip()
-    return bool(PLAIN_NUMBER.match(final))
+    return is_number_literal(normalize_answer(answer.rsplit("=", 1)[-1]))
 
 
 def last_result(text: str) -> str | None:

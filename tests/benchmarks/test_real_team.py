@@ -69,8 +69,8 @@ def test_transcript_stats_counts_format_arithmetic_and_hand_off() -> None:
 def test_a_restated_expression_is_right_for_the_env_but_not_a_number_answer() -> None:
     from marft_envs.math.grading import grade_answer
 
-    # The hole the strict accuracy excludes: the v2 grader compares values.
-    assert grade_answer("6 \\times 8 - 9.", "39")
+    # The hole the strict accuracy excludes from v2 transcripts; the grader closes it since v3.
+    assert not grade_answer("6 \\times 8 - 9.", "39")
     assert not states_a_number("6 \\times 8 - 9.")
     assert states_a_number("6 \\times 8 - 9 = 48 - 9 = 39.")
     assert states_a_number("\\boxed{-4}") and states_a_number("2.5")
