@@ -19,7 +19,7 @@ reasoner's messages replaced by noise, before and after training); the run folde
 ``<out>/runs/<setting>-seed<k>`` keeps metrics.jsonl and every evaluated transcript
 (samples.jsonl). ``summarize.py`` turns the job files into summary.json and the tables.
 
-Run (two jobs at a time on two cores, one torch thread each; about 100 minutes in all)::
+Run (two jobs at a time on two cores, one torch thread each; about 90 minutes in all)::
 
     python benchmarks/real_team/run.py --jobs dual:0 grpo:0 ppo:0 dual:1 ... (see README.md)
 """
