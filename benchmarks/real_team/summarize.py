@@ -1,6 +1,7 @@
 """summary.json and the tables of the real-team benchmark, from the job files run.py wrote.
 
-Reads ``<out>/<setting>-seed<k>.json`` and the transcripts in ``<out>/runs/*/samples.jsonl``;
+Reads ``<out>/<setting>-seed<k>.json`` and the transcripts in ``<out>/runs/*/samples.jsonl``
+(kept compact in ``<out>/transcripts.jsonl``, which it reads when the run folders are not there);
 writes ``summary.json`` (the issue's format) next to this file and prints the Markdown tables
 that RESULTS.md quotes: accuracies per seed with mean and standard deviation, learning curves, the
 noise check, and what the transcripts show (format, length, arithmetic, hand-off).
