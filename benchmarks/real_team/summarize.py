@@ -72,16 +72,14 @@ def transcript_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 3,
             ),
         }
-    graded = [row["turns"][-1]["action"] for row in rows]  # the actor, last in every setting
+    # The graded answer is the actor's, last in every setting; each is read once.
+    stated = [states_a_number(row["turns"][-1]["action"]) for row in rows]
+    right = [bool(row["correct"]) for row in rows]
     stats["restated"] = round(
-        sum(row["correct"] and not states_a_number(a) for row, a in zip(rows, graded, strict=True))
-        / len(rows),
-        3,
+        sum(r and not n for r, n in zip(right, stated, strict=True)) / len(rows), 3
     )
     stats["strict_accuracy"] = round(
-        sum(row["correct"] and states_a_number(a) for row, a in zip(rows, graded, strict=True))
-        / len(rows),
-        3,
+        sum(r and n for r, n in zip(right, stated, strict=True)) / len(rows), 3
     )
     if "reasoner" in by_agent:
         lost = fixed = passed = 0

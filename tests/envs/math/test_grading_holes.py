@@ -261,6 +261,12 @@ def test_a_time_out_is_never_raised_into_a_generator_being_closed() -> None:
 # RL policies learned to answer "Compute 6 \times 8 - 9." by restating the expression, which has
 # the gold value: a reward for not solving.
 
+
+def _response(answer: str, boxed: bool) -> str:
+    """The answer boxed inside a sentence, or bare."""
+    return f"The answer is $\\boxed{{{answer}}}$." if boxed else answer
+
+
 RESTATED = [
     ("6 \\times 8 - 9.", "39"),
     ("6 \\times 8 - 9", "39"),
@@ -289,8 +295,7 @@ RESTATED = [
 @pytest.mark.parametrize(("answer", "gold"), RESTATED)
 @pytest.mark.parametrize("boxed", [True, False])
 def test_a_computation_is_not_the_number_it_gives(answer: str, gold: str, boxed: bool) -> None:
-    response = f"The answer is $\\boxed{{{answer}}}$." if boxed else answer
-    assert grade_answer(response, gold) is False
+    assert grade_answer(_response(answer, boxed), gold) is False
 
 
 STATED = [
@@ -327,8 +332,7 @@ STATED = [
 @pytest.mark.parametrize(("answer", "gold"), STATED)
 @pytest.mark.parametrize("boxed", [True, False])
 def test_a_number_is_still_right_in_any_written_form(answer: str, gold: str, boxed: bool) -> None:
-    response = f"The answer is $\\boxed{{{answer}}}$." if boxed else answer
-    assert grade_answer(response, gold) is True
+    assert grade_answer(_response(answer, boxed), gold) is True
 
 
 NOT_NUMBERS = [  # gold answers that are not plain numbers: values compared, as before
@@ -349,4 +353,4 @@ NOT_NUMBERS = [  # gold answers that are not plain numbers: values compared, as 
 
 @pytest.mark.parametrize(("answer", "gold"), NOT_NUMBERS)
 def test_other_gold_answers_are_graded_on_values_as_before(answer: str, gold: str) -> None:
-    assert grade_answer(f"The answer is $\\boxed{{{answer}}}$.", gold) is True
+    assert grade_answer(_response(answer, boxed=True), gold) is True
