@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 import marft_envs
-from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.critic import Critic
+from marft_algos.trainers.action_marft import ActionMARFTConfig, ActionMARFTTrainer
 from marft_envs import AgentProfile, DependencyFunction, FlexPOMDPEnv, Transition, Turn
 from marft_envs.math import grade_answer
 

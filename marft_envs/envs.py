@@ -80,7 +80,7 @@ for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
     deprecate(f"{_name}-v1", f"{_name}-v3", f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3}")
     deprecate(f"{_name}-v2", f"{_name}-v3", GRADER_FIX_V3)
 
-# --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.code.sandbox) -----
+# --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.sandbox.runner) -----
 register(
     "code-single-v1",
     "marft_envs.code.env:CodeEnv",

@@ -44,10 +44,10 @@ from typing import Any
 import torch
 
 import marft_envs
-from marft_algos.evaluation import evaluation_requests, summarize_episodes
 from marft_algos.policy import MultiAgentPolicy, build_tiny_tokenizer
 from marft_algos.policy.rendering import render_prompt_ids
-from marft_algos.rollout import GenerationSettings, RolloutCollector
+from marft_algos.rollout.collector import GenerationSettings, RolloutCollector
+from marft_algos.rollout.evaluation import evaluation_requests, summarize_episodes
 from marft_envs.math.data import MathDataset, MathProblem, load_dataset
 from marft_envs.math.profiles import DUAL_PROFILES, SINGLE_PROFILES, TRIO_PROFILES
 

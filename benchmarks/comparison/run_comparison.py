@@ -14,7 +14,7 @@ is 28-30 tokens, longer than one message: a single agent cannot write it, while 
 reasoner carries the steps (at most 24 tokens) and the actor the answer (5), as the paper's team
 has twice the generation budget of one agent. Every team run is also evaluated, after training
 and untuned, with the reasoner's messages replaced by noise
-(:class:`marft_algos.evaluation.NoisyMessages`): the check that the team's edge comes from what
+(:class:`marft_algos.rollout.evaluation.NoisyMessages`): the check that the team's edge comes from what
 the reasoner tells the actor. ``--max-new-tokens 32`` gives the earlier comparison, in which every
 solution fits one message.
 
@@ -266,13 +266,13 @@ def noise_reasoner_accuracy(
     policy: Any, eval_env_fn: Callable[[], Any], config: Any, seed: int
 ) -> float:
     """Held-out greedy accuracy with the reasoner's messages replaced by noise (same problems)."""
-    from marft_algos.evaluation import (
+    from marft_algos.rollout.collector import RolloutCollector
+    from marft_algos.rollout.evaluation import (
         NoisyMessages,
         evaluation_requests,
         greedy,
         summarize_episodes,
     )
-    from marft_algos.rollout import RolloutCollector
 
     noisy = NoisyMessages(policy, ["reasoner"], seed=seed)
     collector = RolloutCollector.from_factory(

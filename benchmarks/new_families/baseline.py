@@ -1,7 +1,7 @@
 """Untuned held-out accuracy of a model on the puzzle, debate and tool-use ids (greedy decoding).
 
 Each id is evaluated on the same pinned held-out episodes marft train uses
-(:func:`marft_algos.evaluation.evaluation_requests`: the test split of the puzzles, problems
+(:func:`marft_algos.rollout.evaluation.evaluation_requests`: the test split of the puzzles, problems
 0..N-1 of the built-in math test split for the math-data ids), with fresh (zero-effect) LoRA
 adapters, i.e. the base model. Prints one JSON line per id: accuracy, its binomial standard error,
 and how often the graded answer could be read at all.
@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 import marft_envs
-from marft_algos.evaluation import evaluation_requests
 from marft_algos.policy import MultiAgentPolicy
-from marft_algos.rollout import GenerationSettings, RolloutCollector
+from marft_algos.rollout.collector import GenerationSettings, RolloutCollector
+from marft_algos.rollout.evaluation import evaluation_requests
 
 DEFAULT_IDS = [
     "sudoku-single-v0",

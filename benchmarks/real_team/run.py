@@ -36,9 +36,9 @@ import torch
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
-from marft_algos.evaluation import NoisyMessages, evaluation_requests, greedy
 from marft_algos.policy import LoraSettings, MultiAgentPolicy
-from marft_algos.rollout import RolloutCollector
+from marft_algos.rollout.collector import RolloutCollector
+from marft_algos.rollout.evaluation import NoisyMessages, evaluation_requests, greedy
 from marft_envs import AgentProfile
 from marft_envs.math.data import load_dataset
 

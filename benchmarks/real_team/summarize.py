@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from marft_algos.samples import read_samples
+from marft_algos.runs.samples import read_samples
 from marft_envs.math.grading import extract_answer, grade_answer, last_boxed, normalize_answer
 from marft_envs.math.grading.compare import is_number_literal
 

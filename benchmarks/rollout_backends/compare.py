@@ -30,9 +30,9 @@ import transformers
 import vllm
 
 import marft_envs
-from marft_algos.grpo import GRPOConfig, GRPOTrainer
 from marft_algos.policy import MultiAgentPolicy
-from marft_algos.rollout_vllm import VLLMRolloutBackend, VLLMSettings
+from marft_algos.rollout.vllm import VLLMRolloutBackend, VLLMSettings
+from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
 
 MODEL = "smollm2-135m-instruct"
 ENV = "math-dual-v3"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from marft_envs.code.data import CodeProblem, load_dataset
 from marft_envs.code.generator import generate_problems
-from marft_envs.code.sandbox import Sandbox, SandboxLimits
+from marft_envs.sandbox.runner import Sandbox, SandboxLimits
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mbpp_sanitized.json"
 

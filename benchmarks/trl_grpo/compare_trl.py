@@ -116,9 +116,9 @@ def level_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def evaluate(args: argparse.Namespace, adapter_path: str | None) -> dict[str, Any]:
     """Greedy held-out accuracy of the base model with ``adapter_path`` (None: untuned)."""
     import marft_envs
-    from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
     from marft_algos.policy import AgentSpec, MultiAgentPolicy
-    from marft_algos.rollout import GenerationSettings, RolloutCollector
+    from marft_algos.rollout.collector import GenerationSettings, RolloutCollector
+    from marft_algos.rollout.evaluation import evaluation_requests, greedy, summarize_episodes
     from marft_envs.math.data import load_dataset
 
     test = load_dataset("builtin:test", **level_kwargs(args))
@@ -162,9 +162,9 @@ def run_marft(
     control run does the same work per update as TRL, with the same gradient as the default run.
     """
     import marft_envs
-    from marft_algos.grpo import GRPOConfig, GRPOTrainer
     from marft_algos.policy import LoraSettings, MultiAgentPolicy
-    from marft_algos.rollout import Episode
+    from marft_algos.rollout.collector import Episode
+    from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
     from marft_envs.math.data import load_dataset
 
     train = load_dataset("builtin:train", **level_kwargs(args))

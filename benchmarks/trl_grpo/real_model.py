@@ -149,9 +149,9 @@ def _problems(args: argparse.Namespace) -> Any:
 def build_marft(args: argparse.Namespace, data: Any) -> tuple[Any, dict[str, Any]]:
     """marft's trainer, fed problems ``k·P .. k·P+P−1`` in update ``k``; returns (trainer, info)."""
     import marft_envs
-    from marft_algos.grpo import GRPOConfig, GRPOTrainer
     from marft_algos.policy import LoraSettings, MultiAgentPolicy
-    from marft_algos.rollout import EpisodeRequest
+    from marft_algos.rollout.collector import EpisodeRequest
+    from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
 
     env_fn = lambda: marft_envs.make(ENV_ID, dataset=data)  # noqa: E731
     agents = env_fn().possible_agents

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from marft_algos.cli.algorithms import ALGORITHMS, build_trainer
 from marft_algos.cli.parsing import UsageError, field_docs
+from marft_algos.trainers.registry import ALGORITHMS, build_trainer
 
 __all__ = ["ALGORITHMS", "UsageError", "build_trainer", "field_docs"]

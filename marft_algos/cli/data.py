@@ -69,7 +69,7 @@ def plan_data(
 
 def _pinned(source: str) -> dict[str, Any]:
     """A local file as its absolute path and content hash; any other source as given."""
-    from marft_algos.run_dir import file_sha256
+    from marft_algos.common.files import file_sha256
 
     path = Path(source).expanduser()
     if not path.is_file():
@@ -79,7 +79,7 @@ def _pinned(source: str) -> dict[str, Any]:
 
 def _check_pinned(part: Mapping[str, Any]) -> None:
     """Refuse a recorded file that is gone or whose bytes changed since the run recorded it."""
-    from marft_algos.run_dir import file_sha256
+    from marft_algos.common.files import file_sha256
 
     recorded = part.get("sha256")
     if recorded is None:

@@ -65,8 +65,8 @@ class EvalArguments:
 def find_checkpoint(path: str | Path) -> Path:
     """The checkpoint itself, or a run folder's newest checkpoint that verifies (damaged newer
     ones are skipped with a warning naming them)."""
-    from marft_algos.policy.checkpoint import newest_valid_checkpoint
-    from marft_algos.run_dir import is_complete_checkpoint
+    from marft_algos.runs.checkpoint import newest_valid_checkpoint
+    from marft_algos.runs.folder import is_complete_checkpoint
 
     folder = Path(path)
     if not folder.exists():
@@ -112,10 +112,9 @@ def evaluate_checkpoint(
 
     import marft_envs
     from marft_algos.cli.train import apply_chat_template
-    from marft_algos.evaluation import evaluation_requests, greedy, summarize_episodes
-    from marft_algos.policy import MultiAgentPolicy
-    from marft_algos.policy.checkpoint import read_manifest, read_state
-    from marft_algos.rollout import GenerationSettings, RolloutCollector
+    from marft_algos.rollout.collector import GenerationSettings, RolloutCollector
+    from marft_algos.rollout.evaluation import evaluation_requests, greedy, summarize_episodes
+    from marft_algos.runs.checkpoint import policy_from_checkpoint, read_manifest, read_state
 
     o = overrides or EvalArguments()
     manifest = read_manifest(checkpoint)
@@ -143,7 +142,7 @@ def evaluate_checkpoint(
             f"on the env it was trained on (leave --env out) or one with the same team."
         )
     torch.set_num_threads(o.threads or int(run.get("threads") or 1))
-    policy = MultiAgentPolicy.from_checkpoint(str(checkpoint), model=o.model, device=o.device)
+    policy = policy_from_checkpoint(str(checkpoint), model=o.model, device=o.device)
     apply_chat_template(policy, run.get("chat_template"))
     recorded = dict(run.get("generation") or {})
     if not recorded:
@@ -154,7 +153,7 @@ def evaluate_checkpoint(
     batch = o.batch or int(config.get("rollout_threads", 1))
     generator: Any = policy
     if o.rollout_backend == "vllm":
-        from marft_algos.rollout_vllm import VLLMRolloutBackend
+        from marft_algos.rollout.vllm import VLLMRolloutBackend
 
         generator = VLLMRolloutBackend(policy)
     try:
@@ -170,7 +169,7 @@ def evaluate_checkpoint(
             generator.close()
     metrics = summarize_episodes(episodes, "eval")
     if o.samples:
-        from marft_algos.samples import episode_transcript
+        from marft_algos.runs.samples import episode_transcript
 
         metrics["samples"] = [episode_transcript(e, i) for i, e in enumerate(episodes[: o.samples])]
     return metrics
@@ -189,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         description="Greedy held-out accuracy of a trained team, settings read from the run.",
     )
     if args.rollout_backend == "vllm":
-        from marft_algos.rollout_vllm import import_vllm
+        from marft_algos.rollout.vllm import import_vllm
 
         import_vllm()  # a missing engine is one line with the install command
     checkpoint = find_checkpoint(values["run"])
@@ -203,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         Path(args.json).write_text(text + "\n")
     console = Console()
     if samples:
-        from marft_algos.samples import print_transcripts
+        from marft_algos.runs.samples import print_transcripts
 
         print_transcripts(console, samples)
     table = Table(title=f"{checkpoint} ({metrics['eval/episodes']} held-out episodes, greedy)")
@@ -214,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     console.print(table)
     accuracy = metrics.get("eval/accuracy")
     if isinstance(accuracy, int | float):
-        from marft_algos.evaluation import format_accuracy
+        from marft_algos.rollout.evaluation import format_accuracy
 
         console.print(f"accuracy {format_accuracy(accuracy, metrics['eval/episodes'])}")
     return metrics

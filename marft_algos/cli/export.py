@@ -52,8 +52,8 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Write the export of ``checkpoint`` to ``output``; returns the index written as
     ``marft_export.json`` (see the module notes)."""
-    from marft_algos.policy.checkpoint import read_manifest
     from marft_algos.policy.pretrained import portable_base
+    from marft_algos.runs.checkpoint import read_manifest
 
     manifest = read_manifest(checkpoint)
     output.mkdir(parents=True, exist_ok=True)

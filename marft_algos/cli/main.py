@@ -52,17 +52,17 @@ def configure_logging() -> None:
     logging.basicConfig(
         level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    for name in ("marft_algos.progress", "marft_algos.trainer"):
+    for name in ("marft_algos.runs.progress", "marft_algos.trainers.base"):
         logging.getLogger(name).setLevel(logging.INFO)
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions whose message is the whole story for a user (no traceback needed)."""
-    from marft_algos.policy.backbone import ModelLoadError
-    from marft_algos.policy.checkpoint import CheckpointError
+    from marft_algos.policy.config import ModelLoadError
     from marft_algos.policy.gguf import MissingPackageError
-    from marft_algos.rollout_vllm import AdapterSyncError, VLLMNotInstalledError
-    from marft_algos.run_dir import RunDirectoryError, TrainingDiverged
+    from marft_algos.rollout.vllm import AdapterSyncError, VLLMNotInstalledError
+    from marft_algos.runs.checkpoint import CheckpointError
+    from marft_algos.runs.folder import RunDirectoryError, TrainingDiverged
     from marft_envs.registration import EntryPointError, UnknownEnvError
 
     return (
@@ -102,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> Any:
 def guarded(function: Callable[[Sequence[str]], Any], argv: Sequence[str], name: str) -> Any:
     """Run ``function(argv)``; a user error becomes one ``name: error: ...`` line and an exit status
     (1 when training diverged, 2 for bad input, 130 on Ctrl-C)."""
-    from marft_algos.rollout_vllm import AdapterSyncError
-    from marft_algos.run_dir import TrainingDiverged
+    from marft_algos.rollout.vllm import AdapterSyncError
+    from marft_algos.runs.folder import TrainingDiverged
 
     try:
         return function(argv)

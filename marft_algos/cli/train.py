@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from marft_algos.cli.algorithms import ALGORITHMS, build_trainer, owners_of
 from marft_algos.cli.data import DATA_FLAGS, family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import (
     UsageError,
@@ -29,7 +28,8 @@ from marft_algos.cli.parsing import (
     pick,
 )
 from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for
-from marft_algos.run_dir import ConfigMismatchError, RunDirectory, RunExistsError
+from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
+from marft_algos.trainers.registry import ALGORITHMS, build_trainer, owners_of
 
 __all__ = ["TrainArguments", "main"]
 
@@ -127,7 +127,7 @@ class TrainArguments:
 
     def vllm_settings(self) -> Any:
         """The vLLM engine settings of ``--rollout-backend vllm``."""
-        from marft_algos.rollout_vllm import VLLMSettings
+        from marft_algos.rollout.vllm import VLLMSettings
 
         try:
             return VLLMSettings(
@@ -387,7 +387,7 @@ def main(
     argv = list(sys.argv[1:] if argv is None else argv)
     args, config_class, values, given = parse_train_args(argv, defaults)
     if args.rollout_backend == "vllm":
-        from marft_algos.rollout_vllm import import_vllm
+        from marft_algos.rollout.vllm import import_vllm
 
         import_vllm()  # before anything loads: a missing engine is one line with the install command
     # One process, or a rank of torchrun / accelerate launch (gloo on CPU, nccl on GPU).
@@ -483,7 +483,7 @@ def _train(
     apply_chat_template(policy, template)
     backend = None
     if args.rollout_backend == "vllm":
-        from marft_algos.rollout_vllm import VLLMRolloutBackend
+        from marft_algos.rollout.vllm import VLLMRolloutBackend
 
         backend = VLLMRolloutBackend(policy, args.vllm_settings())  # one engine per process
     trainer = build_trainer(
@@ -516,7 +516,7 @@ def _train(
         _show_samples(console, config.output_dir, min(config.eval_samples, 2))
     _summary(console, evals, config)
     if args.plot and dist.is_main:
-        from marft_algos.plotting import plot_learning_curve
+        from marft_algos.runs.plotting import plot_learning_curve
 
         path = plot_learning_curve(
             trainer.logger.records,
@@ -537,7 +537,7 @@ def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
     accuracy with its binomial standard error and episode count."""
     from rich.table import Table
 
-    from marft_algos.evaluation import format_accuracy, format_change
+    from marft_algos.rollout.evaluation import format_accuracy, format_change
 
     sampled = any("eval_sampled/accuracy" in r for r in evals)
     table = Table(title="held-out accuracy (± standard error, n episodes)")
@@ -572,7 +572,7 @@ def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
 
 def _show_samples(console: Any, output_dir: str, count: int) -> None:
     """The last evaluation's transcripts (samples.jsonl) as a short table."""
-    from marft_algos.samples import SAMPLES_FILE, read_samples, transcript_table
+    from marft_algos.runs.samples import SAMPLES_FILE, read_samples, transcript_table
 
     rows = read_samples(output_dir)
     if not rows or count <= 0:

@@ -3,7 +3,7 @@
 Layout written by :func:`save_adapters`::
 
     directory/
-        policy.json                  # agents -> (base model, adapter, trainable)
+        policy.json                  # policy_layout(): agents -> base model, adapter, trainable; LoRA
         <adapter>/adapter_config.json
         <adapter>/adapter_model.safetensors
 
@@ -27,21 +27,36 @@ ADAPTER_INDEX = "policy.json"
 
 
 def policy_layout(policy: MultiAgentPolicy) -> dict[str, Any]:
-    """JSON description of which base model and adapter each agent uses."""
+    """Which base model, adapter and LoRA settings each agent uses, as JSON.
+
+    The one description of a policy's layout: :func:`save_adapters` writes it as ``policy.json``,
+    a checkpoint's manifest holds it (:mod:`marft_algos.runs.checkpoint`), and
+    :meth:`MultiAgentPolicy.from_layout` builds the policy back from it.
+    """
     return {
-        "agents": {
-            agent: {
-                "base_model": policy.base_model_name(agent),
-                "adapter": policy.adapter_name(agent),
-                "trainable": policy.is_trainable(agent),
-            }
-            for agent in policy.agents
-        },
-        "adapters": {
-            adapter: {"base_model": base, "agents": agents}
-            for (base, adapter), agents in policy.adapter_groups().items()
-        },
+        "agents": list(policy.agents),
+        "base_models": {a: policy.base_model_name(a) for a in policy.agents},
+        "adapters": {a: policy.adapter_name(a) for a in policy.agents},
+        "trainable": {a: policy.is_trainable(a) for a in policy.agents},
+        "lora": _lora_settings(policy),
     }
+
+
+def _lora_settings(policy: MultiAgentPolicy) -> dict[str, dict[str, Any]]:
+    """Each adapter's LoRA hyper-parameters as peft holds them."""
+    out: dict[str, dict[str, Any]] = {}
+    for (base, adapter), _agents in policy.adapter_groups().items():
+        config = getattr(policy.backbones[base].model, "peft_config", {}).get(adapter)
+        if config is None:
+            continue
+        targets = config.target_modules
+        out[adapter] = {
+            "r": int(config.r),
+            "alpha": float(config.lora_alpha),
+            "dropout": float(config.lora_dropout),
+            "target_modules": targets if isinstance(targets, str) else sorted(targets),
+        }
+    return out
 
 
 def save_one_adapter(backbone: Any, adapter: str, directory: str | Path) -> None:

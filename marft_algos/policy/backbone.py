@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from marft_algos.policy.config import LoraSettings
+from marft_algos.policy.config import LoraSettings, ModelLoadError
 from marft_algos.policy.gguf import convert_gguf
 from marft_algos.policy.pretrained import resolve_model
 
@@ -238,10 +238,6 @@ def seeded_rng(seed: int | None, device: torch.device) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield
-
-
-class ModelLoadError(OSError):
-    """A model name or path that does not lead to a loadable causal LM (says what to pass instead)."""
 
 
 def check_model_path(path: str) -> None:

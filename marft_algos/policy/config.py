@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AgentSpec", "LoraSettings"]
+__all__ = ["AgentSpec", "LoraSettings", "ModelLoadError"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +98,7 @@ class AgentSpec:
         if self.trainable or self.adapter_path is not None:
             return agent
         return None
+
+
+class ModelLoadError(OSError):
+    """A model name or path that does not lead to a loadable causal LM (says what to pass instead)."""

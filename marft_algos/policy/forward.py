@@ -32,7 +32,6 @@ __all__ = [
     "log_probs_and_entropy",
     "pack",
     "sampling_logits",
-    "shared_prompt_action_logits",
     "unwrap_causal_lm",
 ]
 
@@ -165,47 +164,6 @@ def full_attention_only(config: Any) -> bool:
     if layer_types and any(t != "full_attention" for t in layer_types):
         return False
     return not getattr(config, "use_sliding_window", False)
-
-
-def shared_prompt_action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
-    """:func:`action_logits` with each distinct prompt run once, alone, and shared by its rows.
-
-    The rows of a GRPO group share their prompt. Each distinct prompt is run once without padding
-    (:func:`~marft_algos.policy.kv_cache.prompt_caches`); its keys and values are copied to its
-    rows in the padded layout of ``batch``, and the actions run on top of them. Differentiable:
-    the gradient of a shared prompt's activations sums over its rows, as if each row had run it.
-    For models with full attention in every layer
-    (:func:`~marft_algos.policy.kv_cache.full_attention_only`).
-
-    Returns:
-        ``(batch, T, vocab)`` logits predicting each action token.
-    """
-    from marft_algos.policy.kv_cache import left_padded_cache, prompt_caches
-
-    width, prompt_width = batch.action_ids.shape[1], batch.prompt_width
-    real = batch.attention_mask[:, :prompt_width].bool()  # (batch, P)
-    keys = [
-        tuple(row[m].tolist())
-        for row, m in zip(batch.input_ids[:, :prompt_width], real, strict=True)
-    ]
-    distinct: dict[tuple[int, ...], int] = {}
-    rows = torch.tensor(
-        [distinct.setdefault(k, len(distinct)) for k in keys], device=batch.input_ids.device
-    )
-    caches, last = prompt_caches(model, [list(k) for k in distinct])  # last: (U, vocab)
-    first = last[rows].unsqueeze(1)  # (batch, 1, vocab): predicts action token 0
-    if width <= 1:
-        return first[:, :width]
-    cache = left_padded_cache(caches, rows, prompt_width, growing=False)
-    end = prompt_width + width - 1  # the last action token predicts nothing
-    out = model(
-        input_ids=batch.input_ids[:, prompt_width:end],
-        attention_mask=batch.attention_mask[:, :end],
-        position_ids=batch.position_ids[:, prompt_width:end],
-        past_key_values=cache,
-        use_cache=True,
-    )
-    return torch.cat([first, out.logits], dim=1)  # (batch, T, vocab)
 
 
 def last_token_logits(model: Any, **inputs: Any) -> tuple[torch.Tensor, Any]:

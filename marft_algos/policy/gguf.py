@@ -31,7 +31,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from marft_algos.run_dir import file_sha256
+from marft_algos.common.files import file_sha256
 
 __all__ = [
     "GGUF_INFO",

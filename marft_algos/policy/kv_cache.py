@@ -14,13 +14,14 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from marft_algos.policy.forward import full_attention_only, last_token_logits
+from marft_algos.policy.forward import PackedBatch, full_attention_only, last_token_logits
 
 __all__ = [
     "GrowingLayer",
     "growing_cache",
     "left_padded_cache",
     "prompt_caches",
+    "shared_prompt_action_logits",
 ]
 
 
@@ -142,3 +143,42 @@ def growing_cache(config: Any) -> DynamicCache:
     cache = DynamicCache()
     cache.layer_class_to_replicate = GrowingLayer
     return cache
+
+
+def shared_prompt_action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
+    """`action_logits` with each distinct prompt run once, alone, and shared by its rows.
+
+    The rows of a GRPO group share their prompt. Each distinct prompt is run once without padding
+    (:func:`prompt_caches`); its keys and values are copied to its
+    rows in the padded layout of ``batch``, and the actions run on top of them. Differentiable:
+    the gradient of a shared prompt's activations sums over its rows, as if each row had run it.
+    For models with full attention in every layer
+    (:func:`~marft_algos.policy.forward.full_attention_only`).
+
+    Returns:
+        ``(batch, T, vocab)`` logits predicting each action token.
+    """
+    width, prompt_width = batch.action_ids.shape[1], batch.prompt_width
+    real = batch.attention_mask[:, :prompt_width].bool()  # (batch, P)
+    keys = [
+        tuple(row[m].tolist())
+        for row, m in zip(batch.input_ids[:, :prompt_width], real, strict=True)
+    ]
+    distinct: dict[tuple[int, ...], int] = {}
+    rows = torch.tensor(
+        [distinct.setdefault(k, len(distinct)) for k in keys], device=batch.input_ids.device
+    )
+    caches, last = prompt_caches(model, [list(k) for k in distinct])  # last: (U, vocab)
+    first = last[rows].unsqueeze(1)  # (batch, 1, vocab): predicts action token 0
+    if width <= 1:
+        return first[:, :width]
+    cache = left_padded_cache(caches, rows, prompt_width, growing=False)
+    end = prompt_width + width - 1  # the last action token predicts nothing
+    out = model(
+        input_ids=batch.input_ids[:, prompt_width:end],
+        attention_mask=batch.attention_mask[:, :end],
+        position_ids=batch.position_ids[:, prompt_width:end],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return torch.cat([first, out.logits], dim=1)  # (batch, T, vocab)

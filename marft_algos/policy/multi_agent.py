@@ -28,6 +28,7 @@ at 1.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,8 +44,8 @@ from marft_algos.policy.forward import (
     full_attention_only,
     log_probs_and_entropy,
     pack,
-    shared_prompt_action_logits,
 )
+from marft_algos.policy.kv_cache import shared_prompt_action_logits
 from marft_algos.policy.rendering import render_prompt_ids
 
 __all__ = ["Generation", "MultiAgentPolicy", "TokenLogProbs"]
@@ -117,7 +118,7 @@ class MultiAgentPolicy:
     share_prompts_in_update: bool = True
     """:meth:`token_log_probs` runs each distinct prompt of a batch once, without padding, and
     shares its keys and values among the rows that continue it (a GRPO group), instead of running
-    every row's padded prompt (:func:`~marft_algos.policy.forward.shared_prompt_action_logits`;
+    every row's padded prompt (:func:`~marft_algos.policy.kv_cache.shared_prompt_action_logits`;
     models with full attention only). Same log-probs and gradients up to float round-off."""
 
     def __init__(
@@ -218,19 +219,59 @@ class MultiAgentPolicy:
         return cls(backbones, bindings, temperature=temperature)
 
     @classmethod
-    def from_checkpoint(
+    def from_layout(
         cls,
-        path: str,
+        layout: Mapping[str, Any],
         *,
         model: str | None = None,
         device: torch.device | str = "cpu",
         torch_dtype: torch.dtype | str | None = None,
     ) -> MultiAgentPolicy:
-        """The trained policy of a checkpoint: agents, base models, adapters and LoRA settings read
-        from its manifest (see :func:`marft_algos.policy.checkpoint.policy_from_checkpoint`)."""
-        from marft_algos.policy.checkpoint import policy_from_checkpoint
+        """A policy with the agents, base models, adapters and LoRA settings that
+        :func:`~marft_algos.policy.adapters.policy_layout` described (fresh adapter weights: load
+        the trained ones with :meth:`load_adapters`, or use
+        :func:`marft_algos.runs.checkpoint.policy_from_checkpoint` for a checkpoint).
 
-        return policy_from_checkpoint(path, model=model, device=device, torch_dtype=torch_dtype)
+        Args:
+            layout: ``policy_layout(policy)``, e.g. a checkpoint's manifest or ``policy.json``.
+            model: Replace every recorded base model (e.g. the same model at a new path).
+            device: Device for the models.
+            torch_dtype: Weight dtype (default float32).
+
+        Raises:
+            ValueError: The adapters have different LoRA settings (build the policy with
+                ``from_pretrained(specs=...)`` instead).
+        """
+        agents = list(layout["agents"])
+        lora_by_adapter = layout.get("lora") or {}
+        settings = {
+            (s["r"], s["alpha"], s["dropout"], json.dumps(s["target_modules"]))
+            for s in lora_by_adapter.values()
+        }
+        if len(settings) > 1:
+            raise ValueError(
+                f"the adapters have different LoRA settings {sorted(lora_by_adapter.items())}; "
+                f"build the policy yourself with MultiAgentPolicy.from_pretrained(specs=...) and "
+                f"load its weights."
+            )
+        lora = LoraSettings()
+        if settings:
+            r, alpha, dropout, targets = settings.pop()
+            lora = LoraSettings(
+                r=r, alpha=alpha, dropout=dropout, target_modules=json.loads(targets)
+            )
+        specs = {
+            a: AgentSpec(
+                model=model or layout["base_models"][a],
+                adapter=layout["adapters"][a],
+                trainable=bool(layout["trainable"][a]),
+            )
+            for a in agents
+        }
+        default = model or layout["base_models"][agents[0]]
+        return cls.from_pretrained(
+            default, agents, specs=specs, lora=lora, device=device, torch_dtype=torch_dtype
+        )
 
     # ------------------------------------------------------------------ introspection
     @property

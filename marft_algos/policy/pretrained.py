@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from marft_algos.policy.config import ModelLoadError
 from marft_algos.policy.gguf import (
     GGUF_INFO,
     SMOLLM2_FILE,
@@ -106,8 +107,6 @@ def check_model_name(name: str) -> None:
         MissingPackageError: The ``gguf`` converter is not installed (says how to install it).
     """
     import difflib
-
-    from marft_algos.policy.backbone import ModelLoadError
 
     short = [*BUILTIN_MODELS, *EXTERNAL_MODELS]
     if name in short:

@@ -11,7 +11,7 @@ from marft_envs.code.data import (
 from marft_envs.code.env import CodeEnv
 from marft_envs.code.grading import Grade, extract_program
 from marft_envs.code.profiles import DUAL_PROFILES, SINGLE_PROFILES
-from marft_envs.code.sandbox import (
+from marft_envs.sandbox.runner import (
     Sandbox,
     SandboxLimits,
     SandboxResult,

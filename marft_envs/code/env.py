@@ -12,7 +12,7 @@
 
 Infos after a round: ``correct``, ``tests_passed``, ``tests_total``, ``failure`` (``no_code``,
 ``syntax_error``, ``timeout``, ``memory``, ``wrong_answer``, ``runtime_error``, ``exited``, ...),
-``failure_detail`` and ``problem_id``. Programs run in a :class:`~marft_envs.code.sandbox.Sandbox`
+``failure_detail`` and ``problem_id``. Programs run in a :class:`~marft_envs.sandbox.runner.Sandbox`
 (the process-wide default unless one is passed); env copies share its worker pool, and a batched
 collector that calls :meth:`CodeEnv.prepare_step` first gets every copy's program running at once.
 A text without a fenced Python block scores 0 without starting a process.
@@ -31,10 +31,10 @@ from typing import Any
 from marft_envs.code.data import CODE_DATA, CodeDataset, CodeProblem, load_dataset
 from marft_envs.code.grading import Grade, extract_program, grade_result, no_code_grade
 from marft_envs.code.profiles import DUAL_PROFILES, SINGLE_PROFILES
-from marft_envs.code.sandbox import Sandbox, SandboxLimits, SandboxResult, default_sandbox
 from marft_envs.core.dependency import DependencyFunction
 from marft_envs.core.env import FlexPOMDPEnv, Transition, pick_row
 from marft_envs.core.profiles import AgentProfile, check_graded, named_team
+from marft_envs.sandbox.runner import Sandbox, SandboxLimits, SandboxResult, default_sandbox
 
 __all__ = ["TEAMS", "CodeEnv"]
 
@@ -83,7 +83,7 @@ class CodeEnv(FlexPOMDPEnv):
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}.")
         if sandbox is not None and not isinstance(sandbox, Sandbox):
             raise TypeError(
-                f"sandbox must be a marft_envs.code.sandbox.Sandbox, got {type(sandbox).__name__}."
+                f"sandbox must be a marft_envs.sandbox.runner.Sandbox, got {type(sandbox).__name__}."
             )
         kwargs.setdefault("horizon", max_attempts)
         super().__init__(named_team(profiles, TEAMS, "code"), dependency, **kwargs)

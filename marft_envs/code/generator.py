@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from marft_envs.code.data import CodeDataset, CodeProblem
+from marft_envs.code.problems import CodeDataset, CodeProblem
 
 __all__ = ["BUILTIN_SIZES", "FAMILIES", "Family", "generate_problems", "load_builtin"]
 

@@ -1,6 +1,6 @@
 """From an agent's text to a reward: find its program, run it against the hidden tests, score it.
 
-Pure functions over a :class:`~marft_envs.code.sandbox.Sandbox`; no env state. A text with no
+Pure functions over a :class:`~marft_envs.sandbox.runner.Sandbox`; no env state. A text with no
 fenced Python block scores 0 without starting a process.
 """
 
@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from marft_envs.code.data import CodeProblem
-from marft_envs.code.sandbox import Sandbox, SandboxResult
+from marft_envs.sandbox.runner import Sandbox, SandboxResult
 
 __all__ = ["Grade", "extract_program", "grade_result", "grade_text", "no_code_grade"]
 

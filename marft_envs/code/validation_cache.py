@@ -23,12 +23,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marft_envs.code.sandbox import _HARNESS, Sandbox, SandboxLimits, available_isolation
+from marft_envs.sandbox.runner import _HARNESS, Sandbox, SandboxLimits, available_isolation
 
-_CONFINEMENT = Path(__file__).with_name("confinement.py")
+_CONFINEMENT = Path(__file__).parent.parent / "sandbox" / "confinement.py"
 
 if TYPE_CHECKING:
-    from marft_envs.code.data import CodeProblem
+    from marft_envs.code.problems import CodeProblem
 
 __all__ = ["known_passes", "problem_key", "record_passes", "reference_verdicts"]
 

@@ -12,7 +12,7 @@ round, so a multi-round team — a checker that sends work back to a writer whil
 done in round 1, waits — has agents that did not act in the final round; they share the team's
 outcome all the same. Their reward reaches training through their most recent decision (an
 earlier round): the rollout adds it there, and from there the return and GAE carry it back as
-for any reward (see ``marft_algos.rollout``).
+for any reward (see ``marft_algos.rollout.collector``).
 
 A callable ``rule(reward, acted, profiles) -> {agent: reward}`` is accepted too. Agents that did
 not receive credit get 0.

@@ -3,11 +3,11 @@
 An agent calls the tool by writing one expression between ``<python>`` and ``</python>``; only
 the first call of a text counts. The expression is checked on the host only by parsing
 (:func:`ast.parse`, never compiled or run here), then evaluated inside a fresh
-:class:`~marft_envs.code.sandbox.Sandbox` run with short limits (:data:`TOOL_LIMITS`: 2 s of CPU,
+:class:`~marft_envs.sandbox.runner.Sandbox` run with short limits (:data:`TOOL_LIMITS`: 2 s of CPU,
 256 MiB), with ``math`` and ``Fraction`` imported. What comes back is the ``repr`` of the value
 (cut to :data:`MAX_OUTPUT_CHARS`), or an ``Error: ...`` line: for text that is not a single
 expression, an exception, a time-out, a memory blow-up, or a value that is not plain data. A
-hostile expression meets the sandbox's defences (see :mod:`marft_envs.code.sandbox`) and gets an
+hostile expression meets the sandbox's defences (see :mod:`marft_envs.sandbox.runner`) and gets an
 error line; it never runs on the host.
 
 >>> find_tool_call("Let me compute <python>17 * 23</python> first.")
@@ -23,7 +23,7 @@ import re
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from marft_envs.code.sandbox import Sandbox, SandboxLimits, SandboxResult, UnitTests
+from marft_envs.sandbox.runner import Sandbox, SandboxLimits, SandboxResult, UnitTests
 
 __all__ = [
     "MAX_EXPRESSION_CHARS",

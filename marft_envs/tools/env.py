@@ -27,13 +27,13 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from marft_envs.code.sandbox import Sandbox, SandboxResult
 from marft_envs.core.dependency import DependencyFunction, RoundState, Turn, check_members
 from marft_envs.core.env import Transition
 from marft_envs.core.profiles import AgentProfile, named_team
 from marft_envs.math.env import MathEnv
 from marft_envs.math.grading import extract_answer, grade_answer
 from marft_envs.math.grading.extract import last_boxed
+from marft_envs.sandbox.runner import Sandbox, SandboxResult
 from marft_envs.tools.calls import (
     ToolResult,
     check_expression,
@@ -105,7 +105,7 @@ class ToolMathEnv(MathEnv):
             raise ValueError(f"max_calls must be a non-negative integer, got {max_calls!r}.")
         if sandbox is not None and not isinstance(sandbox, Sandbox):
             raise TypeError(
-                f"sandbox must be a marft_envs.code.sandbox.Sandbox, got {type(sandbox).__name__}."
+                f"sandbox must be a marft_envs.sandbox.runner.Sandbox, got {type(sandbox).__name__}."
             )
         team = named_team(profiles, TOOL_TEAMS, "tool-math")
         if dependency is None and profiles == "dual":

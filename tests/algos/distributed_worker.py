@@ -20,14 +20,14 @@ torch.set_num_threads(1)
 
 from trainer_envs import DigitsEnv  # noqa: E402
 
-from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer  # noqa: E402
 from marft_algos.distributed import init_distributed  # noqa: E402
-from marft_algos.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from marft_algos.policy import MultiAgentPolicy, tiny_model_path  # noqa: E402
 from marft_algos.policy.critic import Critic  # noqa: E402
-from marft_algos.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer  # noqa: E402
-from marft_algos.rloo import RLOOConfig, RLOOTrainer  # noqa: E402
-from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer  # noqa: E402
+from marft_algos.trainers.action_marft import ActionMARFTConfig, ActionMARFTTrainer  # noqa: E402
+from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
+from marft_algos.trainers.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer  # noqa: E402
+from marft_algos.trainers.rloo import RLOOConfig, RLOOTrainer  # noqa: E402
+from marft_algos.trainers.token_marft import TokenMARFTConfig, TokenMARFTTrainer  # noqa: E402
 from marft_envs import AgentProfile, FlexPOMDPEnv, Transition  # noqa: E402
 from marft_envs.core.dependency import Router  # noqa: E402
 

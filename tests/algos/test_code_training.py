@@ -8,13 +8,13 @@ from typing import NamedTuple
 import pytest
 
 import marft_envs
-from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
-from marft_algos.grpo import GRPOConfig, GRPOTrainer
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.critic import Critic
-from marft_algos.rollout import RolloutCollector
-from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
-from marft_envs.code.sandbox import available_isolation
+from marft_algos.rollout.collector import RolloutCollector
+from marft_algos.trainers.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
+from marft_algos.trainers.token_marft import TokenMARFTConfig, TokenMARFTTrainer
+from marft_envs.sandbox.runner import available_isolation
 
 pytestmark = pytest.mark.skipif(
     available_isolation() is None, reason="no code sandbox can run here"

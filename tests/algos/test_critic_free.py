@@ -11,8 +11,8 @@ import pytest
 import torch
 from test_trainers import build
 
-from marft_algos.reinforce_pp import REINFORCEPPConfig
-from marft_algos.rloo import RLOOConfig
+from marft_algos.trainers.reinforce_pp import REINFORCEPPConfig
+from marft_algos.trainers.rloo import RLOOConfig
 
 
 def _reference_sums(trainer, episodes, estimator="k1"):

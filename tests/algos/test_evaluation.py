@@ -1,4 +1,4 @@
-"""marft_algos.evaluation.NoisyMessages: the message-noise ablation used by the comparison."""
+"""marft_algos.rollout.evaluation.NoisyMessages: the message-noise ablation used by the comparison."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from marft_algos.evaluation import NoisyMessages
 from marft_algos.policy.multi_agent import Generation
+from marft_algos.rollout.evaluation import NoisyMessages
 
 
 class EchoPolicy:

@@ -1,4 +1,4 @@
-"""The actor-critic trainers' shared strategies (marft_algos.levels): advantage normalisation
+"""The actor-critic trainers' shared strategies (marft_algos.trainers.levels): advantage normalisation
 gives the same answer as ``normalize_advantages`` for every batch size, one process or several;
 a reward paid to an agent in a later round reaches its latest decision undiscounted (the choice
 documented in docs/maths.md)."""
@@ -12,8 +12,8 @@ import torch
 
 from marft_algos.common.advantages import normalize_advantages
 from marft_algos.distributed import DistributedContext
-from marft_algos.levels import ActionLevel, TokenLevel, normalize, normalize_by_agent
-from marft_algos.rollout import Decision, Episode
+from marft_algos.rollout.collector import Decision, Episode
+from marft_algos.trainers.levels import ActionLevel, TokenLevel, normalize, normalize_by_agent
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from marft_algos.metrics import MetricsLogger
+from marft_algos.runs.metrics import MetricsLogger
 
 
 def test_jsonl_records_nonfinite_values_and_truncation(tmp_path):

@@ -9,11 +9,11 @@ import pytest
 import torch
 from test_trainers import adapter_params, build
 
-from marft_algos.action_marft import ActionMARFTConfig
 from marft_algos.distributed import init_distributed, parse_device
-from marft_algos.grpo import GRPOConfig
 from marft_algos.policy import LoraSettings
-from marft_algos.ppo import PPOConfig
+from marft_algos.trainers.action_marft import ActionMARFTConfig
+from marft_algos.trainers.grpo import GRPOConfig
+from marft_algos.trainers.ppo import PPOConfig
 
 
 @pytest.mark.parametrize(

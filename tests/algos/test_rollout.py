@@ -7,7 +7,7 @@ from typing import NamedTuple
 import pytest
 
 import marft_envs
-from marft_algos.rollout import EpisodeRequest, GenerationSettings, RolloutCollector
+from marft_algos.rollout.collector import EpisodeRequest, GenerationSettings, RolloutCollector
 
 
 class Gen(NamedTuple):

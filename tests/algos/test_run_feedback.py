@@ -12,13 +12,13 @@ import pytest
 from test_trainers import SMALL, build
 from trainer_envs import DigitsEnv
 
-from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
-from marft_algos.evaluation import format_accuracy, format_change, summarize_episodes
-from marft_algos.grpo import GRPOConfig, GRPOTrainer
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.critic import Critic
-from marft_algos.progress import TrainingProgress
-from marft_algos.rollout import Episode
+from marft_algos.rollout.collector import Episode
+from marft_algos.rollout.evaluation import format_accuracy, format_change, summarize_episodes
+from marft_algos.runs.progress import TrainingProgress
+from marft_algos.trainers.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
 from marft_envs import Transition
 
 
@@ -64,7 +64,7 @@ def _trainer(kind, tiny_path, env_cls, **overrides):
 @pytest.mark.parametrize("kind", ["grpo", "action"])
 def test_an_iteration_with_nothing_to_learn_from_warns(kind, tiny_path, caplog):
     trainer = _trainer(kind, tiny_path, NoRewardEnv)
-    with caplog.at_level(logging.WARNING, logger="marft_algos.trainer"):
+    with caplog.at_level(logging.WARNING, logger="marft_algos.trainers.base"):
         records = trainer.train()
     assert records[-1]["rollout/nothing_to_learn"] == 1
     warned = [r.getMessage() for r in caplog.records if "nothing to learn from" in r.getMessage()]
@@ -74,7 +74,7 @@ def test_an_iteration_with_nothing_to_learn_from_warns(kind, tiny_path, caplog):
 
 def test_rewards_with_spread_do_not_warn(tiny_path, caplog):
     trainer = _trainer("grpo", tiny_path, DigitsEnv, episodes_per_iteration=8)
-    with caplog.at_level(logging.WARNING, logger="marft_algos.trainer"):
+    with caplog.at_level(logging.WARNING, logger="marft_algos.trainers.base"):
         records = trainer.train()
     assert records[-1]["rollout/nothing_to_learn"] == 0
     assert not [r for r in caplog.records if "nothing to learn" in r.getMessage()]
@@ -101,7 +101,7 @@ class FakeClock:
 def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
     clock = FakeClock()
     bar = TrainingProgress("plain", total=4, done=0, slow_phase_s=10, clock=clock)
-    with caplog.at_level(logging.INFO, logger="marft_algos.progress"), bar:
+    with caplog.at_level(logging.INFO, logger="marft_algos.runs.progress"), bar:
         for _ in range(2):
             bar.phase("rollout", 8)
             for _ in range(8):
@@ -110,7 +110,7 @@ def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
             bar.phase("update")
             clock.now += 20.0
             bar.update({"rollout/reward_mean": 0.5, "eval/accuracy": 0.25, "eval/episodes": 8})
-    lines = [r.getMessage() for r in caplog.records if r.name == "marft_algos.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "marft_algos.runs.progress"]
     assert "  rollout 2/8 episodes, 20 tokens/s" in lines
     assert "  rollout done: 8 episodes, 800 tokens in 40s (20 tokens/s)" in lines
     assert "  update done in 20s" in lines
@@ -126,7 +126,7 @@ def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
 def unconfigured_progress_logger():
     """The progress logger as a script that never configured logging has it (the command line
     sets it to INFO, and earlier tests may have run the command line)."""
-    log = logging.getLogger("marft_algos.progress")
+    log = logging.getLogger("marft_algos.runs.progress")
     level = log.level
     log.setLevel(logging.NOTSET)  # setLevel, not the attribute: it clears the level cache
     yield

@@ -11,22 +11,22 @@ import pytest
 import torch
 from test_trainers import adapter_params, build
 
-from marft_algos.action_marft import ActionMARFTTrainer
-from marft_algos.metrics import MetricsLogger
-from marft_algos.policy import (
+from marft_algos.policy import LoraSettings, MultiAgentPolicy
+from marft_algos.runs.checkpoint import (
     CheckpointError,
-    LoraSettings,
-    MultiAgentPolicy,
     load_checkpoint,
+    policy_from_checkpoint,
     read_manifest,
 )
-from marft_algos.run_dir import (
+from marft_algos.runs.folder import (
     ConfigMismatchError,
     RunDirectory,
     RunExistsError,
     RunInUseError,
     TrainingDiverged,
 )
+from marft_algos.runs.metrics import MetricsLogger
+from marft_algos.trainers.action_marft import ActionMARFTTrainer
 
 
 def test_a_folder_locked_by_another_process_is_refused(tmp_path):
@@ -64,7 +64,7 @@ def test_checkpoints_every_iteration_keep_the_newest_and_describe_the_run(tiny_p
     assert manifest["lora"]["answerer"]["r"] == 8 and manifest["lora"]["answerer"]["alpha"] == 16
     assert manifest["run"]["algorithm"] == "action-marft"
     assert manifest["run"]["generation"]["max_new_tokens"] == 6
-    rebuilt = MultiAgentPolicy.from_checkpoint(str(tmp_path / "checkpoint-3"))
+    rebuilt = policy_from_checkpoint(str(tmp_path / "checkpoint-3"))
     for agent in trainer.agents:
         for a, b in zip(
             adapter_params(trainer, agent), rebuilt.trainable_parameters(agent), strict=True
@@ -140,9 +140,9 @@ def test_a_run_whose_updates_are_all_nonfinite_stops(tiny_path, monkeypatch):
 
 def test_plain_progress_logs_one_line_per_iteration(tiny_path, caplog):
     trainer = build("action", tiny_path, iterations=2)
-    with caplog.at_level(logging.INFO, logger="marft_algos.progress"):
+    with caplog.at_level(logging.INFO, logger="marft_algos.runs.progress"):
         trainer.train(progress="plain")
-    lines = [r.getMessage() for r in caplog.records if r.name == "marft_algos.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "marft_algos.runs.progress"]
     lines = [line for line in lines if line.startswith("iteration")]
     assert [line.split()[1] for line in lines] == ["0/2", "1/2", "2/2"]
     assert "policy_loss=" in lines[1]

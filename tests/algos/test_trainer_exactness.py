@@ -12,16 +12,16 @@ import torch
 from test_trainers import build
 from trainer_envs import DigitsEnv
 
-from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
 from marft_algos.common.advantages import normalize_advantages, token_level_gae
-from marft_algos.common.buffers import token_layout
+from marft_algos.common.layouts import token_layout
 from marft_algos.common.losses import entropy_from_logits
 from marft_algos.policy import AgentSpec, MultiAgentPolicy, tiny_model_path
 from marft_algos.policy.critic import Critic
 from marft_algos.policy.forward import action_logits, pack
 from marft_algos.policy.rendering import render_prompt_ids
-from marft_algos.rollout import RolloutCollector
-from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
+from marft_algos.rollout.collector import RolloutCollector
+from marft_algos.trainers.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.trainers.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 from marft_envs import AgentProfile, FlexPOMDPEnv, Transition
 from marft_envs.core.dependency import Router
 

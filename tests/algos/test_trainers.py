@@ -11,14 +11,14 @@ import pytest
 import torch
 from trainer_envs import DigitsEnv
 
-from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
-from marft_algos.grpo import GRPOConfig, GRPOTrainer
 from marft_algos.policy import AgentSpec, MultiAgentPolicy
 from marft_algos.policy.critic import Critic
-from marft_algos.ppo import PPOConfig, PPOTrainer
-from marft_algos.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer
-from marft_algos.rloo import RLOOConfig, RLOOTrainer
-from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
+from marft_algos.trainers.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
+from marft_algos.trainers.ppo import PPOConfig, PPOTrainer
+from marft_algos.trainers.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer
+from marft_algos.trainers.rloo import RLOOConfig, RLOOTrainer
+from marft_algos.trainers.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 
 SMALL = dict(
     iterations=2,

@@ -11,8 +11,8 @@ from cli_budget import TINY
 from marft_algos.cli.main import main
 from marft_algos.cli.parsing import UsageError
 from marft_algos.cli.train import parse_train_args
-from marft_algos.policy.backbone import ModelLoadError
-from marft_algos.run_dir import RunDirectoryError, RunExistsError
+from marft_algos.policy.config import ModelLoadError
+from marft_algos.runs.folder import RunDirectoryError, RunExistsError
 
 MISSING_MODEL = "/nonexistent/model-folder"  # proves a check ran before any model load
 
@@ -221,7 +221,7 @@ def test_every_trainer_and_config_imports_from_the_package():
 
 def test_exit_status_says_bad_input_or_divergence(capsys):
     from marft_algos.cli.main import guarded
-    from marft_algos.run_dir import TrainingDiverged
+    from marft_algos.runs.folder import TrainingDiverged
 
     def diverges(argv):
         raise TrainingDiverged("every update was skipped")

@@ -18,7 +18,7 @@ import torch
 from cli_budget import TINY
 
 from marft_algos.cli.main import main
-from marft_algos.run_dir import RunInUseError
+from marft_algos.runs.folder import RunInUseError
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET = [*TINY, "--eval-every", "1", "--no-plot", "--progress", "plain"]
@@ -205,7 +205,7 @@ def test_export_adapters_and_merged_models(tiny_path, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from marft_algos.policy import MultiAgentPolicy
+    from marft_algos.runs.checkpoint import policy_from_checkpoint
 
     run = tmp_path / "run"
     main(
@@ -223,7 +223,7 @@ def test_export_adapters_and_merged_models(tiny_path, tmp_path):
         ]
     )
     index = main(["export", str(run), "--merge"])
-    policy = MultiAgentPolicy.from_checkpoint(str(run / "checkpoint-1"))
+    policy = policy_from_checkpoint(str(run / "checkpoint-1"))
     ids = torch.tensor([[1, 5, 9, 14, 3]])
     for agent in ("reasoner", "actor"):
         entry = index["agents"][agent]

@@ -11,7 +11,7 @@ import tomllib
 from marft_algos.cli.main import main, run
 from marft_algos.cli.parsing import UsageError
 from marft_algos.cli.train import parse_train_args
-from marft_algos.policy.backbone import ModelLoadError
+from marft_algos.policy.config import ModelLoadError
 
 ROOT = Path(__file__).resolve().parents[2]
 MISSING_MODEL = "/nonexistent/model-folder"

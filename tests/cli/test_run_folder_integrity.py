@@ -17,7 +17,7 @@ from cli_budget import TINY
 
 from marft_algos.cli.evaluate import find_checkpoint
 from marft_algos.cli.main import main
-from marft_algos.policy.checkpoint import (
+from marft_algos.runs.checkpoint import (
     CorruptCheckpointError,
     newest_valid_checkpoint,
     read_manifest,

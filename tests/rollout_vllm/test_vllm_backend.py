@@ -23,7 +23,7 @@ import marft_envs  # noqa: E402
 from marft_algos.cli import ALGORITHMS, build_trainer  # noqa: E402
 from marft_algos.cli.main import main  # noqa: E402
 from marft_algos.policy import AgentSpec, MultiAgentPolicy  # noqa: E402
-from marft_algos.rollout_vllm import AdapterSyncError, VLLMRolloutBackend  # noqa: E402
+from marft_algos.rollout.vllm import AdapterSyncError, VLLMRolloutBackend  # noqa: E402
 
 AGENTS = ["alice", "bob", "carol", "dave"]
 MESSAGES = [

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import marft_envs
-from marft_algos.evaluation import NoisyMessages, evaluation_requests, summarize_episodes
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.pretrained import BUILTIN_MODELS, resolve_model
-from marft_algos.rollout import GenerationSettings, RolloutCollector
+from marft_algos.rollout.collector import GenerationSettings, RolloutCollector
+from marft_algos.rollout.evaluation import NoisyMessages, evaluation_requests, summarize_episodes
 from marft_envs.math.data import load_dataset
 
 NAME = "marft-tiny-math"

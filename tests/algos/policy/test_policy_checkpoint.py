@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from marft_algos.policy import AgentSpec, Critic, MultiAgentPolicy
-from marft_algos.policy.checkpoint import (
+from marft_algos.runs.checkpoint import (
     CheckpointError,
     load_checkpoint,
     read_manifest,

@@ -16,11 +16,12 @@ import pytest
 import torch
 
 import marft_envs
-from marft_algos.policy import MultiAgentPolicy, load_checkpoint, save_checkpoint
+from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy import gguf as gguf_module
 from marft_algos.policy.backbone import load_backbone
 from marft_algos.policy.pretrained import resolve_model
 from marft_algos.policy.rendering import render_prompt_text
+from marft_algos.runs.checkpoint import load_checkpoint, save_checkpoint
 
 NAME = "smollm2-135m-instruct"
 AGENTS = ["reasoner", "actor"]

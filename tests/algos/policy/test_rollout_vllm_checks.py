@@ -10,7 +10,7 @@ import pytest
 
 from marft_algos.cli.main import run
 from marft_algos.policy import AgentSpec, MultiAgentPolicy
-from marft_algos.rollout_vllm import VLLMRolloutBackend, VLLMSettings
+from marft_algos.rollout.vllm import VLLMRolloutBackend, VLLMSettings
 
 
 def test_a_team_on_two_base_models_is_refused(tiny_path, tiny_path_b):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from marft_envs.code.sandbox import Sandbox, namespaces_available
+from marft_envs.sandbox.runner import Sandbox, namespaces_available
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from marft_envs.code.data import (
     load_mbpp,
 )
 from marft_envs.code.generator import FAMILIES, generate_problems, load_builtin
-from marft_envs.code.sandbox import Sandbox, SandboxLimits, available_isolation
+from marft_envs.sandbox.runner import Sandbox, SandboxLimits, available_isolation
 
 pytestmark = pytest.mark.skipif(
     available_isolation() is None, reason="no code sandbox can run here"

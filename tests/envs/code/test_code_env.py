@@ -9,7 +9,7 @@ import pytest
 import marft_envs
 from marft_envs.code import CodeEnv, CodeProblem, Sandbox, SandboxLimits
 from marft_envs.code.grading import extract_program
-from marft_envs.code.sandbox import available_isolation
+from marft_envs.sandbox.runner import available_isolation
 
 pytestmark = pytest.mark.skipif(
     available_isolation() is None, reason="no code sandbox can run here"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from marft_envs.code.sandbox import (
+from marft_envs.sandbox.runner import (
     FAILURE_KINDS,
     Sandbox,
     SandboxLimits,
@@ -381,7 +381,7 @@ def test_fallback_mode_still_grades_hostile_programs_zero(monkeypatch):
     if ROOT_WITHOUT_PRIVATE_UID:
         # These programs import only modules the runner already holds, so a private uid that
         # cannot read the standard library still runs them: the fallback's real code path.
-        monkeypatch.setattr("marft_envs.code.sandbox._stdlib_world_readable", lambda: True)
+        monkeypatch.setattr("marft_envs.sandbox.runner._stdlib_world_readable", lambda: True)
     box = Sandbox(LIMITS, isolation="process", max_workers=2)
     results = box.run_many([(HOSTILE[name][0], ADD_TESTS) for name in FALLBACK_SAFE])
     box.close()

@@ -22,7 +22,7 @@ import pytest
 
 from marft_envs.code import sandbox as sandbox_module
 from marft_envs.code.data import load_dataset
-from marft_envs.code.sandbox import Sandbox, SandboxLimits, UnitTests, namespaces_available
+from marft_envs.sandbox.runner import Sandbox, SandboxLimits, UnitTests, namespaces_available
 
 LIMITS = SandboxLimits(cpu_seconds=4, wall_seconds=10.0, memory_bytes=512 << 20)
 REPO = Path(__file__).resolve().parents[3]

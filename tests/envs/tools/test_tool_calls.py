@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from marft_envs.code.sandbox import namespaces_available
+from marft_envs.sandbox.runner import namespaces_available
 from marft_envs.tools.calls import (
     MAX_EXPRESSION_CHARS,
     check_expression,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import marft_envs
-from marft_envs.code.sandbox import namespaces_available
 from marft_envs.math.data import MathProblem, load_dataset
+from marft_envs.sandbox.runner import namespaces_available
 from marft_envs.tools import ToolRouter
 
 needs_sandbox = pytest.mark.skipif(

@@ -30,10 +30,10 @@ from torch import Tensor
 
 from marft_algos.common.advantages import group_advantages, kl_penalized_returns
 from marft_algos.common.batch import RolloutBatch
-from marft_algos.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
-from marft_algos.levels import normalize, normalize_by_agent
-from marft_algos.rollout import Episode
-from marft_algos.trainer import TrainerConfig
+from marft_algos.rollout.collector import Episode
+from marft_algos.trainers.base import TrainerConfig
+from marft_algos.trainers.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
+from marft_algos.trainers.levels import normalize, normalize_by_agent
 
 __all__ = ["REINFORCEPPConfig", "REINFORCEPPTrainer"]
 

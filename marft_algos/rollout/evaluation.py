@@ -14,7 +14,12 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from marft_algos.rollout import Episode, EpisodeRequest, GenerationSettings, RolloutCollector
+from marft_algos.rollout.collector import (
+    Episode,
+    EpisodeRequest,
+    GenerationSettings,
+    RolloutCollector,
+)
 
 __all__ = [
     "EVAL_SEED_OFFSET",

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from marft_algos.actor_critic import ActorCriticConfig, ActorCriticTrainer
-from marft_algos.trainer import TrainerConfig
+from marft_algos.trainers.actor_critic import ActorCriticConfig, ActorCriticTrainer
+from marft_algos.trainers.base import TrainerConfig
 
 __all__ = ["TokenMARFTConfig", "TokenMARFTTrainer"]
 

@@ -7,15 +7,15 @@ from typing import Any
 
 from pettingzoo import AECEnv
 
-from marft_algos.action_marft import ActionMARFTConfig, ActionMARFTTrainer
-from marft_algos.critic_free import CriticFreeTrainer
-from marft_algos.grpo import GRPOConfig, GRPOTrainer
-from marft_algos.ppo import PPOConfig, PPOTrainer
 from marft_algos.protocols import RolloutBackend
-from marft_algos.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer
-from marft_algos.rloo import RLOOConfig, RLOOTrainer
-from marft_algos.token_marft import TokenMARFTConfig, TokenMARFTTrainer
-from marft_algos.trainer import Trainer, TrainerConfig
+from marft_algos.trainers.action_marft import ActionMARFTConfig, ActionMARFTTrainer
+from marft_algos.trainers.base import Trainer, TrainerConfig
+from marft_algos.trainers.critic_free import CriticFreeTrainer
+from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
+from marft_algos.trainers.ppo import PPOConfig, PPOTrainer
+from marft_algos.trainers.reinforce_pp import REINFORCEPPConfig, REINFORCEPPTrainer
+from marft_algos.trainers.rloo import RLOOConfig, RLOOTrainer
+from marft_algos.trainers.token_marft import TokenMARFTConfig, TokenMARFTTrainer
 
 __all__ = ["ALGORITHMS", "build_trainer", "owners_of"]
 

@@ -1,4 +1,4 @@
-"""The process that runs inside the sandbox (see :mod:`marft_envs.code.sandbox`).
+"""The process that runs inside the sandbox (see :mod:`marft_envs.sandbox.runner`).
 
 Run as ``python -I -S _harness.py``; standard library only, nothing from marft. Two processes:
 

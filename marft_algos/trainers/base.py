@@ -4,13 +4,13 @@ A trainer is built from explicit objects — ``Trainer(policy, env_fn, config, c
 eval_env_fn=...)`` — and implements one method, :meth:`Trainer.update`, which turns a batch of
 finished episodes into optimizer steps and returns its metrics. Everything else lives here:
 
-- rollouts over ``config.rollout_threads`` env copies (:class:`~marft_algos.rollout.RolloutCollector`);
+- rollouts over ``config.rollout_threads`` env copies (:class:`~marft_algos.rollout.collector.RolloutCollector`);
 - ``metrics.jsonl`` (one record per iteration) and the config beside it, optional TensorBoard;
 - held-out evaluation with greedy decoding before training and every ``eval_every`` iterations;
 - checkpoints every ``checkpoint_every`` iterations (default: every one, the newest
   ``keep_checkpoints`` kept) and at the end; :meth:`Trainer.resume`, which refuses a changed
   config and continues with the metrics an uninterrupted run would log;
-- a locked run folder (:class:`~marft_algos.run_dir.RunDirectory`): a second process on it, or
+- a locked run folder (:class:`~marft_algos.runs.folder.RunDirectory`): a second process on it, or
   a fresh run over an earlier one without ``overwrite``, is refused;
 - a guard that skips an update whose loss or gradients are not finite, and says so; a run whose
   updates are all skipped for ``max_nonfinite_iterations`` iterations in a row stops with
@@ -36,26 +36,26 @@ import numpy as np
 import torch
 from pettingzoo import AECEnv
 
-from marft_algos.checkpointing import RunFolderMixin, env_spec_json
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
-from marft_algos.evaluation import (
+from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
+from marft_algos.rollout.collector import Episode, GenerationSettings, RolloutCollector
+from marft_algos.rollout.evaluation import (
     evaluation_requests,
     greedy,
     no_signal_reason,
     summarize_episodes,
 )
-from marft_algos.metrics import MetricsLogger
-from marft_algos.policy_gradient import Objective, PolicyGradient
-from marft_algos.progress import TrainingProgress
-from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
-from marft_algos.rollout import Episode, GenerationSettings, RolloutCollector
-from marft_algos.run_dir import (
+from marft_algos.runs.folder import (
     ConfigMismatchError,
     RunDirectory,
     TrainingDiverged,
 )
-from marft_algos.samples import transcripts_markdown, trim_samples, write_samples
+from marft_algos.runs.metrics import MetricsLogger
+from marft_algos.runs.progress import TrainingProgress
+from marft_algos.runs.samples import transcripts_markdown, trim_samples, write_samples
+from marft_algos.trainers.checkpointer import RunFolderMixin, env_spec_json
+from marft_algos.trainers.policy_gradient import Objective, PolicyGradient
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
 
@@ -618,9 +618,9 @@ class Trainer(RunFolderMixin, ABC):
         Args:
             progress: ``True``/``"auto"``: rich bars on a terminal, plain lines otherwise;
                 ``"rich"``; ``"plain"``: lines per phase and per iteration (logger
-                ``marft_algos.progress``, or standard error when logging does not show INFO);
+                ``marft_algos.runs.progress``, or standard error when logging does not show INFO);
                 ``False``: quiet. Either shows the phase (rollout / update / eval), its episodes,
-                tokens/s and the run's ETA (:mod:`marft_algos.progress`). Torch's CPU thread count
+                tokens/s and the run's ETA (:mod:`marft_algos.runs.progress`). Torch's CPU thread count
                 is left as the process has it (``marft train`` sets 1 with ``--threads``; a
                 library does not change a process-wide setting): call ``torch.set_num_threads(1)``
                 for a small model on a CPU, where one thread is fastest.

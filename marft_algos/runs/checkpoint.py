@@ -18,7 +18,7 @@ place, so a crash never leaves a half-written checkpoint under the final name.
 before anything is restored), then checks the manifest against the live objects and raises
 :class:`CheckpointError` naming what differs (agents, base models, adapters, format version).
 :func:`newest_valid_checkpoint` picks, in a run folder, the newest checkpoint that verifies.
-A write that runs out of disk space raises :class:`~marft_algos.run_dir.DiskFullError` and leaves
+A write that runs out of disk space raises :class:`~marft_algos.runs.folder.DiskFullError` and leaves
 the folder as it was.
 """
 
@@ -39,12 +39,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from marft_algos.policy.adapters import load_adapters, save_adapters
-from marft_algos.run_dir import RunDirectory, disk_full_error, file_sha256
+from marft_algos.policy.adapters import load_adapters, policy_layout, save_adapters
+from marft_algos.common.files import file_sha256
+from marft_algos.runs.folder import RunDirectory, disk_full_error
+
+from marft_algos.policy.multi_agent import MultiAgentPolicy
 
 if TYPE_CHECKING:
     from marft_algos.policy.critic import Critic
-    from marft_algos.policy.multi_agent import MultiAgentPolicy
 
 __all__ = [
     "FORMAT_VERSION",
@@ -112,32 +114,6 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _layout(policy: MultiAgentPolicy) -> dict[str, Any]:
-    return {
-        "agents": policy.agents,
-        "base_models": {a: policy.base_model_name(a) for a in policy.agents},
-        "adapters": {a: policy.adapter_name(a) for a in policy.agents},
-        "trainable": {a: policy.is_trainable(a) for a in policy.agents},
-    }
-
-
-def _lora_settings(policy: MultiAgentPolicy) -> dict[str, dict[str, Any]]:
-    """Each adapter's LoRA hyper-parameters as peft holds them."""
-    out: dict[str, dict[str, Any]] = {}
-    for (base, adapter), _agents in policy.adapter_groups().items():
-        config = getattr(policy.backbones[base].model, "peft_config", {}).get(adapter)
-        if config is None:
-            continue
-        targets = config.target_modules
-        out[adapter] = {
-            "r": int(config.r),
-            "alpha": float(config.lora_alpha),
-            "dropout": float(config.lora_dropout),
-            "target_modules": targets if isinstance(targets, str) else sorted(targets),
-        }
-    return out
-
-
 def save_checkpoint(
     path: str | os.PathLike[str],
     policy: MultiAgentPolicy,
@@ -202,8 +178,7 @@ def save_checkpoint(
         manifest = {
             "format_version": FORMAT_VERSION,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            **_layout(policy),
-            "lora": _lora_settings(policy),
+            **policy_layout(policy),
             "critic": critic_info,
             "run": json.loads(json.dumps(dict(metadata or {}), default=_json_default)),
             "optimizers": opt_names,
@@ -354,37 +329,13 @@ def policy_from_checkpoint(
     Raises:
         CheckpointError: Not a checkpoint, or one whose adapters do not load.
     """
-    from marft_algos.policy.config import AgentSpec, LoraSettings
-    from marft_algos.policy.multi_agent import MultiAgentPolicy
-
     manifest = read_manifest(path)
-    agents = list(manifest["agents"])
-    lora_by_adapter = manifest.get("lora") or {}
-    settings = {
-        (s["r"], s["alpha"], s["dropout"], json.dumps(s["target_modules"]))
-        for s in lora_by_adapter.values()
-    }
-    if len(settings) > 1:
-        raise CheckpointError(
-            f"{path} holds adapters with different LoRA settings {sorted(lora_by_adapter.items())}; "
-            f"build the policy yourself with MultiAgentPolicy.from_pretrained(specs=...) and load_checkpoint."
+    try:
+        policy = MultiAgentPolicy.from_layout(
+            manifest, model=model, device=device, torch_dtype=torch_dtype
         )
-    lora = LoraSettings()
-    if settings:
-        r, alpha, dropout, targets = settings.pop()
-        lora = LoraSettings(r=r, alpha=alpha, dropout=dropout, target_modules=json.loads(targets))
-    specs = {
-        a: AgentSpec(
-            model=model or manifest["base_models"][a],
-            adapter=manifest["adapters"][a],
-            trainable=bool(manifest["trainable"][a]),
-        )
-        for a in agents
-    }
-    default = model or manifest["base_models"][agents[0]]
-    policy = MultiAgentPolicy.from_pretrained(
-        default, agents, specs=specs, lora=lora, device=device, torch_dtype=torch_dtype
-    )
+    except ValueError as err:
+        raise CheckpointError(f"{path}: {err}") from None
     load_checkpoint(path, policy, restore_rng=False, check_base_model=model is None)
     return policy
 
@@ -402,7 +353,7 @@ def _check_compatible(
             f"Checkpoint format version {version} is not supported; this marft reads version "
             f"{FORMAT_VERSION}. Load it with the marft release that wrote it."
         )
-    live = _layout(policy)
+    live = policy_layout(policy)
     problems: list[str] = []
     if list(manifest["agents"]) != live["agents"]:
         missing = sorted(set(manifest["agents"]) - set(live["agents"]))
@@ -425,7 +376,7 @@ def _check_compatible(
                 problems.append(f"{key} differ ({detail})")
     saved_lora = manifest.get("lora")
     if saved_lora:
-        for adapter, live_settings in _lora_settings(policy).items():
+        for adapter, live_settings in policy_layout(policy)["lora"].items():
             saved = saved_lora.get(adapter)
             if saved is None:
                 continue

@@ -62,7 +62,7 @@ class MetricsLogger:
                 with self.path.open("a") as f:
                     f.write(json.dumps(record) + "\n")
             except OSError as exc:
-                from marft_algos.run_dir import disk_full_error
+                from marft_algos.runs.folder import disk_full_error
 
                 full = disk_full_error(exc, self.path.parent)
                 if full is None:
@@ -116,7 +116,7 @@ class MetricsLogger:
         ]
         self.records = kept
         if self.path is not None and self.path.exists():
-            from marft_algos.run_dir import write_atomic
+            from marft_algos.runs.folder import write_atomic
 
             write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 

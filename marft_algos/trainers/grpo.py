@@ -7,7 +7,7 @@ problem). Every token of an agent's actions in episode ``i`` gets the group adva
 normalised among themselves. The loss is the clipped surrogate per token, optionally plus
 ``beta`` × the k3 KL to the reference policy (the base model with adapters disabled). No critic.
 The sampling, the loop and the data-parallel split are shared with RLOO and REINFORCE++
-(:mod:`marft_algos.critic_free`).
+(:mod:`marft_algos.trainers.critic_free`).
 
 Knob names follow TRL's ``GRPOConfig``: ``num_generations``, ``beta``, ``epsilon``, ``epsilon_high``,
 ``loss_type``, ``scale_rewards``, ``num_iterations``; defaults follow TRL's too.
@@ -23,10 +23,10 @@ from torch import Tensor
 
 from marft_algos.common.advantages import group_advantages
 from marft_algos.common.batch import RolloutBatch
-from marft_algos.critic_free import CriticFreeConfig, CriticFreeTrainer
-from marft_algos.policy_gradient import Objective
-from marft_algos.rollout import Episode
-from marft_algos.trainer import TrainerConfig
+from marft_algos.rollout.collector import Episode
+from marft_algos.trainers.base import TrainerConfig
+from marft_algos.trainers.critic_free import CriticFreeConfig, CriticFreeTrainer
+from marft_algos.trainers.policy_gradient import Objective
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]
 

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from marft_algos.evaluation import episode_correct
-from marft_algos.rollout import Episode
+from marft_algos.rollout.evaluation import episode_correct
+from marft_algos.rollout.collector import Episode
 
 __all__ = [
     "SAMPLES_FILE",

@@ -5,7 +5,7 @@
   held-out evaluation), so a resumed run logs what the uninterrupted run would;
 - :meth:`RunFolderMixin.save_checkpoint` / :meth:`RunFolderMixin.load_checkpoint` /
   :meth:`RunFolderMixin.resume`: checkpoints that describe the run (``run_info``) and a resume that
-  refuses a changed config (:class:`~marft_algos.run_dir.ConfigMismatchError`);
+  refuses a changed config (:class:`~marft_algos.runs.folder.ConfigMismatchError`);
 - the run folder's ``config.json`` and the refusal to start over an earlier run.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from pettingzoo import AECEnv
 
-from marft_algos.run_dir import (
+from marft_algos.runs.folder import (
     RESUMABLE_CHANGES,
     ConfigMismatchError,
     RunDirectory,
@@ -31,11 +31,11 @@ from marft_algos.run_dir import (
 
 __all__ = ["RunFolderMixin", "env_spec_json"]
 
-logger = logging.getLogger("marft_algos.trainer")
+logger = logging.getLogger("marft_algos.trainers.base")
 
 
 class RunFolderMixin:
-    """Checkpoint, resume and run-folder methods of :class:`~marft_algos.trainer.Trainer`."""
+    """Checkpoint, resume and run-folder methods of :class:`~marft_algos.trainers.base.Trainer`."""
 
     algorithm: ClassVar[str]
     config: Any
@@ -178,7 +178,7 @@ class RunFolderMixin:
 
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Save adapters, critic, optimizers, RNG states and counters (atomic; rank 0 writes)."""
-        from marft_algos.policy.checkpoint import save_checkpoint
+        from marft_algos.runs.checkpoint import save_checkpoint
 
         policy, critic = self._checkpointable()
         state = self.trainer_state()  # gathers every rank's sampling state: all ranks call this
@@ -202,7 +202,7 @@ class RunFolderMixin:
                 that changes the run (anything but :data:`RESUMABLE_CHANGES`), unless
                 ``allow_config_change``. Nothing is restored then.
         """
-        from marft_algos.policy.checkpoint import load_checkpoint, read_state, verify_checkpoint
+        from marft_algos.runs.checkpoint import load_checkpoint, read_state, verify_checkpoint
 
         verify_checkpoint(directory)  # a damaged checkpoint is refused before anything changes
         saved = read_state(directory).get("config", {})
@@ -238,11 +238,11 @@ class RunFolderMixin:
         warning naming it, and the run continues from the newest one that verifies. With no
         checkpoint folder yet (a run killed during its first iteration) the run starts again from
         iteration 0 in the same folder; with checkpoint folders of which none verifies it stops
-        (:class:`~marft_algos.policy.checkpoint.CorruptCheckpointError`) rather than throw them
+        (:class:`~marft_algos.runs.checkpoint.CorruptCheckpointError`) rather than throw them
         away. ``metrics.jsonl`` keeps the records up to the checkpoint (atomically rewritten; a
         torn last line is dropped) and :attr:`logger` holds them again.
         """
-        from marft_algos.policy.checkpoint import CorruptCheckpointError, newest_valid_checkpoint
+        from marft_algos.runs.checkpoint import CorruptCheckpointError, newest_valid_checkpoint
 
         if directory is None:
             if self.run_dir is None:

@@ -4,11 +4,11 @@ Per iteration (paper Algorithm 3), read top to bottom in :meth:`ActorCriticTrain
 
 1. one padded :class:`~marft_algos.common.batch.RolloutBatch` of every decision;
 2. critic values for every decision (action level) or every token (token level), and GAE over the
-   flattened agent sequence (:mod:`marft_algos.levels`), optionally normalised per agent;
+   flattened agent sequence (:mod:`marft_algos.trainers.levels`), optionally normalised per agent;
 3. ``ppo_epochs`` passes over minibatches of shuffled episodes (drawn over global episode
    indices, so they are the same at any number of processes): each minibatch updates the
    critic, then every trained agent's adapter with the shared policy-gradient step
-   (:class:`~marft_algos.policy_gradient.PolicyGradient`: clipped surrogate of paper eq. 5,
+   (:class:`~marft_algos.trainers.policy_gradient.PolicyGradient`: clipped surrogate of paper eq. 5,
    entropy bonus, accumulation that leaves the gradient unchanged).
 
 Options from the paper: agent-by-agent updates (one agent per window, cycling), a trust-region cut
@@ -32,17 +32,17 @@ from torch import Tensor
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.common.losses import value_loss
 from marft_algos.distributed import DistributedContext
-from marft_algos.levels import Level, level_named, normalize, normalize_by_agent
 from marft_algos.policy.rendering import render_prompt_ids
-from marft_algos.policy_gradient import Objective
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
-from marft_algos.rollout import Episode
-from marft_algos.trainer import (
+from marft_algos.rollout.collector import Episode
+from marft_algos.trainers.base import (
     Trainer,
     TrainerConfig,
     check_clip_range,
     check_num_minibatches,
 )
+from marft_algos.trainers.levels import Level, level_named, normalize, normalize_by_agent
+from marft_algos.trainers.policy_gradient import Objective
 
 __all__ = ["ActorCriticConfig", "ActorCriticTrainer"]
 
@@ -196,7 +196,7 @@ class ActorCriticTrainer(Trainer):
                 f"{type(self).__name__} needs a critic: e.g. Critic(policy) from marft_algos.policy."
             )
         self.granularity: Level = level_named(self.level_of(config))
-        """Action or token level, chosen once (see :mod:`marft_algos.levels`)."""
+        """Action or token level, chosen once (see :mod:`marft_algos.trainers.levels`)."""
         config.refuse_ignored_settings(self.granularity.name)
         super().__init__(
             policy,
@@ -265,7 +265,7 @@ class ActorCriticTrainer(Trainer):
                     raise ValueError(
                         f"Agent {d.agent!r} acts on another base model than the critic, and its "
                         f"decision kept no messages to re-render; collect episodes with "
-                        f"marft_algos.rollout.RolloutCollector."
+                        f"marft_algos.rollout.collector.RolloutCollector."
                     )
                 else:
                     out.append(render_prompt_ids(tokenizer, d.messages))

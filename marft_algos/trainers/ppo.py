@@ -12,10 +12,10 @@ from typing import ClassVar, Literal
 
 from pettingzoo import AECEnv
 
-from marft_algos.actor_critic import ActorCriticConfig, ActorCriticTrainer
 from marft_algos.distributed import DistributedContext
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
-from marft_algos.trainer import TrainerConfig
+from marft_algos.trainers.actor_critic import ActorCriticConfig, ActorCriticTrainer
+from marft_algos.trainers.base import TrainerConfig
 
 __all__ = ["PPOConfig", "PPOTrainer"]
 

@@ -29,10 +29,10 @@ from torch import Tensor
 
 from marft_algos.common.advantages import leave_one_out_advantages
 from marft_algos.common.batch import RolloutBatch
-from marft_algos.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
-from marft_algos.levels import normalize
-from marft_algos.rollout import Episode
-from marft_algos.trainer import TrainerConfig
+from marft_algos.rollout.collector import Episode
+from marft_algos.trainers.base import TrainerConfig
+from marft_algos.trainers.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
+from marft_algos.trainers.levels import normalize
 
 __all__ = ["RLOOConfig", "RLOOTrainer"]
 

@@ -9,7 +9,7 @@ per second and an ETA for the whole run:
 - ``"plain"``: lines for logs and pipes: one per iteration with the metrics, the rollout's
   tokens/s and the ETA, and for a phase that runs longer than ``slow_phase_s`` (a real model's
   rollout or evaluation) a line at each quarter of its episodes and at its end. They go to the
-  ``marft_algos.progress``
+  ``marft_algos.runs.progress``
   logger when logging is configured to show them (the command line does), else to standard error,
   so ``trainer.train(progress=True)`` from a script or notebook shows them too;
 - ``"auto"`` (and ``True``): rich on a terminal, plain otherwise.
@@ -24,11 +24,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from marft_algos.evaluation import format_accuracy
+from marft_algos.rollout.evaluation import format_accuracy
 
 __all__ = ["TrainingProgress", "format_duration"]
 
-progress_logger = logging.getLogger("marft_algos.progress")
+progress_logger = logging.getLogger("marft_algos.runs.progress")
 """The plain lines (CI logs, files), at INFO."""
 
 

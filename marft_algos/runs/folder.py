@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from marft_algos.common.files import file_sha256
 
 __all__ = [
     "RESUMABLE_CHANGES",
@@ -120,15 +121,6 @@ RESUMABLE_CHANGES = frozenset(
         "eval_samples",
     }
 )
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file's bytes, read in blocks (checkpoint files, datasets)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:

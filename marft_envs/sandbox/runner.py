@@ -2,7 +2,7 @@
 
 Usable on its own::
 
-    from marft_envs.code.sandbox import Sandbox, UnitTests
+    from marft_envs.sandbox.runner import Sandbox, UnitTests
 
     sandbox = Sandbox()
     result = sandbox.run("def add(a, b):\\n    return a + b", UnitTests(tests=("assert add(1, 2) == 3",)))
@@ -90,7 +90,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from marft_envs.code.confinement import (
+from marft_envs.sandbox.confinement import (
     MemoryCgroups,
     available_memory,
     memory_cgroups,
@@ -289,7 +289,7 @@ class Sandbox:
         limits: Resource limits of each run.
         isolation: ``"namespaces"`` (the default; raises :class:`OSError` where namespaces are not
             permitted: the sandbox fails closed) or ``"process"``, an explicit opt-in to the weaker
-            fallback described in :mod:`marft_envs.code.sandbox` (no network or filesystem
+            fallback described in :mod:`marft_envs.sandbox.runner` (no network or filesystem
             isolation). ``"auto"`` is accepted as a synonym of ``"namespaces"``; it no longer
             falls back.
         max_workers: Runs in flight at once for :meth:`submit` and :meth:`run_many` (default:

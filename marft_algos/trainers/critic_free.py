@@ -7,7 +7,7 @@ Each iteration samples ``episodes_per_iteration / num_generations`` tasks and ru
 problem). Every agent of a team is its own learner: a sample is an ``(episode, agent)`` pair whose
 reward is the episode's team return (or the agent's own credited return), and the agent's
 decisions in that episode are trained on its advantage. A subclass says how advantages come from
-rewards (:meth:`CriticFreeTrainer.batch_advantages`) and which :class:`~marft_algos.policy_gradient.Objective`
+rewards (:meth:`CriticFreeTrainer.batch_advantages`) and which :class:`~marft_algos.trainers.policy_gradient.Objective`
 it minimises; the loop, the data-parallel split (whole groups per rank), dynamic sampling and the
 metrics live here.
 """
@@ -27,10 +27,15 @@ from torch import Tensor
 from marft_algos.common.advantages import zero_std_group_mask
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.losses import KLEstimator, Normalizer, kl_penalty
-from marft_algos.levels import level_named
-from marft_algos.policy_gradient import Objective
-from marft_algos.rollout import Episode, EpisodeRequest
-from marft_algos.trainer import Trainer, TrainerConfig, check_clip_range, check_num_minibatches
+from marft_algos.rollout.collector import Episode, EpisodeRequest
+from marft_algos.trainers.base import (
+    Trainer,
+    TrainerConfig,
+    check_clip_range,
+    check_num_minibatches,
+)
+from marft_algos.trainers.levels import level_named
+from marft_algos.trainers.policy_gradient import Objective
 
 __all__ = [
     "LOSS_NORMALIZERS",

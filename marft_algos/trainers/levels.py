@@ -5,7 +5,7 @@ The actor-critic trainers differ by granularity in three places only, and each l
 - **values**: one ``V(ô)`` per decision (``(N,)``) or one ``V`` per generated token (``(N, T)``);
 - **targets**: action-level GAE over the flattened decision sequence, or token-level GAE over the
   flattened token sequence (:mod:`marft_algos.common.advantages`);
-- **objective**: a PPO ratio per action or per token (:class:`~marft_algos.policy_gradient.Objective`).
+- **objective**: a PPO ratio per action or per token (:class:`~marft_algos.trainers.policy_gradient.Objective`).
 
 Advantage normalisation is shared: over the whole batch, or per agent (each agent's advantages
 standardised over its own decisions: steadier when agents see rewards of different scales).
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from marft_algos.common.advantages import action_level_gae, normalize_advantages, token_level_gae
 from marft_algos.common.batch import RolloutBatch
-from marft_algos.common.buffers import decision_layout, scatter_rows, token_layout
+from marft_algos.common.layouts import decision_layout, scatter_rows, token_layout
 from marft_algos.distributed import DistributedContext
 from marft_algos.protocols import CriticLike
 
