@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,18 @@ def pytest_configure(config):
     import torch
 
     torch.set_num_threads(1)
+    # Read by code that cannot take a fixture (module constants, subprocesses).
+    os.environ.setdefault("MARFT_DATA", str(SHARED_DATA))
 
 
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+#: The benchmark data files (MATH-500, GSM8K, MBPP, HumanEval): $MARFT_DATA, else the team's data
+#: folder beside the checkout. Tests that need them take the ``shared_data`` fixture and skip without.
+SHARED_DATA = Path(os.environ.get("MARFT_DATA") or REPO_ROOT.parent / "shared" / "data")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real MATH-500 / GSM8K files beside the repository; skips when they are absent."""
+    """The folder of real benchmark files (``$MARFT_DATA``); skips the test when it is absent."""
     if not SHARED_DATA.is_dir():
         pytest.skip(f"benchmark data not found at {SHARED_DATA}")
     return SHARED_DATA

@@ -1,20 +1,8 @@
-"""Fixtures of the code tests: a namespaced sandbox per module; a fresh validation record per test."""
+"""Fixtures of the code tests: a fresh validation record per test."""
 
 from __future__ import annotations
 
 import pytest
-
-from marft_envs.sandbox.runner import Sandbox, namespaces_available
-
-
-@pytest.fixture(scope="module")
-def sandbox(request):
-    """A namespaced sandbox with the test module's ``LIMITS`` (skips where unshare is refused)."""
-    if not namespaces_available():
-        pytest.skip("unshare may not create namespaces here")
-    box = Sandbox(request.module.LIMITS, isolation="namespaces", max_workers=2)
-    yield box
-    box.close()
 
 
 @pytest.fixture(autouse=True)

@@ -34,9 +34,6 @@ from marft_envs.math.data import (
 from marft_envs.math.generator import FAMILIES, LEVELS, Family, RetryDraw, generate_problems
 from marft_envs.math.grading import check_gold, grade_answer
 
-SHARED_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
-needs_shared = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is absent")
-
 # --- generator -------------------------------------------------------------------------------
 
 
@@ -509,21 +506,19 @@ def test_hf_loader_reads_save_to_disk_directories(tmp_path):
 # --- the real benchmark files ------------------------------------------------------------------
 
 
-@needs_shared
-def test_math500_loads_and_validates():
-    ds = load_dataset(SHARED_DATA / "math500.jsonl", split="test")  # validates every answer
+def test_math500_loads_and_validates(shared_data):
+    ds = load_dataset(shared_data / "math500.jsonl", split="test")  # validates every answer
     assert len(ds) == 500 and {p.level for p in ds} == set(LEVELS) and all(p.subject for p in ds)
     assert all(last_boxed(p.solution) == p.answer for p in ds)
-    assert list(load_math_jsonl(SHARED_DATA / "math500.jsonl", split="test")) == list(ds)
+    assert list(load_math_jsonl(shared_data / "math500.jsonl", split="test")) == list(ds)
 
 
-@needs_shared
-def test_gsm8k_loads_and_validates():
-    ds = load_gsm8k_jsonl(SHARED_DATA / "gsm8k_test.jsonl", split="test")
+def test_gsm8k_loads_and_validates(shared_data):
+    ds = load_gsm8k_jsonl(shared_data / "gsm8k_test.jsonl", split="test")
     assert len(ds) == 1319 and len({p.id for p in ds}) == 1319
     assert all(re.fullmatch(r"-?\d+(\.\d+)?", p.answer) for p in ds)
     assert all("<<" not in p.solution and "####" not in p.solution for p in ds)
-    assert list(load_dataset(str(SHARED_DATA / "gsm8k_test.jsonl"), split="test")) == list(ds)
+    assert list(load_dataset(str(shared_data / "gsm8k_test.jsonl"), split="test")) == list(ds)
 
 
 def test_opt_in_digits_family_is_exact_and_not_in_the_default_mix():

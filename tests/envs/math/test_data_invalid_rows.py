@@ -19,9 +19,6 @@ from marft_envs.math.data import (
 )
 from marft_envs.math.grading import grade_answer
 
-SHARED_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
-needs_shared = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data is absent")
-
 # Golds that real evaluation files contain and the grader cannot read.
 UNREADABLE_GOLDS = ["np.arcsin(10/13)", "", "\\frac{1}{"]
 
@@ -156,11 +153,12 @@ def test_env_takes_on_invalid_through_dataset_kwargs(mixed_file: Path) -> None:
     assert len(dataset) == 7 and dataset.rows_read == 10
 
 
-@needs_shared
-def test_real_math_file_with_unreadable_rows_keeps_the_rest(tmp_path: Path) -> None:
+def test_real_math_file_with_unreadable_rows_keeps_the_rest(
+    tmp_path: Path, shared_data: Path
+) -> None:
     rows = [
         json.loads(line)
-        for line in (SHARED_DATA / "math500.jsonl").read_text(encoding="utf-8").splitlines()
+        for line in (shared_data / "math500.jsonl").read_text(encoding="utf-8").splitlines()
     ]
     broken = {7: "np.arcsin(10/13)", 42: "", 99: "\\frac{1}{"}
     lines = []

@@ -31,7 +31,6 @@ from marft_envs.math.grading import (
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CASES_PATH = REPO_ROOT / "tests" / "data" / "grading_cases.jsonl"
-SHARED_DATA = REPO_ROOT / ".." / "shared" / "data"
 
 CASES = [json.loads(line) for line in CASES_PATH.read_text().splitlines() if line.strip()]
 
@@ -277,27 +276,27 @@ def test_check_gold_accepts(gold: str) -> None:
 # -- real benchmark data (skipped when the shared data folder is absent) -----------------------
 
 
-def _rows(name: str) -> list[dict]:
-    path = SHARED_DATA / name
-    if not path.exists():
-        pytest.skip(f"{path} not found")
+def _rows(folder: Path, name: str) -> list[dict]:
+    path = folder / name
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_math500_golds_pass_check_gold() -> None:
-    for row in _rows("math500.jsonl"):
+def test_math500_golds_pass_check_gold(shared_data: Path) -> None:
+    for row in _rows(shared_data, "math500.jsonl"):
         check_gold(row["answer"])
 
 
-def test_math500_solutions_grade_correct() -> None:
+def test_math500_solutions_grade_correct(shared_data: Path) -> None:
     wrong = [
-        r["answer"] for r in _rows("math500.jsonl") if not grade_answer(r["solution"], r["answer"])
+        r["answer"]
+        for r in _rows(shared_data, "math500.jsonl")
+        if not grade_answer(r["solution"], r["answer"])
     ]
     assert wrong == []
 
 
-def test_math500_other_answers_mostly_rejected() -> None:
-    rows = _rows("math500.jsonl")
+def test_math500_other_answers_mostly_rejected(shared_data: Path) -> None:
+    rows = _rows(shared_data, "math500.jsonl")
     accepted = []
     for i, row in enumerate(rows):
         other = rows[(i + 7) % len(rows)]["answer"]
@@ -309,16 +308,16 @@ def test_math500_other_answers_mostly_rejected() -> None:
         assert grade_answer(boxed(own), other) and grade_answer(boxed(other), own), (own, other)
 
 
-def test_gsm8k_final_numbers_pass_check_gold() -> None:
-    rows = _rows("gsm8k_test.jsonl")
+def test_gsm8k_final_numbers_pass_check_gold(shared_data: Path) -> None:
+    rows = _rows(shared_data, "gsm8k_test.jsonl")
     for row in rows:
         final = row["answer"].split("####")[-1].strip()
         check_gold(final)
         assert grade_answer(boxed(final), final)
 
 
-def test_math500_golds_against_rewrites_and_one_digit_changes() -> None:
-    golds = [row["answer"] for row in _rows("math500.jsonl")]
+def test_math500_golds_against_rewrites_and_one_digit_changes(shared_data: Path) -> None:
+    golds = [row["answer"] for row in _rows(shared_data, "math500.jsonl")]
     rejected, accepted = [], []
     for gold in golds:
         same = [gold.replace("\\frac", "\\dfrac"), f"${gold}$."]

@@ -9,7 +9,6 @@ data is missing. Budgets are tiny (a few episodes of 8-token actions) to keep th
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +17,6 @@ import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
 from marft_algos.policy import MultiAgentPolicy
 from marft_envs.math.data import load_dataset
-
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 SMALL = dict(
     iterations=2,
@@ -32,10 +29,8 @@ SMALL = dict(
 
 
 @pytest.fixture(scope="module")
-def gsm8k():
-    path = SHARED_DATA / "gsm8k_test.jsonl"
-    if not path.is_file():
-        pytest.skip(f"benchmark data not found at {path}")
+def gsm8k(shared_data):
+    path = shared_data / "gsm8k_test.jsonl"
     problems = load_dataset(path)
     # Short questions keep prompts (and the test) small; they are real GSM8K rows all the same.
     short = sorted(problems, key=lambda p: len(p.problem))[:16]

@@ -35,7 +35,7 @@ def _run(args: list[str], cwd: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
-    root = Path(__file__).parents[2]
+    root = Path(__file__).parents[3]
     _run([sys.executable, str(WORKER), "single", str(out)], root)
     _run(
         [

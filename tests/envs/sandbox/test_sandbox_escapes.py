@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from marft_envs.code import sandbox as sandbox_module
 from marft_envs.code.data import load_dataset
+from marft_envs.sandbox import runner as sandbox_module
 from marft_envs.sandbox.runner import Sandbox, SandboxLimits, UnitTests, namespaces_available
 
 LIMITS = SandboxLimits(cpu_seconds=4, wall_seconds=10.0, memory_bytes=512 << 20)
@@ -104,10 +104,10 @@ def test_builtin_shadowing_earns_nothing_on_any_shipped_problem(shared_data, san
 SECRETS = [
     "/etc/passwd",
     "/etc/hostname",
-    str(REPO / "marft_envs" / "code" / "sandbox.py"),
+    str(REPO / "marft_envs" / "sandbox" / "runner.py"),
     str(REPO / "pyproject.toml"),
-    str(REPO.parent / "shared" / "data" / "mbpp_sanitized.json"),
-    str(REPO.parent / "shared" / "data" / "humaneval.jsonl"),
+    str(Path(os.environ["MARFT_DATA"]) / "mbpp_sanitized.json"),
+    str(Path(os.environ["MARFT_DATA"]) / "humaneval.jsonl"),
     os.path.join(sysconfig.get_paths()["purelib"], "marft-probe-missing-is-fine"),
     "/proc/1/environ",
     "/proc/self/mountinfo",
