@@ -22,7 +22,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGES", "commit", "data_file", "machine", "package_versions", "run_info"]
+__all__ = [
+    "PACKAGES",
+    "commit",
+    "data_file",
+    "find_data_file",
+    "machine",
+    "package_versions",
+    "portable_path",
+    "run_info",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,3 +127,22 @@ def data_file(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path
             f"the folder that holds it (docs/benchmarks.md, 'Data files')."
         )
     return path
+
+
+def find_data_file(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Like :func:`data_file`, but None when no folder is given or it lacks the file (for
+    benchmarks that fall back to built-in or generated problems)."""
+    try:
+        return data_file(name, data_dir)
+    except FileNotFoundError:
+        return None
+
+
+def portable_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a results file may record it: relative to the repository when it lies inside it,
+    else the file's name only (never a folder of one developer's machine)."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(ROOT).as_posix()
+    except ValueError:
+        return resolved.name

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +39,11 @@ from marft_algos.policy.forward import left_pad
 from marft_algos.policy.kv_cache import left_padded_cache, prompt_caches
 from marft_envs.math.data import load_dataset
 
-GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k_test.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import find_data_file, run_info
+
+#: In $MARFT_DATA (docs/benchmarks.md, "Data files"); without it the built-in problems.
+GSM8K = "gsm8k_test.jsonl"
 
 
 def alternate(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
@@ -71,7 +76,8 @@ def main() -> None:
         for name, p in backbone.named_adapter_parameters("actor"):
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
-    data = load_dataset(GSM8K if GSM8K.is_file() else "builtin:test")
+    gsm8k = find_data_file(GSM8K)
+    data = load_dataset(str(gsm8k) if gsm8k is not None else "builtin:test")
     env = marft_envs.make("math-single-v1", dataset=data)
     distinct = []
     for i in range(args.prompts):
@@ -177,7 +183,7 @@ def main() -> None:
     )
     print(json.dumps(results, indent=2))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps({**results, "run_info": run_info()}, indent=2))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +35,9 @@ import marft_envs
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.rollout.vllm import VLLMRolloutBackend, VLLMSettings
 from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import run_info
 
 MODEL = "smollm2-135m-instruct"
 ENV = "math-dual-v3"
@@ -141,6 +146,7 @@ def main() -> None:
         "transformers": transformers.__version__,
         "vllm": vllm.__version__,
         "machine": platform.machine(),
+        "run_info": run_info([ENV]),
         "engine_startup_s": startup,
         "rollout": runs,
         "rollout_tokens_per_s_median": speed,
