@@ -2,7 +2,7 @@
 
 Usage::
 
-    pip install math-verify          # benchmark-only dependency, never needed by the library
+    pip install -e ".[benchmarks]"   # math-verify (pinned there), never needed by the library
     PYTHONPATH=. python benchmarks/grader/compare_math_verify.py [--cases tests/data/grading_cases.jsonl]
                                                     [--math500 PATH | --data-dir DIR] [--show-errors]
                                                     [--adversarial-length 100000]
