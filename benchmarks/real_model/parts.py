@@ -37,6 +37,7 @@ from marft_algos.policy import MultiAgentPolicy, kv_cache
 from marft_algos.policy.decoding import sample_categorical
 from marft_algos.policy.forward import left_pad
 from marft_algos.policy.kv_cache import left_padded_cache, prompt_caches
+from marft_algos.protocols import GenerationSettings
 from marft_envs.math.data import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
@@ -126,7 +127,7 @@ def main() -> None:
     )
 
     def generate() -> None:
-        policy.generate_from_ids("actor", prompts, max_new_tokens=n, seed=1)
+        policy.generate_from_ids("actor", prompts, GenerationSettings(max_new_tokens=n, seed=1))
 
     eos = backbone.eos_ids
     backbone.eos_ids = []  # every row runs to the cap: equal work in every variant
@@ -154,7 +155,9 @@ def main() -> None:
         results["generate_cache_s"] = alternate(
             {"in_place": generate, "torch_cat": concatenating}, args.repeats
         )
-        gens = policy.generate_from_ids("actor", prompts, max_new_tokens=n, seed=2)
+        gens = policy.generate_from_ids(
+            "actor", prompts, GenerationSettings(max_new_tokens=n, seed=2)
+        )
     finally:
         backbone.eos_ids = eos
 

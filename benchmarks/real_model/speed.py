@@ -38,6 +38,7 @@ import torch
 
 import marft_envs
 from marft_algos.policy import MultiAgentPolicy
+from marft_algos.protocols import GenerationSettings
 from marft_envs.math.data import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
@@ -108,7 +109,7 @@ def rollout(policy, agents, prompts, max_new_tokens, seed):
     start = time.perf_counter()
     for i, agent in enumerate(agents):
         gens = policy.generate_from_ids(
-            agent, prompts, max_new_tokens=max_new_tokens, seed=seed + i
+            agent, prompts, GenerationSettings(max_new_tokens=max_new_tokens, seed=seed + i)
         )
         steps = max(len(g.action_ids) for g in gens)
         slots += steps * len(gens)

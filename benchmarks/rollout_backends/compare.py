@@ -33,6 +33,7 @@ import vllm
 
 import marft_envs
 from marft_algos.policy import MultiAgentPolicy
+from marft_algos.protocols import GenerationSettings
 from marft_algos.rollout.vllm import VLLMRolloutBackend, VLLMSettings
 from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
 
@@ -66,7 +67,9 @@ def rollout(generator: Any, agents: list[str], messages: list[Any], tokens: int,
     start = time.perf_counter()
     produced = 0
     for i, agent in enumerate(agents):
-        gens = generator.generate(agent, messages, max_new_tokens=tokens, seed=seed + i)
+        gens = generator.generate(
+            agent, messages, GenerationSettings(max_new_tokens=tokens, seed=seed + i)
+        )
         produced += sum(len(g.action_ids) for g in gens)
     seconds = time.perf_counter() - start
     return {"tokens": produced, "seconds": seconds, "tokens_per_s": produced / seconds}

@@ -424,6 +424,7 @@ def run_generate(
     from marft_algos.policy import LoraSettings, MultiAgentPolicy
     from marft_algos.policy.forward import left_pad
     from marft_algos.policy.pretrained import resolve_model
+    from marft_algos.protocols import GenerationSettings
 
     data = _problems(args)
     policy = MultiAgentPolicy.from_pretrained(args.model, ["actor"], lora=LoraSettings(), seed=0)
@@ -452,7 +453,9 @@ def run_generate(
     def ours() -> int:
         backbone.eos_ids = []  # no end-of-turn: every row generates n tokens
         try:
-            gens = policy.generate_from_ids("actor", prompts, max_new_tokens=n, seed=1)
+            gens = policy.generate_from_ids(
+                "actor", prompts, GenerationSettings(max_new_tokens=n, seed=1)
+            )
         finally:
             backbone.eos_ids = eos
         return sum(len(g.action_ids) for g in gens)
