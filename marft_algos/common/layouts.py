@@ -20,16 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-import numpy as np
 import torch
 from torch import Tensor
 
 __all__ = [
     "DecisionLayout",
     "TokenLayout",
-    "chunk_indices",
     "decision_layout",
-    "pad_rows",
     "scatter_rows",
     "token_layout",
 ]
@@ -127,23 +124,3 @@ def scatter_rows(
     for v, (row, col, n) in zip(values, spans, strict=True):
         out[row, col : col + n] = v[:n]
     return out
-
-
-def pad_rows(rows: Sequence[Sequence[float]]) -> tuple[Tensor, Tensor]:
-    """Right-pad float rows (e.g. per-token log-probs) to ``(B, T)``; returns ``(values, mask)``."""
-    width = max((len(r) for r in rows), default=0)
-    values = torch.zeros(len(rows), width)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        values[i, : len(r)] = torch.as_tensor(r, dtype=torch.float32)
-        mask[i, : len(r)] = True
-    return values, mask
-
-
-def chunk_indices(items: Sequence[int], n: int) -> list[list[int]]:
-    """Split ``items`` into at most ``n`` contiguous, non-empty, near-equal chunks."""
-    return [
-        list(c)
-        for c in np.array_split(np.asarray(items, dtype=np.int64), min(n, len(items)))
-        if len(c)
-    ]

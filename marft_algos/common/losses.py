@@ -31,8 +31,9 @@ __all__ = [
     "value_loss",
 ]
 
-LossType = Literal["token_mean", "sequence_mean", "grpo", "bnpo", "dapo", "dr_grpo"]
-_LOSS_TYPES = ("token_mean", "sequence_mean", "grpo", "bnpo", "dapo", "dr_grpo")
+#: How per-token losses are aggregated: TRL's ``loss_type`` names, the config knob's values.
+LossType = Literal["grpo", "bnpo", "dapo", "dr_grpo"]
+_LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
 def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:
@@ -187,7 +188,7 @@ def action_log_prob(
 def aggregate_loss(
     per_token: Tensor,
     mask: Tensor | None = None,
-    loss_type: LossType = "token_mean",
+    loss_type: LossType = "dapo",
     *,
     max_completion_length: int | None = None,
     num_items_in_batch: float | Tensor | None = None,
@@ -201,8 +202,7 @@ def aggregate_loss(
     Args:
         per_token: ``(B, L)`` per-token loss (a ``(B,)`` input is ``B`` rows of one entry).
         mask: same shape, bool, ``True`` on valid entries (default: all).
-        loss_type: ``"token_mean"``/``"bnpo"``, ``"sequence_mean"``/``"grpo"``, ``"dapo"`` or
-            ``"dr_grpo"``.
+        loss_type: ``"dapo"``, ``"bnpo"``, ``"grpo"`` or ``"dr_grpo"``.
         max_completion_length: constant length for ``"dr_grpo"`` (default ``L``).
         num_items_in_batch: normaliser for ``"dapo"`` (default: valid entries in this call).
 
@@ -219,9 +219,9 @@ def aggregate_loss(
     m = valid.to(per_token.dtype)
     kept = torch.where(valid, per_token, torch.zeros_like(per_token))  # (B, L)
     total = kept.sum()
-    if loss_type in ("token_mean", "bnpo"):
+    if loss_type == "bnpo":
         return total / m.sum().clamp(min=1.0)
-    if loss_type in ("sequence_mean", "grpo"):
+    if loss_type == "grpo":
         return (kept.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
     if loss_type == "dapo":
         norm = m.sum().clamp(min=1.0) if num_items_in_batch is None else num_items_in_batch
@@ -240,7 +240,7 @@ def ppo_clip_loss(
     *,
     epsilon: float = 0.2,
     epsilon_high: float | None = None,
-    loss_type: LossType = "token_mean",
+    loss_type: LossType = "dapo",
     max_completion_length: int | None = None,
     num_items_in_batch: float | Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -251,16 +251,16 @@ def ppo_clip_loss(
 
     Aggregation of the per-entry loss over valid entries (TRL ``GRPOConfig.loss_type`` names):
 
-    * ``"token_mean"`` / ``"bnpo"``: sum over all valid entries of the batch / their number;
-    * ``"sequence_mean"`` / ``"grpo"``: mean over each row's valid entries, then mean over rows
-      (a row without valid entries counts as 0);
-    * ``"dapo"``: sum / ``num_items_in_batch`` — the number of valid tokens in the whole generation
-      batch (across gradient-accumulation steps and processes), defaulting to this call's valid
-      count, where it equals ``"token_mean"``;
+    * ``"dapo"`` (default): sum / ``num_items_in_batch`` — the number of valid tokens in the whole
+      generation batch (across gradient-accumulation steps and processes), defaulting to this
+      call's valid count: the mean over every valid entry;
+    * ``"bnpo"``: sum over all valid entries of this call / their number;
+    * ``"grpo"``: mean over each row's valid entries, then mean over rows (a row without valid
+      entries counts as 0);
     * ``"dr_grpo"``: sum / (rows × ``max_completion_length``), a constant independent of lengths
       (default: ``L``, the padded width).
 
-    For action-level inputs of shape ``(B,)`` every entry is its own row, so ``"token_mean"`` is the
+    For action-level inputs of shape ``(B,)`` every entry is its own row, so ``"dapo"`` is the
     masked mean over decisions.
 
     Args:

@@ -1,7 +1,8 @@
-"""Metrics sinks: ``metrics.jsonl`` (one record per iteration) and optional TensorBoard.
+"""The metrics table and its sinks: ``metrics.jsonl`` (one record per iteration), optional TensorBoard.
 
-Every trainer uses the same names: ``rollout/...``, ``train/policy_loss``, ``train/value_loss``,
-``train/approx_kl``, ``train/clip_fraction``, ``train/entropy``, ``eval/accuracy``, ``time/...``.
+:data:`METRICS` names every metric a trainer logs, with its one meaning; every trainer uses these
+names with these meanings, and the table in ``docs/training.md`` is :func:`metrics_table` (a test
+compares them).
 """
 
 from __future__ import annotations
@@ -9,13 +10,105 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLogger"]
+__all__ = ["METRICS", "MetricsLogger", "is_documented", "metrics_table"]
 
 logger = logging.getLogger(__name__)
+
+#: Every name a metrics record holds, with its meaning. ``<agent>`` stands for an agent's name
+#: and ``<name>`` for the rest of a name. Statistics of policy steps (``train/policy_loss`` to
+#: ``train/grad_norm``) are absent from an iteration that took no policy step
+#: (``train/skipped_empty`` is then 1).
+METRICS: dict[str, str] = {
+    "iteration": "the iteration the record follows (0: the evaluation before training)",
+    "iteration_kind": "`initial_eval` on the record of the evaluation before training",
+    "rollout/episodes": "episodes the iteration trained on (every process's)",
+    "rollout/reward_mean": "mean team return (the sum of the round rewards) of those episodes",
+    "rollout/accuracy": "share of those episodes the team solved",
+    "rollout/accuracy_se": "binomial standard error of `rollout/accuracy`, √(p(1−p)/n)",
+    "rollout/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
+    "rollout/action_tokens_mean": "generated tokens per decision, mean over the decisions",
+    "rollout/action_cut_fraction": "share of decisions cut at their token cap (`max_new_tokens`)",
+    "rollout/nothing_to_learn": "1 when the rewards carry no signal (every critic-free group "
+    "flat, or every decision rewarded alike); a warning says so",
+    "rollout/zero_std_fraction": "critic-free, `num_generations` ≥ 2: share of (episode, agent) "
+    "samples whose group's rewards are all equal (advantage 0)",
+    "rollout/groups_dropped": "critic-free: groups dropped by dynamic sampling for equal rewards "
+    "(0 without it)",
+    "rollout/resample_rounds": "critic-free: extra sampling rounds dynamic sampling ran to refill "
+    "the batch (0 without it)",
+    "eval/episodes": "held-out episodes of the greedy evaluation (before training, every "
+    "`eval_every`, at the end)",
+    "eval/reward_mean": "mean team return of those episodes",
+    "eval/accuracy": "share of those episodes the team solved",
+    "eval/accuracy_se": "binomial standard error of `eval/accuracy`, √(p(1−p)/n)",
+    "eval/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
+    "eval/action_tokens_mean": "generated tokens per decision of those episodes",
+    "eval/action_cut_fraction": "share of their decisions cut at the token cap",
+    "eval_sampled/<name>": "with `eval_sampled=True`: `eval/<name>` of the same episodes sampled "
+    "as in training",
+    "train/agents": "the agents whose adapters the iteration trained, comma-separated",
+    "train/policy_loss": "the clipped surrogate term of the policy objective (weighted as the "
+    "loss), mean over the policy steps",
+    "train/entropy": "token entropy of the trained actions, weighted as the loss, mean over the "
+    "policy steps",
+    "train/ratio_mean": "ratio π_θ/π_old over a step's entries (decisions at action level, tokens "
+    "at token level), mean over the policy steps",
+    "train/approx_kl": "k3 approx-KL(π_old ‖ π_θ) over the entries of the first policy step, "
+    "before its optimizer step (≈0: rollout and update log-probs agree)",
+    "train/clip_fraction": "share of the first policy step's entries whose clipped term is "
+    "active, before its optimizer step",
+    "train/approx_kl_last": "`train/approx_kl` of the last policy step, before its optimizer step "
+    "(how far the earlier steps moved the policy)",
+    "train/approx_kl_after": "with `trust_region_kl`: approx-KL after each step on its own "
+    "minibatch (what the cut compares), mean over the policy steps",
+    "train/kl": "with `beta` > 0: KL to the reference policy (adapters off) per token: GRPO's k3 "
+    "term of the loss, mean over the policy steps; RLOO's and REINFORCE++'s penalty in the reward",
+    "train/grad_norm": "gradient norm of the adapters before clipping (summed over optimizers), "
+    "mean over the policy steps",
+    "train/skipped_nonfinite": "policy steps skipped or undone for a non-finite loss, gradient "
+    "or weight",
+    "train/skipped_trust_region": "policy steps undone by the trust-region cut (`trust_region_kl`)",
+    "train/skipped_empty": "1 when the update took no policy step (no trained decision, or every "
+    "advantage 0)",
+    "train/advantage_abs_mean": "mean absolute advantage over the trained agents' entries (decisions at action "
+    "level, tokens at token level), as the objective uses them",
+    "train/value_mean": "actor-critic: mean critic value of the batch's entries at rollout",
+    "train/value_loss": "actor-critic: critic loss (Huber or MSE to the returns), mean over "
+    "minibatches",
+    "train/entropy_blowup": "1 when `train/entropy` exceeds `entropy_blowup_factor` × its early "
+    "average (the entropy guard)",
+    "train/rolled_back": "1 when the guard restored the last good iteration "
+    "(`rollback_on_blowup`)",
+    "time/rollout_s": "wall time of the rollouts, seconds",
+    "time/update_s": "wall time of the update, seconds",
+}
+
+_PLACEHOLDERS = {"<agent>": "[^/]+", "<name>": ".+"}
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    parts = re.split(r"(<agent>|<name>)", name)
+    return re.compile("".join(_PLACEHOLDERS.get(p, re.escape(p)) for p in parts) + r"\Z")
+
+
+_PATTERNS = [_pattern(name) for name in METRICS]
+
+
+def is_documented(name: str) -> bool:
+    """Whether ``name`` is in :data:`METRICS` (placeholders match any agent or name)."""
+    return any(p.match(name) for p in _PATTERNS)
+
+
+def metrics_table() -> str:
+    """:data:`METRICS` as the Markdown table of ``docs/training.md``."""
+    rows = ["| name | meaning |", "|---|---|"]
+    rows += [f"| `{name}` | {meaning} |" for name, meaning in METRICS.items()]
+    return "\n".join(rows) + "\n"
 
 
 def _jsonable(value: Any) -> Any:

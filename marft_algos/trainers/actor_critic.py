@@ -19,12 +19,10 @@ normalisation, entropy bonus, Huber value loss.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 import torch
 from pettingzoo import AECEnv
 from torch import Tensor
@@ -43,6 +41,7 @@ from marft_algos.trainers.base import (
 )
 from marft_algos.trainers.levels import Level, level_named, normalize, normalize_by_agent
 from marft_algos.trainers.policy_gradient import Objective
+from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean
 
 __all__ = ["ActorCriticConfig", "ActorCriticTrainer"]
 
@@ -326,56 +325,29 @@ class ActorCriticTrainer(Trainer):
         batch = self.prepare_batch(episodes)
         train_agents = self.agents_to_train()
         step = self.policy_gradient()
-        stats: dict[str, list[float]] = defaultdict(list)
-        first: dict[str, float] = {}
-        counts = {"skipped_trust_region": 0, "skipped_nonfinite": 0}
+        stats = UpdateStats(train_agents)
         first_episode, total_episodes = self.dist.offset(len(episodes))
-        for epoch in range(c.ppo_epochs):
-            for mb_index, minibatch in enumerate(
-                batch.minibatches(
-                    self.rng,
-                    c.num_minibatches,
-                    len(episodes),
-                    first_episode=first_episode,
-                    total_episodes=total_episodes,
-                )
+        for _ in range(c.ppo_epochs):
+            for minibatch in batch.minibatches(
+                self.rng,
+                c.num_minibatches,
+                len(episodes),
+                first_episode=first_episode,
+                total_episodes=total_episodes,
             ):
-                stats["train/value_loss"].append(self.critic_step(minibatch))
+                stats.add_value_loss(self.critic_step(minibatch))
                 rows = [k for k, a in enumerate(minibatch.agents) if a in train_agents]
                 if not self.dist.sum([len(rows)])[0]:  # no rank has a decision to train on
                     continue
-                result = self.policy_step(step, minibatch[rows], train_agents)
-                if epoch == 0 and mb_index == 0:
-                    first = {
-                        "approx_kl": result["approx_kl"],
-                        "clip_fraction": result["clip_fraction"],
-                    }
-                for key in ("policy_loss", "entropy", "ratio_mean"):
-                    stats[f"train/{key}"].append(result[key])
-                stats["train/approx_kl_last"].append(result["approx_kl"])
-                if "approx_kl_after" in result:
-                    stats["train/approx_kl_after"].append(result["approx_kl_after"])
-                if "grad_norm" in result:
-                    stats["train/grad_norm"].append(result["grad_norm"])
-                for key in counts:
-                    counts[key] += int(result.get(key, 0))
-
-        metrics: dict[str, Any] = {k: float(np.mean(v)) for k, v in stats.items() if v}
-        metrics["train/approx_kl"] = first.get("approx_kl", float("nan"))
-        metrics["train/clip_fraction"] = first.get("clip_fraction", float("nan"))
-        metrics.update({f"train/{k}": v for k, v in counts.items()})
-        metrics["train/agents"] = ",".join(sorted(train_agents))
+                stats.add_step(self.policy_step(step, minibatch[rows], train_agents))
+        metrics = stats.metrics()
         assert batch.values is not None and batch.advantages is not None
         mask = self.granularity.mask(batch)
-        values, advantages, count = self.dist.sum(
-            [
-                float(batch.values[mask].sum()),
-                float(batch.advantages[mask].abs().sum()),
-                float(mask.sum()),
-            ]
-        )
+        values, count = self.dist.sum([float(batch.values[mask].sum()), float(mask.sum())])
         metrics["train/value_mean"] = values / count if count else float("nan")
-        metrics["train/advantage_abs_mean"] = advantages / count if count else float("nan")
+        trained = torch.tensor([a in train_agents for a in batch.agents])
+        entries = mask & (trained if mask.dim() == 1 else trained.unsqueeze(-1))
+        metrics.update(advantage_abs_mean(batch.advantages, entries, self.dist))
         return metrics
 
     def critic_step(self, batch: RolloutBatch) -> float:

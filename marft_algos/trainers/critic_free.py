@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -34,8 +33,8 @@ from marft_algos.trainers.base import (
     check_clip_range,
     check_num_minibatches,
 )
-from marft_algos.trainers.levels import level_named
 from marft_algos.trainers.policy_gradient import Objective
+from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean
 
 __all__ = [
     "LOSS_NORMALIZERS",
@@ -335,6 +334,9 @@ class CriticFreeTrainer(Trainer):
         c = self.config
         metrics = self._rollout_metrics(episodes)
         trained = [a for a in self.agents if a in self._optimizer_of]
+        step = self.policy_gradient()
+        objective = step.objective
+        stats = UpdateStats(trained, with_kl=objective.beta > 0)
         batch = build_rollout_batch(
             episodes,
             agents=trained,
@@ -342,11 +344,16 @@ class CriticFreeTrainer(Trainer):
             default_cap=c.max_new_tokens,
         )
         if not self.dist.sum([len(batch)])[0]:
-            return {**metrics, "train/policy_loss": 0.0, "train/skipped_empty": 1}
+            return {**metrics, **stats.metrics()}
         advantages, extra = self.batch_advantages(episodes, batch)  # (N,) or (N, T)
+        metrics.update(extra)
+        entries = (
+            batch.action_mask
+            if objective.level == "token"
+            else torch.ones(len(batch), dtype=torch.bool)
+        )
+        metrics.update(advantage_abs_mean(advantages, entries, self.dist))
         batch = batch.with_targets(advantages=advantages)
-        step = self.policy_gradient()
-        objective = step.objective
         # Zero-advantage rows add nothing to the surrogate; without entropy or KL terms they need no forward.
         nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
         active = (
@@ -355,12 +362,8 @@ class CriticFreeTrainer(Trainer):
             else nonzero
         )
         if not self._agents_with_work(batch.agents, active):
-            # every advantage is 0: nothing to learn, and no statistics to report
-            return {**metrics, **extra, "train/policy_loss": 0.0, "train/skipped_empty": 1}
-
-        stats: dict[str, list[float]] = defaultdict(list)
-        first: dict[str, float] = {}
-        skipped = 0
+            # every advantage is 0: nothing to learn, and no step statistics to report
+            return {**metrics, **stats.metrics()}
         first_episode, total_episodes = self.dist.offset(len(episodes))
         for _ in range(c.num_iterations):
             for rows in batch.minibatch_indices(
@@ -374,34 +377,8 @@ class CriticFreeTrainer(Trainer):
                 agents = self._agents_with_work(minibatch.agents, active[rows])
                 if not agents:  # no rank has a decision of this minibatch to train on
                     continue
-                result = self.policy_step(step, minibatch, agents, active=active[rows])
-                if not first:
-                    first = {
-                        "approx_kl": result["approx_kl"],
-                        "clip_fraction": result["clip_fraction"],
-                    }
-                for key in ("policy_loss", "entropy", "kl", "ratio_mean"):
-                    stats[f"train/{key}"].append(result[key])
-                if "grad_norm" in result:
-                    stats["train/grad_norm"].append(result["grad_norm"])
-                skipped += int(result.get("skipped_nonfinite", 0))
-        metrics.update({k: float(np.mean(v)) for k, v in stats.items() if v})
-        metrics.update(extra)
-        metrics["train/approx_kl"] = first.get("approx_kl", 0.0)
-        metrics["train/clip_fraction"] = first.get("clip_fraction", 0.0)
-        metrics["train/skipped_nonfinite"] = skipped
-        metrics["train/advantage_abs_mean"] = self._advantage_abs_mean(batch)
-        return metrics
-
-    def _advantage_abs_mean(self, batch: RolloutBatch) -> float:
-        """Mean |A| over the decisions of every rank (a token-level decision: over its tokens)."""
-        assert batch.advantages is not None
-        adv = batch.advantages.abs()
-        if adv.dim() == 2:
-            mask = level_named("token").mask(batch)
-            adv = (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        total, count = self.dist.sum([float(adv.sum()), float(len(batch))])
-        return total / count if count else 0.0
+                stats.add_step(self.policy_step(step, minibatch, agents, active=active[rows]))
+        return {**metrics, **stats.metrics()}
 
 
 @dataclass

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import torch
 from torch import Tensor
 
 from marft_algos.common.advantages import group_advantages
@@ -62,12 +61,8 @@ class GRPOTrainer(CriticFreeTrainer):
     def objective(self) -> Objective:
         return self.token_objective(beta=self.config.beta)
 
-    def advantages(self, episodes: list[Episode]) -> dict[tuple[int, str], float]:
-        """Group advantage of each (episode row, agent) that acted in the episode."""
-        keys = self._acting_pairs(episodes)
-        if not keys:
-            return {}
-        rewards, groups = self._group_rewards(episodes, keys)
+    def sample_advantages(self, rewards: Tensor, groups: list[tuple[int, str]]) -> Tensor:
+        """``(S,)`` group advantages of the samples' rewards ``(S,)``, grouped by ``groups``."""
         scale = self.config.scale_rewards
         if scale == "batch" and self.dist.enabled:
             # Groups are whole on each rank, but the batch's std spans every rank's rewards.
@@ -76,19 +71,11 @@ class GRPOTrainer(CriticFreeTrainer):
             mean = total / count
             (squares,) = self.dist.sum([float(((rewards - mean) ** 2).sum())])
             std = (squares / (count - 1)) ** 0.5 if count > 1 else 0.0
-            adv = adv / (std + 1e-4)
-        else:
-            adv = group_advantages(rewards, groups, scale_rewards=scale)
-        return {key: float(a) for key, a in zip(keys, adv, strict=True)}
+            return adv / (std + 1e-4)
+        return group_advantages(rewards, groups, scale_rewards=scale)
 
     def batch_advantages(
         self, episodes: list[Episode], batch: RolloutBatch
     ) -> tuple[Tensor, dict[str, Any]]:
-        table = self.advantages(episodes)
-        advantages = torch.tensor(
-            [
-                table.get((int(row), agent), 0.0)
-                for row, agent in zip(batch.episode, batch.agents, strict=True)
-            ]
-        )  # (N,)
-        return advantages, {}
+        rewards, groups, index = self.batch_samples(episodes, batch)  # (S,), S labels, (N,)
+        return self.sample_advantages(rewards, groups)[index], {}  # (N,)

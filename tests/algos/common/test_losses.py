@@ -79,9 +79,7 @@ MASK2 = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.bool)
     ("loss_type", "kwargs", "expected"),
     [
         # ratio 1 → per-token loss −A; valid tokens: row 0 {1, 2, 3}, row 1 {4}
-        ("token_mean", {}, -(1 + 2 + 3 + 4) / 4),
         ("bnpo", {}, -(1 + 2 + 3 + 4) / 4),
-        ("sequence_mean", {}, -((1 + 2 + 3) / 3 + 4 / 1) / 2),
         ("grpo", {}, -((1 + 2 + 3) / 3 + 4 / 1) / 2),
         ("dapo", {}, -(1 + 2 + 3 + 4) / 4),
         ("dapo", {"num_items_in_batch": 8}, -(1 + 2 + 3 + 4) / 8),
@@ -112,7 +110,7 @@ def test_aggregate_loss_is_linear_so_kl_can_be_added_after() -> None:
     gen = torch.Generator().manual_seed(6)
     clip_part, kl_part = torch.randn(4, 5, generator=gen), torch.rand(4, 5, generator=gen)
     mask = torch.rand(4, 5, generator=gen) < 0.7
-    for loss_type in ("token_mean", "grpo", "dapo", "dr_grpo"):
+    for loss_type in ("bnpo", "grpo", "dapo", "dr_grpo"):
         together = aggregate_loss(clip_part + 0.04 * kl_part, mask, loss_type)  # type: ignore[arg-type]
         apart = aggregate_loss(clip_part, mask, loss_type) + 0.04 * aggregate_loss(
             kl_part, mask, loss_type
@@ -125,7 +123,7 @@ def test_garbage_on_padding_does_not_leak() -> None:
     lp = torch.tensor([[-0.5, -math.inf], [-1.0, math.nan]]).requires_grad_()  # pads hold −inf/NaN
     old = torch.tensor([[-0.5, 0.0], [-1.0, 0.0]])
     mask = torch.tensor([[True, False], [True, False]])
-    for loss_type in ("token_mean", "grpo", "dapo", "dr_grpo"):
+    for loss_type in ("bnpo", "grpo", "dapo", "dr_grpo"):
         loss, stats = ppo_clip_loss(lp, old, t(1.0, 2.0), mask, loss_type=loss_type)  # type: ignore[arg-type]
         assert torch.isfinite(loss) and all(torch.isfinite(v) for v in stats.values())
         (grad,) = torch.autograd.grad(loss, lp)

@@ -67,7 +67,9 @@ def test_checkpoints_every_iteration_keep_the_newest_and_describe_the_run(tiny_p
     rebuilt = policy_from_checkpoint(str(tmp_path / "checkpoint-3"))
     for agent in trainer.agents:
         for a, b in zip(
-            adapter_params(trainer, agent), rebuilt.trainable_parameters(agent), strict=True
+            adapter_params(trainer, agent).values(),
+            rebuilt.trainable_parameters(agent),
+            strict=True,
         ):
             assert torch.equal(a, b)
 

@@ -26,11 +26,8 @@ def _drifted_grpo(tiny_path):
             for p in trainer.policy.trainable_parameters(agent):
                 p.add_(torch.randn(p.shape, generator=gen) * 0.5)
     episodes = trainer.collect()
-    table = trainer.advantages(episodes)
     batch = trainer.rollout_batch(episodes)
-    adv = torch.tensor(
-        [table.get((int(r), a), 0.0) for r, a in zip(batch.episode, batch.agents, strict=True)]
-    )
+    adv, _ = trainer.batch_advantages(episodes, batch)
     return trainer, batch.with_targets(advantages=adv)
 
 

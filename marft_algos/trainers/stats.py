@@ -1,0 +1,96 @@
+"""The update statistics both update loops log, reduced one way (meanings: :data:`~marft_algos.runs.metrics.METRICS`).
+
+:class:`UpdateStats` collects the results of an update's policy steps (and critic steps) and
+turns them into the ``train/`` metrics; :func:`advantage_abs_mean` measures the advantages an
+update trains on. The actor-critic loop (:mod:`marft_algos.trainers.actor_critic`) and the
+critic-free loop (:mod:`marft_algos.trainers.critic_free`) both use them, so a name means the same
+in every trainer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from torch import Tensor
+
+from marft_algos.distributed import DistributedContext
+
+__all__ = ["UpdateStats", "advantage_abs_mean"]
+
+#: Step results averaged over the update's policy steps.
+_MEANS = ("policy_loss", "entropy", "ratio_mean", "approx_kl_after", "grad_norm")
+#: Step results counted over the update's policy steps.
+_COUNTS = ("skipped_nonfinite", "skipped_trust_region")
+
+
+class UpdateStats:
+    """The statistics of one update's steps, as ``train/`` metrics.
+
+    Args:
+        agents: The agents whose adapters the update trains (``train/agents``).
+        with_kl: Average the steps' ``kl`` (the objective has a KL term to the reference) into
+            ``train/kl``.
+    """
+
+    def __init__(self, agents: Sequence[str], *, with_kl: bool = False) -> None:
+        self.agents = list(agents)
+        self.with_kl = with_kl
+        self.steps = 0
+        self._means: dict[str, list[float]] = defaultdict(list)
+        self._counts = dict.fromkeys(_COUNTS, 0)
+        self._first: Mapping[str, float] | None = None
+        self._last: Mapping[str, float] | None = None
+
+    def add_value_loss(self, loss: float) -> None:
+        """One critic step's value loss."""
+        self._means["value_loss"].append(loss)
+
+    def add_step(self, result: Mapping[str, float]) -> None:
+        """One policy step's result (:meth:`~marft_algos.trainers.base.Trainer.policy_step`)."""
+        self.steps += 1
+        if self._first is None:
+            self._first = result
+        self._last = result
+        for key in (*_MEANS, "kl") if self.with_kl else _MEANS:
+            if key in result:
+                self._means[key].append(result[key])
+        for key in _COUNTS:
+            self._counts[key] += int(result.get(key, 0))
+
+    def metrics(self) -> dict[str, Any]:
+        """The ``train/`` metrics; statistics of policy steps are absent when none was taken."""
+        out: dict[str, Any] = {f"train/{k}": float(np.mean(v)) for k, v in self._means.items() if v}
+        if self._first is not None and self._last is not None:
+            out["train/approx_kl"] = self._first["approx_kl"]
+            out["train/clip_fraction"] = self._first["clip_fraction"]
+            out["train/approx_kl_last"] = self._last["approx_kl"]
+        out.update({f"train/{k}": v for k, v in self._counts.items()})
+        out["train/skipped_empty"] = int(self.steps == 0)
+        out["train/agents"] = ",".join(sorted(self.agents))
+        return out
+
+
+def advantage_abs_mean(
+    advantages: Tensor, entries: Tensor, distributed: DistributedContext
+) -> dict[str, float]:
+    """``train/advantage_abs_mean``: the mean absolute advantage over ``entries`` of every rank.
+
+    Args:
+        advantages: ``(N,)`` one per decision, or ``(N, T)`` one per token.
+        entries: Bool, ``(N,)`` (action level) or ``(N, T)`` (token level): the entries the
+            objective trains on. A ``(N,)`` advantage counts once per token of its decision at
+            token level.
+        distributed: Sums over ranks.
+
+    Returns:
+        The metric, or nothing when no rank has an entry.
+    """
+    adv = advantages.abs().float()
+    if adv.dim() < entries.dim():
+        adv = adv.unsqueeze(-1).expand(entries.shape)  # (N, T): the decision's A on each token
+    adv = adv[..., : entries.shape[-1]] if entries.dim() == 2 else adv
+    total, count = distributed.sum([float(adv[entries].sum()), float(entries.sum())])
+    return {"train/advantage_abs_mean": total / count} if count else {}
