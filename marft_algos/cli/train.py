@@ -248,7 +248,8 @@ def as_flags(message: str, fields: Iterable[str]) -> str:
     for name in sorted(fields, key=len, reverse=True):
         after = r"\b" if "_" in name else r"(?==)"
         flag = "--" + name.replace("_", "-")
-        message = re.sub(rf"(?<![\w(,\-]){re.escape(name)}{after}", flag, message)
+        # "ActionMARFTConfig.lam_token" names the field too: the flag stands for both.
+        message = re.sub(rf"(?<![\w(,\-])(?:[A-Z]\w*\.)?{re.escape(name)}{after}", flag, message)
     return message
 
 
