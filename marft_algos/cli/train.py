@@ -12,7 +12,8 @@ import argparse
 import dataclasses
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,10 +36,6 @@ __all__ = ["TrainArguments", "main"]
 
 logger = logging.getLogger(__name__)
 
-#: Options of token-level training only, and of action-level training only.
-TOKEN_LEVEL_OPTIONS = ("gamma_token", "lam_token")
-ACTION_LEVEL_OPTIONS = ("logprob_normalization",)
-
 
 @dataclass
 class TrainArguments:
@@ -46,10 +43,8 @@ class TrainArguments:
 
     env: str = "math-dual-v3"
     """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
-    algo: Literal["action-marft", "token-marft", "ppo", "grpo", "rloo", "reinforce-pp"] = (
-        "action-marft"
-    )
-    """Training algorithm."""
+    algo: str = "action-marft"
+    """Training algorithm (the choices: every registered trainer)."""
     model: str = DEFAULT_MODEL
     """Base model: a built-in short name, a local folder, or a Hub id in the local cache."""
     config: str | None = None
@@ -203,6 +198,9 @@ def parse_train_args(
         ),
         defaults=merged,
     )
+    for action in parser._actions:
+        if action.dest == "algo":
+            action.choices = sorted(ALGORITHMS)
     fields = {a.dest for a in parser._actions}
     stray = sorted(set(file_values) - fields)
     if stray:
@@ -230,23 +228,29 @@ def argv_config(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _check_level_options(algo: str, level: str | None, given: set[str]) -> None:
-    token_level = algo == "token-marft" or (algo == "ppo" and level == "token")
-    action_level = algo == "action-marft" or (algo == "ppo" and level != "token")
-    wrong = [o for o in TOKEN_LEVEL_OPTIONS if o in given] if action_level else []
-    if wrong:
-        flags = ", ".join("--" + o.replace("_", "-") for o in wrong)
-        raise UsageError(
-            f"{flags} only affect token-level training, but --algo {algo} trains at action level; use "
-            f"--algo token-marft (or --algo ppo --level token), or drop {flags}."
-        )
-    wrong = [o for o in ACTION_LEVEL_OPTIONS if o in given] if token_level else []
-    if wrong:
-        flags = ", ".join("--" + o.replace("_", "-") for o in wrong)
-        raise UsageError(
-            f"{flags} only affect action-level training, but --algo {algo} trains at token level; use "
-            f"--algo action-marft, or drop {flags}."
-        )
+def build_config(algo: str, values: Mapping[str, Any], agents: Sequence[str]) -> Any:
+    """The trainer's config from the parsed values, checked by the config and the trainer's team
+    check; their messages name flags (``--lam-token``) instead of fields (``lam_token``)."""
+    config_class, trainer_class = ALGORITHMS[algo]
+    try:
+        trainer_class.check_team(agents)
+        return config_class(**values)
+    except ValueError as exc:
+        raise UsageError(f"--algo {algo}: {as_flags(str(exc), values)}") from None
+
+
+def as_flags(message: str, fields: Iterable[str]) -> str:
+    """``message`` with config field names written as flags: ``lam_token=0.9`` → ``--lam-token=0.9``.
+
+    A name with an underscore is a field wherever it stands as a word; a plain word (``level``,
+    ``epsilon``) only where it is given a value (``epsilon=0.2``), not inside a Python call.
+    """
+    for name in sorted(fields, key=len, reverse=True):
+        after = r"\b" if "_" in name else r"(?==)"
+        flag = "--" + name.replace("_", "-")
+        # "ActionMARFTConfig.lam_token" names the field too: the flag stands for both.
+        message = re.sub(rf"(?<![\w(,\-])(?:[A-Z]\w*\.)?{re.escape(name)}{after}", flag, message)
+    return message
 
 
 @dataclass
@@ -385,7 +389,7 @@ def main(
     from marft_algos.policy.pretrained import check_model_name
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args, config_class, values, given = parse_train_args(argv, defaults)
+    args, _, values, given = parse_train_args(argv, defaults)
     if args.rollout_backend == "vllm":
         from marft_algos.rollout.vllm import import_vllm
 
@@ -394,7 +398,6 @@ def main(
     dist = init_distributed(args.device)
     console = Console(quiet=not dist.is_main)
     dtype = args.dtype or ("bfloat16" if dist.device.type == "cuda" else "float32")
-    _check_level_options(args.algo, values.get("level"), given)
     plan = plan_env(
         args.env,
         args.env_kwargs,
@@ -404,15 +407,10 @@ def main(
         subjects=args.subjects,
         given=given,
     )
-    if args.algo == "ppo" and len(plan.agents) != 1:
-        raise UsageError(
-            f"--algo ppo is the single-agent baseline, but {args.env} has agents {plan.agents}; use "
-            f"--algo action-marft, token-marft, grpo, rloo or reinforce-pp for a team, or a one-agent env (math-single-v3)."
-        )
     _check_caps(values, given, plan.agents)
     if values.get("output_dir") is None:
         values["output_dir"] = f"runs/{plan.env_id.split(':')[-1]}-{args.algo}"
-    config = config_class(**values)
+    config = build_config(args.algo, values, plan.agents)
 
     check_model_name(args.model)
     run_dir = RunDirectory(config.output_dir)

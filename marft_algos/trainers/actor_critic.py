@@ -33,12 +33,8 @@ from marft_algos.distributed import DistributedContext
 from marft_algos.policy.rendering import render_prompt_ids
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout.collector import Episode
-from marft_algos.trainers.base import (
-    Trainer,
-    TrainerConfig,
-    check_clip_range,
-    check_num_minibatches,
-)
+from marft_algos.trainers.base import Trainer
+from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
 from marft_algos.trainers.levels import Level, level_named, normalize, normalize_by_agent
 from marft_algos.trainers.policy_gradient import Objective
 from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean

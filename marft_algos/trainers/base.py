@@ -21,15 +21,12 @@ finished episodes into optimizer steps and returns its metrics. Everything else 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
-import math
 import time
-import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,22 +36,26 @@ from pettingzoo import AECEnv
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
-from marft_algos.rollout.collector import Episode, GenerationSettings, RolloutCollector
+from marft_algos.rollout.collector import Episode, RolloutCollector
 from marft_algos.rollout.evaluation import (
     evaluation_requests,
     greedy,
     no_signal_reason,
     summarize_episodes,
 )
-from marft_algos.runs.folder import (
-    ConfigMismatchError,
-    RunDirectory,
-    TrainingDiverged,
-)
+from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, TrainingDiverged
 from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.runs.progress import TrainingProgress
 from marft_algos.runs.samples import transcripts_markdown, trim_samples, write_samples
-from marft_algos.trainers.checkpointer import RunFolderMixin, env_spec_json
+from marft_algos.trainers.checkpointer import (
+    Checkpointer,
+    env_spec_json,
+    random_states,
+    restore_random_states,
+)
+from marft_algos.trainers.config import TrainerConfig
+from marft_algos.trainers.guards import Guards
+from marft_algos.trainers.optimizers import adapter_optimizers, clip_and_step
 from marft_algos.trainers.policy_gradient import Objective, PolicyGradient
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
@@ -62,180 +63,7 @@ __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class TrainerConfig:
-    """Settings shared by every trainer (defaults: the paper's Table 3 where it gives one)."""
-
-    iterations: int = 100
-    """Training iterations (one rollout batch and its update each); passes over each batch are ppo_epochs (GRPO: num_iterations)."""
-    episodes_per_iteration: int = 16
-    """Episodes collected per iteration."""
-    rollout_threads: int = 4
-    """Env copies stepped together; generation is batched across them (paper: 4)."""
-    seed: int = 0
-    """Seeds episode resets, sampling and minibatch order."""
-    max_new_tokens: int = 512
-    """Longest action in tokens (paper: 512)."""
-    max_new_tokens_per_agent: dict[str, int] | None = None
-    """Per-agent overrides of max_new_tokens, e.g. {"actor": 16}."""
-    temperature: float = 1.0
-    """Sampling temperature for rollouts; rollout and update log-probs are those of the
-    temperature-scaled distribution that was sampled."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold for rollouts (1 disables); log-probs are those of the truncated
-    distribution that was sampled (a token the current policy cuts has probability 0)."""
-    top_k: int = 0
-    """Top-k sampling for rollouts (0 disables); log-probs as for ``top_p``."""
-    gradient_accumulation_steps: int = 1
-    """Chunks each agent's share of a (mini)batch is split into for the forward and backward
-    passes: bounds memory, and leaves the gradient unchanged (every loss weight comes from the
-    whole batch)."""
-    learning_rate: float = 1e-6
-    """Adam learning rate of every agent's adapter (paper: 1e-6)."""
-    adam_eps: float = 1e-5
-    """Adam epsilon (paper: 1e-5)."""
-    max_grad_norm: float = 0.5
-    """Gradient clipping per adapter (paper: 0.5)."""
-    eval_every: int = 0
-    """Evaluate every K iterations (0: only before and after training)."""
-    eval_episodes: int = 64
-    """Held-out episodes per evaluation (greedy decoding)."""
-    eval_sampled: bool = False
-    """Also evaluate the policy as it is trained, sampling with the rollout settings (temperature,
-    top-p, top-k), logged as ``eval_sampled/...`` beside the greedy ``eval/...``."""
-    eval_samples: int = 4
-    """Greedy held-out episodes written to samples.jsonl in output_dir at each evaluation, with
-    every agent's observation, action and reward (0: none)."""
-    output_dir: str | None = None
-    """Run directory for metrics.jsonl, config.json and checkpoints (None: nothing written)."""
-    checkpoint_every: int = 1
-    """Save a checkpoint every K iterations (0: only at the end) when output_dir is set; the
-    default, every iteration, means a killed run loses at most the iteration in progress."""
-    keep_checkpoints: int = 2
-    """Newest checkpoints kept in output_dir; older ones are deleted (0: keep all)."""
-    overwrite: bool = False
-    """Replace an earlier run found in output_dir instead of refusing to start."""
-    max_nonfinite_iterations: int = 3
-    """Stop (TrainingDiverged) after this many iterations in a row whose policy updates were all
-    skipped as non-finite (0: never stop)."""
-    tensorboard: bool = False
-    """Also write TensorBoard scalars."""
-    entropy_blowup_factor: float | None = 3.0
-    """Flag an entropy blow-up when train/entropy exceeds this multiple of its early average."""
-    rollback_on_blowup: bool = False
-    """On a blow-up, restore the last good adapters, critic and optimizer states."""
-    sync_check_every: int = 10
-    """With several processes: compare a checksum of every rank's adapters and critic every K
-    iterations and stop with an error if they differ (0: never)."""
-
-    def __post_init__(self) -> None:
-        check_finite_numbers(self)
-        positive = (
-            "iterations",
-            "episodes_per_iteration",
-            "rollout_threads",
-            "max_new_tokens",
-            "eval_episodes",
-            "gradient_accumulation_steps",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(
-                    f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}."
-                )
-        for name in (
-            "eval_every",
-            "checkpoint_every",
-            "top_k",
-            "sync_check_every",
-            "keep_checkpoints",
-            "max_nonfinite_iterations",
-            "eval_samples",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(
-                    f"{type(self).__name__}.{name} must be >= 0, got {getattr(self, name)}."
-                )
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
-        if self.adam_eps <= 0:
-            raise ValueError(
-                f"adam_eps must be > 0, got {self.adam_eps}: Adam divides by sqrt(v) + eps, so 0 "
-                f"turns a parameter whose gradient is 0 into 0/0 = NaN. Use e.g. 1e-8 (paper: 1e-5)."
-            )
-        if self.max_grad_norm <= 0:
-            raise ValueError(
-                f"max_grad_norm must be > 0, got {self.max_grad_norm} (paper: 0.5; a large value "
-                f"such as 1e9 effectively turns clipping off)."
-            )
-        if self.temperature <= 0:
-            raise ValueError(
-                f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}."
-            )
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
-
-    @property
-    def generation(self) -> GenerationSettings:
-        """Rollout sampling settings."""
-        return GenerationSettings(
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            do_sample=True,
-            max_new_tokens_per_agent=dict(self.max_new_tokens_per_agent or {}),
-        )
-
-    @property
-    def sampling(self) -> dict[str, Any]:
-        """The rollout distribution's settings, as :meth:`MultiAgentPolicy.token_log_probs` takes them."""
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def check_finite_numbers(config: Any) -> None:
-    """Refuse NaN and infinity in any float field of a config dataclass (every subclass's too).
-
-    A non-finite learning rate, epsilon, coefficient or threshold does not fail where it is set:
-    it turns the weights into NaN, and the run then stops inside sampling with a message about
-    probabilities. Checked when the config is built, it names the field and the value.
-    """
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(
-                f"{type(config).__name__}.{f.name} must be a finite number, got {value}; pass a "
-                f"finite value (its default is {f.default!r})."
-            )
-
-
-def check_clip_range(epsilon: float, epsilon_high: float | None) -> None:
-    """Validate PPO's clip ranges (ε_low, ε_high) with a message that says how to fix them."""
-    if epsilon <= 0 or (epsilon_high is not None and epsilon_high <= 0):
-        raise ValueError(f"epsilon and epsilon_high must be > 0; got {epsilon}, {epsilon_high}.")
-    if epsilon_high is not None and epsilon_high < epsilon:
-        raise ValueError(
-            f"epsilon_high={epsilon_high} is below epsilon={epsilon}: the upper clip range must be at "
-            f"least the lower one (DAPO's clip-higher raises it, e.g. epsilon_high=0.28); set "
-            f"epsilon_high >= epsilon, or leave it unset for symmetric clipping."
-        )
-
-
-def check_num_minibatches(num_minibatches: int, episodes_per_iteration: int) -> None:
-    """Validate a minibatch count against the episodes it splits, saying how to fix it."""
-    if num_minibatches < 1:
-        raise ValueError(f"num_minibatches must be >= 1, got {num_minibatches}.")
-    if num_minibatches > episodes_per_iteration:
-        raise ValueError(
-            f"num_minibatches={num_minibatches} exceeds episodes_per_iteration="
-            f"{episodes_per_iteration}; lower num_minibatches or collect more episodes."
-        )
-
-
-class Trainer(RunFolderMixin, ABC):
+class Trainer(ABC):
     """Base class of every trainer; subclasses implement :meth:`update`.
 
     Args:
@@ -295,6 +123,7 @@ class Trainer(RunFolderMixin, ABC):
         )
         self.collector.generator.manual_seed(self.dist.rank_seed(config.seed))
         self.agents: list[str] = list(self.collector.envs[0].possible_agents)
+        self.check_team(self.agents)
         missing = [a for a in self.agents if a not in policy.agents]
         if missing:
             raise ValueError(
@@ -315,7 +144,9 @@ class Trainer(RunFolderMixin, ABC):
                 f"agents are {self.agents}. Name only those (e.g. {{{self.agents[-1]!r}: 16}})."
             )
         self.rng = np.random.default_rng(config.seed)
-        self.optimizers = self._build_optimizers()
+        self.optimizers, self._optimizer_of = adapter_optimizers(
+            policy, self.agents, config.learning_rate, config.adam_eps
+        )
         self.iteration = 0
         self.run_info: dict[str, Any] = {}
         """What the run is beyond the config (env spec, policy layout, data sources), written into
@@ -333,53 +164,35 @@ class Trainer(RunFolderMixin, ABC):
         self.logger = MetricsLogger(
             config.output_dir if self.dist.is_main else None, tensorboard=config.tensorboard
         )
-        self._entropy_baseline: list[float] = []
-        self._last_good: dict[str, Any] | None = None
-        self._continuing = False  # set by resume(): the folder's run is this one
-        self._nonfinite_streak = 0
+        self.checkpointer = Checkpointer(self.algorithm, config, self.run_dir, self.dist)
+        """Saves and loads this run's checkpoints; guards its run folder."""
+        self.guards = Guards(
+            policy.trainable_parameters,
+            self._optimizer_of,
+            self.checkpointed_optimizers,
+            critic.parameters if critic is not None else None,
+            entropy_blowup_factor=config.entropy_blowup_factor,
+            rollback_on_blowup=config.rollback_on_blowup,
+            max_nonfinite_iterations=config.max_nonfinite_iterations,
+        )
+        """Snapshots, the entropy blow-up check and the non-finite stop."""
         self._progress: TrainingProgress | None = None
-        self._steps = {"tried": 0, "skipped": 0}
+
+    @classmethod
+    def check_team(cls, agents: Sequence[str]) -> None:
+        """Refuse a team this trainer cannot train (called on the env's agents; PPO: one agent)."""
+        return None  # every team, unless a trainer says otherwise
 
     # ------------------------------------------------------------------ optimisation helpers
     CRITIC_KEY: ClassVar[str] = "__critic__"
     """Name of the critic optimizer's file in checkpoints (agent roles cannot start with '_')."""
 
-    @property
-    def cfg(self) -> Any:
-        """Deprecated alias of :attr:`config`."""
-        warnings.warn(
-            "Trainer.cfg is deprecated; use Trainer.config.", DeprecationWarning, stacklevel=2
-        )
-        return self.config
-
-    def _checkpointed_optimizers(self) -> dict[str, Any]:
+    def checkpointed_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimizer a checkpoint or snapshot holds: the adapters' and the critic's."""
         out: dict[str, Any] = dict(self.optimizers)
         if self.critic_optimizer is not None:
             out[self.CRITIC_KEY] = self.critic_optimizer
         return out
-
-    def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        """One Adam per trainable adapter; agents sharing an adapter share its optimizer."""
-        optimizers: dict[str, torch.optim.Optimizer] = {}
-        self._optimizer_of: dict[str, str] = {}
-        seen: dict[int, str] = {}
-        for agent in self.agents:
-            params = self.policy.trainable_parameters(agent)
-            if not params:
-                continue
-            key = seen.get(id(params[0]))
-            if key is None:
-                key = agent
-                seen[id(params[0])] = key
-                optimizers[key] = torch.optim.Adam(
-                    params, lr=self.config.learning_rate, eps=self.config.adam_eps
-                )
-            self._optimizer_of[agent] = key
-        if not optimizers:
-            raise ValueError(
-                "No agent has trainable parameters: every agent is frozen, so there is nothing to train."
-            )
-        return optimizers
 
     def trainable_agents(self) -> list[str]:
         """Agents whose adapters this trainer updates."""
@@ -433,49 +246,16 @@ class Trainer(RunFolderMixin, ABC):
         the step; a step that exceeds it is undone (``skipped_trust_region``).
         """
         result = step.backward(batch, active=active, agents=agents)
-        self._steps["tried"] += 1
-        if not math.isfinite(result["loss"]):
-            self._steps["skipped"] += 1
-            logger.warning(
-                "Skipping a policy update at iteration %d: the loss is %s (policy loss %s, KL to "
-                "the reference %s).",
-                self.iteration,
-                result["loss"],
-                result.get("policy_loss"),
-                result.get("kl"),
-            )
-            self.zero_grad()
-            return {**result, "skipped_nonfinite": 1}
-        limit = self.trust_region_kl
-        before = self._snapshot(agents)
-        grad_norm, applied = self.step_policy(agents)
-        if applied and not self._weights_finite(agents):
-            # Finite gradients can still step to NaN/inf weights (a huge learning rate, a
-            # degenerate optimizer state); the next rollout would sample from them, so undo.
-            logger.warning(
-                "Undoing a policy update at iteration %d: it made adapter weights non-finite.",
-                self.iteration,
-            )
-            self._restore(before)
-            applied = False
-        self._steps["skipped"] += int(not applied)
-        result = {**result, "grad_norm": grad_norm, "skipped_nonfinite": int(not applied)}
-        if applied and limit is not None:
-            kl = step.approx_kl(
+        return self.guards.step(
+            result,
+            agents,
+            lambda: self.step_policy(agents),
+            self.zero_grad,
+            iteration=self.iteration,
+            trust_region_kl=self.trust_region_kl,
+            kl_after=lambda: step.approx_kl(  # global
                 batch if active is None else batch[active.nonzero().flatten().tolist()]
-            )  # global
-            result["approx_kl_after"] = kl
-            if not kl <= limit:
-                self._restore(before)
-                result["skipped_trust_region"] = 1
-        return result
-
-    def _weights_finite(self, agents: Sequence[str]) -> bool:
-        """Whether every trainable weight of the given agents' adapters is finite."""
-        return all(
-            bool(torch.isfinite(p).all())
-            for agent in agents
-            for p in self.policy.trainable_parameters(agent)
+            ),
         )
 
     def step_policy(self, agents: Sequence[str]) -> tuple[float, bool]:
@@ -485,18 +265,9 @@ class Trainer(RunFolderMixin, ABC):
             ``(total grad norm, applied)``; nothing is applied when a norm is not finite.
         """
         keys = sorted({self._optimizer_of[a] for a in agents if a in self._optimizer_of})
-        norms = []
-        for key in keys:
-            params = [p for group in self.optimizers[key].param_groups for p in group["params"]]
-            norms.append(float(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)))
-        if not all(math.isfinite(n) for n in norms):
-            logger.warning("Skipping a policy update: gradient norm is not finite (%s).", norms)
-            self.zero_grad()
-            return float("nan"), False
-        for key in keys:
-            self.optimizers[key].step()
+        applied = clip_and_step([self.optimizers[k] for k in keys], self.config.max_grad_norm)
         self.zero_grad()
-        return float(sum(norms)), True
+        return applied
 
     # ------------------------------------------------------------------ the loop
     @abstractmethod
@@ -551,29 +322,19 @@ class Trainer(RunFolderMixin, ABC):
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
         self._phase("rollout", len(self.dist.shard(self.config.episodes_per_iteration)))
-        if type(self).collect is not Trainer.collect:
-            # A subclass customised collect() (the extension point before collect_with_stats).
-            warnings.warn(
-                f"{type(self).__name__} overrides Trainer.collect(); its rollout statistics (e.g. "
-                f"GRPO's rollout/groups_dropped) are not logged. Override collect_with_stats() instead.",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            episodes, sampling_stats = self.collect(), dict[str, Any]()
-        else:
-            episodes, sampling_stats = self.collect_with_stats()
+        episodes, sampling_stats = self.collect_with_stats()
         rollout_time = time.perf_counter() - start
         metrics = self.summarize(episodes, "rollout")
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
         start_update = time.perf_counter()
         self._phase("update")
-        self._steps = {"tried": 0, "skipped": 0}
+        self.guards.start_update()
         metrics.update(self.update(episodes))
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
-        self._guard_entropy(metrics)
-        self._guard_nonfinite()
+        self.guards.check_entropy(metrics, self.iteration)
+        self.guards.check_nonfinite(self.iteration)
         self._warn_if_nothing_to_learn(episodes, metrics)
         # After the guards, which may roll the adapters back: the engine serves what trains next.
         self.sync_rollout_backend(self.iteration + 1)
@@ -599,19 +360,6 @@ class Trainer(RunFolderMixin, ABC):
         if why is not None:
             logger.warning(why)
 
-    def _guard_nonfinite(self) -> None:
-        """Count iterations whose policy steps were all skipped as non-finite; stop after K in a row."""
-        tried, skipped = self._steps["tried"], self._steps["skipped"]
-        self._nonfinite_streak = self._nonfinite_streak + 1 if tried and skipped == tried else 0
-        limit = self.config.max_nonfinite_iterations
-        if limit and self._nonfinite_streak >= limit:
-            raise TrainingDiverged(
-                f"Every policy update of the last {self._nonfinite_streak} iterations (up to iteration "
-                f"{self.iteration + 1}) was skipped because its loss or gradients were not finite, so "
-                f"the run cannot learn. Lower learning_rate, set max_grad_norm, check the rewards for "
-                f"NaN/inf, or raise max_nonfinite_iterations (0 disables this stop)."
-            )
-
     def train(self, *, progress: bool | str = False) -> list[dict[str, Any]]:
         """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).
 
@@ -633,7 +381,7 @@ class Trainer(RunFolderMixin, ABC):
                 called nor ``config.overwrite`` set.
             TrainingDiverged: See ``max_nonfinite_iterations``.
         """
-        self._prepare_run_dir()
+        self.checkpointer.prepare(self.iteration, self.describe())
         records: list[dict[str, Any]] = []
         bar = TrainingProgress(
             progress if self.dist.is_main else False, self.config.iterations, self.iteration
@@ -701,81 +449,92 @@ class Trainer(RunFolderMixin, ABC):
             params += list(self.critic.parameters())
         self.dist.check_in_sync(params, "adapters and critic")
 
-    # ------------------------------------------------------------------ safety
-    def _guard_entropy(self, metrics: dict[str, Any]) -> None:
-        entropy = metrics.get("train/entropy")
-        factor = self.config.entropy_blowup_factor
-        if entropy is None or factor is None or not math.isfinite(entropy):
-            return
-        if len(self._entropy_baseline) < 3:
-            self._entropy_baseline.append(entropy)
-            self._last_good = self._snapshot() if self.config.rollback_on_blowup else None
-            metrics["train/entropy_blowup"] = 0
-            return
-        baseline = float(np.mean(self._entropy_baseline))
-        blown = entropy > factor * max(baseline, 1e-3)
-        metrics["train/entropy_blowup"] = int(blown)
-        if not blown:
-            if self.config.rollback_on_blowup:
-                self._last_good = self._snapshot()
-            return
-        logger.warning(
-            "Entropy blow-up at iteration %d: train/entropy %.3f > %.1f x early average %.3f.",
-            self.iteration,
-            entropy,
-            factor,
-            baseline,
-        )
-        if self.config.rollback_on_blowup and self._last_good is not None:
-            self._restore(self._last_good)
-            metrics["train/rolled_back"] = 1
-            logger.warning(
-                "Rolled back adapters, critic and optimizers to the last good iteration."
-            )
+    # ------------------------------------------------------------------ checkpoints
+    def describe(self) -> dict[str, Any]:
+        """What this run is: algorithm, every config field and :attr:`run_info` (saved as ``config.json``)."""
+        return {"algorithm": self.algorithm, **self.config.to_dict(), "run": self.run_info}
 
-    def _modules_state(self, agents: Sequence[str] | None = None) -> dict[str, Any]:
-        """Copies of the trainable parameters: every adapter and the critic, or some agents' adapters."""
-        chosen = (
-            self.trainable_agents()
-            if agents is None
-            else [a for a in agents if a in self._optimizer_of]
-        )
-        state: dict[str, Any] = {
-            "policy": {
-                a: [p.detach().clone() for p in self.policy.trainable_parameters(a)] for a in chosen
-            }
-        }
-        if agents is None and self.critic is not None:
-            state["critic"] = [p.detach().clone() for p in self.critic.parameters()]
-        return state
-
-    def _snapshot(self, agents: Sequence[str] | None = None) -> dict[str, Any]:
-        """Parameters and optimizer states: of everything, or of the given agents' adapters only."""
-        if agents is None:
-            optimizers = self._checkpointed_optimizers()
-            params = self._modules_state()
-        else:
-            keys = {self._optimizer_of[a] for a in agents if a in self._optimizer_of}
-            optimizers = {k: self.optimizers[k] for k in keys}
-            params = self._modules_state(agents)
+    def trainer_state(self) -> dict[str, Any]:
+        """Counters and random states needed to continue the run exactly (a checkpoint's
+        ``state.json``; every rank must call it, as it gathers each rank's sampling state)."""
         return {
-            "params": params,
-            "optimizers": {k: copy.deepcopy(o.state_dict()) for k, o in optimizers.items()},
+            "algorithm": self.algorithm,
+            "iteration": self.iteration,
+            "config": self.config.to_dict(),
+            **random_states(self.rng, self.collector, self.eval_collector, self.dist),
+            **self.guards.state(),
+            "run": self.run_info,
         }
 
-    def _restore(self, snapshot: Mapping[str, Any]) -> None:
-        with torch.no_grad():
-            for agent, tensors in snapshot["params"]["policy"].items():
-                for p, saved in zip(self.policy.trainable_parameters(agent), tensors, strict=True):
-                    p.copy_(saved)
-            if self.critic is not None and "critic" in snapshot["params"]:
-                for p, saved in zip(
-                    self.critic.parameters(), snapshot["params"]["critic"], strict=True
-                ):
-                    p.copy_(saved)
-        optimizers = self._checkpointed_optimizers()
-        for key, state in snapshot["optimizers"].items():
-            optimizers[key].load_state_dict(state)
+    def load_trainer_state(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`trainer_state`'s counters and random states."""
+        self.iteration = int(state["iteration"])
+        restore_random_states(
+            state,
+            self.rng,
+            self.collector,
+            self.eval_collector,
+            self.dist,
+            seed=self.config.seed,
+            iteration=self.iteration,
+        )
+        self.guards.load_state(state)
+
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        """Save adapters, critic, optimizers, RNG states and counters (atomic; rank 0 writes)."""
+        return self.checkpointer.save(
+            directory,
+            self.policy,
+            self.critic,
+            self.checkpointed_optimizers(),
+            self.trainer_state(),
+        )
+
+    def load_checkpoint(self, directory: str | Path, *, allow_config_change: bool = False) -> None:
+        """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run.
+
+        Raises:
+            ConfigMismatchError: The checkpoint's config differs from this trainer's in a field
+                that changes the run (anything but ``RESUMABLE_CHANGES``), unless
+                ``allow_config_change``. Nothing is restored then.
+        """
+        state = self.checkpointer.load(
+            directory,
+            self.policy,
+            self.critic,
+            self.checkpointed_optimizers(),
+            allow_config_change=allow_config_change,
+        )
+        self.load_trainer_state(state)
+        self.sync_rollout_backend(self.iteration)
+
+    def resume(
+        self, directory: str | Path | None = None, *, allow_config_change: bool = False
+    ) -> None:
+        """Continue from ``directory``, or from the newest checkpoint in ``config.output_dir`` that
+        verifies.
+
+        Checkpoints are checked against the checksums recorded when they were written; a damaged
+        newest one (flipped or truncated file, no manifest, an empty folder) is skipped with a
+        warning naming it, and the run continues from the newest one that verifies. With no
+        checkpoint folder yet (a run killed during its first iteration) the run starts again from
+        iteration 0 in the same folder; with checkpoint folders of which none verifies it stops
+        (:class:`~marft_algos.runs.checkpoint.CorruptCheckpointError`) rather than throw them
+        away. ``metrics.jsonl`` keeps the records up to the checkpoint (atomically rewritten; a
+        torn last line is dropped) and :attr:`logger` holds them again.
+        """
+        directory = directory if directory is not None else self.checkpointer.newest()
+        if directory is not None:
+            self.load_checkpoint(directory, allow_config_change=allow_config_change)
+            self.logger.truncate_after(self.iteration)
+            logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
+        self.checkpointer.continuing = True
+
+    def close(self) -> None:
+        """Release the run folder's lock and close TensorBoard (the process's exit does both too)."""
+        self.logger.close()
+        if self.run_dir is not None:
+            self.run_dir.release()
 
 
 def _light(episode: Episode) -> Episode:

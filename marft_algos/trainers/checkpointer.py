@@ -1,12 +1,19 @@
-"""What a trainer saves and restores, and how it uses its run folder (mixed into ``Trainer``).
+"""A trainer's checkpoints and run folder, kept apart from the training loop.
 
-- :meth:`RunFolderMixin.trainer_state` / :meth:`RunFolderMixin.load_trainer_state`: counters and
-  every random state that affects logged numbers (rollouts, sampling, minibatch order, the sampled
-  held-out evaluation), so a resumed run logs what the uninterrupted run would;
-- :meth:`RunFolderMixin.save_checkpoint` / :meth:`RunFolderMixin.load_checkpoint` /
-  :meth:`RunFolderMixin.resume`: checkpoints that describe the run (``run_info``) and a resume that
-  refuses a changed config (:class:`~marft_algos.runs.folder.ConfigMismatchError`);
-- the run folder's ``config.json`` and the refusal to start over an earlier run.
+:class:`Checkpointer` saves and loads a *plain trainer state* — a JSON-able dict of counters and
+random states (:meth:`~marft_algos.trainers.base.Trainer.trainer_state`) — beside the adapters,
+critic and optimizers (:mod:`marft_algos.runs.checkpoint`):
+
+- :meth:`Checkpointer.save` writes a checkpoint that describes the run (``run_info``; rank 0
+  writes, every rank waits);
+- :meth:`Checkpointer.load` refuses a damaged checkpoint, another algorithm's, or a changed
+  config (:class:`~marft_algos.runs.folder.ConfigMismatchError`) before anything is restored;
+- :meth:`Checkpointer.newest` picks the checkpoint a resume continues from;
+- :meth:`Checkpointer.prepare` writes ``config.json`` and refuses to start over an earlier run.
+
+:func:`random_states` / :func:`restore_random_states` are the random-state part of the trainer
+state: everything that affects logged numbers (rollouts, sampling, minibatch order, the sampled
+held-out evaluation), so a resumed run logs what the uninterrupted run would.
 """
 
 from __future__ import annotations
@@ -15,12 +22,14 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
 from pettingzoo import AECEnv
 
+from marft_algos.distributed import DistributedContext
+from marft_algos.rollout.collector import RolloutCollector
 from marft_algos.runs.folder import (
     RESUMABLE_CHANGES,
     ConfigMismatchError,
@@ -29,44 +38,51 @@ from marft_algos.runs.folder import (
     write_atomic,
 )
 
-__all__ = ["RunFolderMixin", "env_spec_json"]
+__all__ = ["Checkpointer", "env_spec_json", "random_states", "restore_random_states"]
 
 logger = logging.getLogger("marft_algos.trainers.base")
 
 
-class RunFolderMixin:
-    """Checkpoint, resume and run-folder methods of :class:`~marft_algos.trainers.base.Trainer`."""
+class Checkpointer:
+    """Saves, loads and finds one run's checkpoints, and guards its run folder.
 
-    algorithm: ClassVar[str]
-    config: Any
-    policy: Any
-    critic: Any
-    collector: Any
-    eval_collector: Any
-    rng: np.random.Generator
-    iteration: int
-    logger: Any
-    run_dir: RunDirectory | None
-    run_info: dict[str, Any]
-    _continuing: bool
-    _entropy_baseline: list[float]
-    _nonfinite_streak: int
-    dist: Any
+    Args:
+        algorithm: The trainer's algorithm name, recorded in (and checked against) every
+            checkpoint.
+        config: The trainer's config (``to_dict()``, ``overwrite``): a checkpoint written under
+            other settings is refused by :meth:`load`.
+        run_dir: The run folder (None: nothing is written, :meth:`newest` has nowhere to look).
+        distributed: This process's place in a data-parallel run; rank 0 writes.
+    """
 
-    def _checkpointed_optimizers(self) -> dict[str, Any]:
-        raise NotImplementedError
+    def __init__(
+        self,
+        algorithm: str,
+        config: Any,
+        run_dir: RunDirectory | None = None,
+        distributed: DistributedContext | None = None,
+    ) -> None:
+        self.algorithm = algorithm
+        self.config = config
+        self.run_dir = run_dir
+        self.dist = distributed if distributed is not None else DistributedContext()
+        self.continuing = False
+        """The folder's run is this one (set by a resume, or once :meth:`prepare` ran)."""
 
-    def sync_rollout_backend(self, version: int) -> None:
-        raise NotImplementedError
-
-    def _prepare_run_dir(self) -> None:
-        """Refuse to start over an earlier run unless told to; write ``config.json`` (rank 0).
+    def prepare(self, iteration: int, description: Mapping[str, Any]) -> None:
+        """Refuse to start over an earlier run unless ``config.overwrite``; write ``description``
+        as ``config.json`` (rank 0).
 
         With several processes every rank checks the folder before rank 0 changes it, so all of
-        them refuse (or go on) together."""
+        them refuse (or go on) together.
+
+        Raises:
+            RunExistsError: The folder holds an earlier run, this is not a resumed one, and
+                ``config.overwrite`` is not set.
+        """
         if self.run_dir is None:
             return
-        earlier = not self._continuing and self.iteration == 0 and self.run_dir.has_run()
+        earlier = not self.continuing and iteration == 0 and self.run_dir.has_run()
         self.dist.barrier()
         if earlier:
             if not self.config.overwrite:
@@ -78,138 +94,69 @@ class RunFolderMixin:
             if self.dist.is_main:
                 logger.warning("Overwriting the earlier run in %s.", self.run_dir.path)
                 self.run_dir.clear()
-        self._continuing = True
+        self.continuing = True
         if self.dist.is_main:
-            write_atomic(
-                self.run_dir.config_path, json.dumps(self.describe(), indent=2, default=str)
-            )
+            write_atomic(self.run_dir.config_path, json.dumps(description, indent=2, default=str))
         self.dist.barrier()
 
-    def close(self) -> None:
-        """Release the run folder's lock and close TensorBoard (the process's exit does both too)."""
-        self.logger.close()
-        if self.run_dir is not None:
-            self.run_dir.release()
-
-    def describe(self) -> dict[str, Any]:
-        """What this run is: algorithm, every config field and :attr:`run_info` (saved as ``config.json``)."""
-        return {"algorithm": self.algorithm, **self.config.to_dict(), "run": self.run_info}
-
-    def trainer_state(self) -> dict[str, Any]:
-        """Counters and random states needed to continue the run exactly."""
-        return {
-            "algorithm": self.algorithm,
-            "iteration": self.iteration,
-            "config": self.config.to_dict(),
-            "rng": self.rng.bit_generator.state,
-            "collector_rng": self.collector.rng.bit_generator.state,
-            "collector_generator": self.collector.generator.get_state().tolist(),
-            # Each rank samples with its own generator: all of them, for a resume on as many ranks.
-            "collector_generators": self.dist.gather(self.collector.generator.get_state().tolist()),
-            "world_size": self.dist.world_size,
-            **(
-                {
-                    "eval_rng": self.eval_collector.rng.bit_generator.state,
-                    "eval_generator": self.eval_collector.generator.get_state().tolist(),
-                    "eval_generators": self.dist.gather(
-                        self.eval_collector.generator.get_state().tolist()
-                    ),
-                }
-                if self.eval_collector is not None
-                else {}
-            ),
-            "entropy_baseline": list(self._entropy_baseline),
-            "nonfinite_streak": self._nonfinite_streak,
-            "run": self.run_info,
-        }
-
-    def load_trainer_state(self, state: Mapping[str, Any]) -> None:
-        if state.get("algorithm") != self.algorithm:
-            raise ValueError(
-                f"Checkpoint was written by the {state.get('algorithm')!r} trainer; this is {self.algorithm!r}."
-            )
-        self.iteration = int(state["iteration"])
-        self.rng.bit_generator.state = state["rng"]
-        self.collector.rng.bit_generator.state = state["collector_rng"]
-        rank, world = self.dist.rank, self.dist.world_size
-        per_rank = state.get("collector_generators") or [state["collector_generator"]]
-        same_world = len(per_rank) == world
-        if same_world:
-            self.collector.generator.set_state(torch.tensor(per_rank[rank], dtype=torch.uint8))
-        else:
-            # Another world size: the tasks continue from the shared RNG; each rank's sampling is
-            # reseeded from the run seed and the iteration.
-            self.collector.generator.manual_seed(
-                self.dist.rank_seed(self.config.seed + 7919 * self.iteration)
-            )
-            logger.info(
-                "Resumed a %d-process run on %d processes: sampling reseeded per rank.",
-                len(per_rank),
-                world,
-            )
-        if self.eval_collector is not None and "eval_rng" in state:
-            self.eval_collector.rng.bit_generator.state = state["eval_rng"]
-            eval_states = state.get("eval_generators") or [state["eval_generator"]]
-            if same_world:
-                self.eval_collector.generator.set_state(
-                    torch.tensor(eval_states[rank], dtype=torch.uint8)
-                )
-            else:
-                self.eval_collector.generator.manual_seed(
-                    self.dist.rank_seed(self.config.seed + 104729 * self.iteration)
-                )
-        self._entropy_baseline = list(state.get("entropy_baseline", []))
-        self._nonfinite_streak = int(state.get("nonfinite_streak", 0))
-
-    def _checkpointable(self) -> tuple[Any, Any]:
-        """The policy and critic as the checkpoint format knows them (the library's own classes)."""
-        from marft_algos.policy.critic import Critic
-        from marft_algos.policy.multi_agent import MultiAgentPolicy
-
-        if not isinstance(self.policy, MultiAgentPolicy) or not (
-            self.critic is None or isinstance(self.critic, Critic)
-        ):
-            raise TypeError(
-                f"Checkpoints store a MultiAgentPolicy and a Critic (peft adapters, value head); this "
-                f"trainer has a {type(self.policy).__name__} and a {type(self.critic).__name__}. "
-                f"Save a custom policy yourself, or set output_dir=None."
-            )
-        return self.policy, self.critic
-
-    def save_checkpoint(self, directory: str | Path) -> Path:
-        """Save adapters, critic, optimizers, RNG states and counters (atomic; rank 0 writes)."""
+    def save(
+        self,
+        directory: str | Path,
+        policy: Any,
+        critic: Any,
+        optimizers: Mapping[str, Any],
+        state: Mapping[str, Any],
+    ) -> Path:
+        """Write adapters, critic, optimizers and ``state`` (its ``"run"`` entry also describes the
+        checkpoint in its manifest); atomic, rank 0 writes, every rank returns once it is done."""
         from marft_algos.runs.checkpoint import save_checkpoint
 
-        policy, critic = self._checkpointable()
-        state = self.trainer_state()  # gathers every rank's sampling state: all ranks call this
+        _check_checkpointable(policy, critic)
         if self.dist.is_main:
             save_checkpoint(
                 directory,
                 policy,
                 critic=critic,
-                optimizers=self._checkpointed_optimizers(),
-                state=state,
-                metadata={"algorithm": self.algorithm, **self.run_info},
+                optimizers=dict(optimizers),
+                state=dict(state),
+                metadata={"algorithm": self.algorithm, **state.get("run", {})},
             )
         self.dist.barrier()  # no rank resumes or evaluates from a half-written folder
         return Path(directory)
 
-    def load_checkpoint(self, directory: str | Path, *, allow_config_change: bool = False) -> None:
-        """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run.
+    def load(
+        self,
+        directory: str | Path,
+        policy: Any,
+        critic: Any,
+        optimizers: Mapping[str, Any],
+        *,
+        allow_config_change: bool = False,
+    ) -> dict[str, Any]:
+        """Restore the weights and optimizer states :meth:`save` wrote; return its trainer state.
 
         Raises:
-            ConfigMismatchError: The checkpoint's config differs from this trainer's in a field
-                that changes the run (anything but :data:`RESUMABLE_CHANGES`), unless
-                ``allow_config_change``. Nothing is restored then.
+            CorruptCheckpointError: A file differs from its recorded checksum.
+            ValueError: Another algorithm wrote the checkpoint.
+            ConfigMismatchError: The checkpoint's config differs from this one in a field that
+                changes the run (anything but :data:`RESUMABLE_CHANGES`), unless
+                ``allow_config_change``.
+
+            Nothing is restored when any of these is raised.
         """
         from marft_algos.runs.checkpoint import load_checkpoint, read_state, verify_checkpoint
 
         verify_checkpoint(directory)  # a damaged checkpoint is refused before anything changes
-        saved = read_state(directory).get("config", {})
+        saved = read_state(directory)
+        if saved.get("algorithm") != self.algorithm:
+            raise ValueError(
+                f"Checkpoint was written by the {saved.get('algorithm')!r} trainer; this is {self.algorithm!r}."
+            )
+        config = saved.get("config", {})
         changed = {
-            k: (saved[k], v)
+            k: (config[k], v)
             for k, v in self.config.to_dict().items()
-            if k in saved and k not in RESUMABLE_CHANGES and saved[k] != v
+            if k in config and k not in RESUMABLE_CHANGES and config[k] != v
         }
         if changed and not allow_config_change:
             detail = ", ".join(
@@ -220,49 +167,107 @@ class RunFolderMixin:
                 f"({detail}). Resume with the run's settings, or pass --allow-config-change "
                 f"(allow_config_change=True) to continue it under the new ones."
             )
-        policy, critic = self._checkpointable()
-        state = load_checkpoint(
-            directory, policy, critic=critic, optimizers=self._checkpointed_optimizers()
-        )
-        self.load_trainer_state(state)
-        self.sync_rollout_backend(self.iteration)
+        _check_checkpointable(policy, critic)
+        return load_checkpoint(directory, policy, critic=critic, optimizers=dict(optimizers))
 
-    def resume(
-        self, directory: str | Path | None = None, *, allow_config_change: bool = False
-    ) -> None:
-        """Continue from ``directory``, or from the newest checkpoint in ``config.output_dir`` that
-        verifies.
+    def newest(self) -> Path | None:
+        """The newest checkpoint in the run folder that verifies (None, with a warning: none yet,
+        the run starts again from iteration 0; a damaged newer one is skipped with a warning).
 
-        Checkpoints are checked against the checksums recorded when they were written; a damaged
-        newest one (flipped or truncated file, no manifest, an empty folder) is skipped with a
-        warning naming it, and the run continues from the newest one that verifies. With no
-        checkpoint folder yet (a run killed during its first iteration) the run starts again from
-        iteration 0 in the same folder; with checkpoint folders of which none verifies it stops
-        (:class:`~marft_algos.runs.checkpoint.CorruptCheckpointError`) rather than throw them
-        away. ``metrics.jsonl`` keeps the records up to the checkpoint (atomically rewritten; a
-        torn last line is dropped) and :attr:`logger` holds them again.
+        Raises:
+            ValueError: There is no run folder.
+            CorruptCheckpointError: There are checkpoint folders, and none verifies.
         """
         from marft_algos.runs.checkpoint import CorruptCheckpointError, newest_valid_checkpoint
 
+        if self.run_dir is None:
+            raise ValueError("resume() needs a checkpoint directory or config.output_dir.")
+        directory, skipped = newest_valid_checkpoint(self.run_dir.path)
+        if directory is None and skipped:
+            raise CorruptCheckpointError(
+                f"No checkpoint in {str(self.run_dir.path)!r} verifies ({'; '.join(skipped)}). "
+                f"Restore the folder from a backup, or start the run again with --overwrite."
+            )
         if directory is None:
-            if self.run_dir is None:
-                raise ValueError("resume() needs a checkpoint directory or config.output_dir.")
-            directory, skipped = newest_valid_checkpoint(self.run_dir.path)
-            if directory is None and skipped:
-                raise CorruptCheckpointError(
-                    f"No checkpoint in {str(self.run_dir.path)!r} verifies ({'; '.join(skipped)}). "
-                    f"Restore the folder from a backup, or start the run again with --overwrite."
-                )
-            if directory is None:
-                logger.warning(
-                    "No checkpoint in %s yet: starting the run from iteration 0.", self.run_dir.path
-                )
-                self._continuing = True
-                return
-        self.load_checkpoint(directory, allow_config_change=allow_config_change)
-        self.logger.truncate_after(self.iteration)
-        self._continuing = True
-        logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
+            logger.warning(
+                "No checkpoint in %s yet: starting the run from iteration 0.", self.run_dir.path
+            )
+        return directory
+
+
+def _check_checkpointable(policy: Any, critic: Any) -> None:
+    """Refuse a policy or critic the checkpoint format does not know (the library's own classes)."""
+    from marft_algos.policy.critic import Critic
+    from marft_algos.policy.multi_agent import MultiAgentPolicy
+
+    if not isinstance(policy, MultiAgentPolicy) or not (
+        critic is None or isinstance(critic, Critic)
+    ):
+        raise TypeError(
+            f"Checkpoints store a MultiAgentPolicy and a Critic (peft adapters, value head); this "
+            f"trainer has a {type(policy).__name__} and a {type(critic).__name__}. "
+            f"Save a custom policy yourself, or set output_dir=None."
+        )
+
+
+def random_states(
+    rng: np.random.Generator,
+    collector: RolloutCollector,
+    eval_collector: RolloutCollector | None,
+    distributed: DistributedContext,
+) -> dict[str, Any]:
+    """The trainer's, the rollouts' and the held-out evaluation's random states, as JSON data.
+
+    Every rank samples with its own generator: all of them are gathered (every rank must call
+    this), for a resume on as many ranks.
+    """
+    state: dict[str, Any] = {
+        "rng": rng.bit_generator.state,
+        "collector_rng": collector.rng.bit_generator.state,
+        "collector_generator": collector.generator.get_state().tolist(),
+        "collector_generators": distributed.gather(collector.generator.get_state().tolist()),
+        "world_size": distributed.world_size,
+    }
+    if eval_collector is not None:
+        state["eval_rng"] = eval_collector.rng.bit_generator.state
+        state["eval_generator"] = eval_collector.generator.get_state().tolist()
+        state["eval_generators"] = distributed.gather(eval_collector.generator.get_state().tolist())
+    return state
+
+
+def restore_random_states(
+    state: Mapping[str, Any],
+    rng: np.random.Generator,
+    collector: RolloutCollector,
+    eval_collector: RolloutCollector | None,
+    distributed: DistributedContext,
+    *,
+    seed: int,
+    iteration: int,
+) -> None:
+    """Put back :func:`random_states`. A run resumed on another number of processes continues the
+    tasks from the shared RNG, and reseeds each rank's sampling from ``seed`` and ``iteration``."""
+    rng.bit_generator.state = state["rng"]
+    collector.rng.bit_generator.state = state["collector_rng"]
+    rank, world = distributed.rank, distributed.world_size
+    per_rank = state.get("collector_generators") or [state["collector_generator"]]
+    same_world = len(per_rank) == world
+    if same_world:
+        collector.generator.set_state(torch.tensor(per_rank[rank], dtype=torch.uint8))
+    else:
+        collector.generator.manual_seed(distributed.rank_seed(seed + 7919 * iteration))
+        logger.info(
+            "Resumed a %d-process run on %d processes: sampling reseeded per rank.",
+            len(per_rank),
+            world,
+        )
+    if eval_collector is not None and "eval_rng" in state:
+        eval_collector.rng.bit_generator.state = state["eval_rng"]
+        eval_states = state.get("eval_generators") or [state["eval_generator"]]
+        if same_world:
+            eval_collector.generator.set_state(torch.tensor(eval_states[rank], dtype=torch.uint8))
+        else:
+            eval_collector.generator.manual_seed(distributed.rank_seed(seed + 104729 * iteration))
 
 
 def env_spec_json(env: AECEnv) -> dict[str, Any] | None:

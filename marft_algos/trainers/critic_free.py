@@ -27,12 +27,8 @@ from marft_algos.common.advantages import zero_std_group_mask
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.losses import KLEstimator, Normalizer, kl_penalty
 from marft_algos.rollout.collector import Episode, EpisodeRequest
-from marft_algos.trainers.base import (
-    Trainer,
-    TrainerConfig,
-    check_clip_range,
-    check_num_minibatches,
-)
+from marft_algos.trainers.base import Trainer
+from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
 from marft_algos.trainers.policy_gradient import Objective
 from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean
 

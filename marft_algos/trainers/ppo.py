@@ -6,7 +6,7 @@ cannot silently train a team.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -66,8 +66,12 @@ class PPOTrainer(ActorCriticTrainer):
             rollout_backend=rollout_backend,
         )
         self.level = config.level  # type: ignore[misc]  # this run's granularity, for introspection
-        if len(self.agents) != 1:
+
+    @classmethod
+    def check_team(cls, agents: Sequence[str]) -> None:
+        if len(agents) != 1:
             raise ValueError(
-                f"PPOTrainer is the single-agent baseline; this env has agents {self.agents}. "
-                f"Use ActionMARFTTrainer or TokenMARFTTrainer for teams."
+                f"PPO is the single-agent baseline, but the env has agents {list(agents)}; train a "
+                f"team with action- or token-level MARFT, GRPO, RLOO or REINFORCE++, or use a "
+                f"one-agent env (e.g. math-single-v3)."
             )

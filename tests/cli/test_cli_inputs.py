@@ -79,22 +79,25 @@ def test_option_of_another_trainer(capsys):
 
 
 def test_token_level_option_for_an_action_level_trainer():
+    # The config's own level check, its field names written as the flags.
     with pytest.raises(
-        UsageError, match=r"--lam-token only affect token-level training.*--algo token-marft"
+        UsageError, match=r"--algo action-marft: --lam-token=0.9 only applies at token level"
     ):
         train("--lam-token", "0.9", "--model", MISSING_MODEL)
-    with pytest.raises(UsageError, match=r"--logprob-normalization only affect action-level"):
+    with pytest.raises(
+        UsageError, match=r"--logprob-normalization='token' only applies at action level"
+    ):
         train("--algo", "token-marft", "--logprob-normalization", "token", "--model", MISSING_MODEL)
 
 
 def test_contradictory_clip_range():
-    with pytest.raises(ValueError, match=r"epsilon_high=0.1 is below epsilon=0.2"):
+    with pytest.raises(UsageError, match=r"--epsilon-high=0.1 is below --epsilon=0.2"):
         train("--epsilon-high", "0.1", "--model", MISSING_MODEL, "--output-dir", "unused")
 
 
 def test_ppo_on_a_team_is_refused_before_the_model_loads():
     with pytest.raises(
-        UsageError, match=r"--algo ppo is the single-agent baseline.*\['reasoner', 'actor'\]"
+        UsageError, match=r"--algo ppo: PPO is the single-agent baseline.*\['reasoner', 'actor'\]"
     ):
         train("--algo", "ppo", "--env", "math-dual-v3", "--model", MISSING_MODEL)
 

@@ -13,11 +13,11 @@ MISSING_MODEL = "/nonexistent/model-folder"  # proves a check ran before any mod
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--learning-rate", "inf"], r"learning_rate must be a finite number, got inf"),
-        (["--learning-rate", "nan"], r"learning_rate must be a finite number, got nan"),
-        (["--adam-eps", "0"], r"adam_eps must be > 0"),
+        (["--learning-rate", "inf"], r"--learning-rate must be a finite number, got inf"),
+        (["--learning-rate", "nan"], r"--learning-rate must be a finite number, got nan"),
+        (["--adam-eps", "0"], r"--adam-eps must be > 0"),
         (["--lora-alpha", "nan"], r"--lora-alpha nan: LoRA alpha must be a finite number > 0"),
-        (["--max-grad-norm", "nan"], r"max_grad_norm must be a finite number"),
+        (["--max-grad-norm", "nan"], r"--max-grad-norm must be a finite number"),
         (["--device", "tpu9"], r"--device 'tpu9' is not a torch device"),
     ],
 )

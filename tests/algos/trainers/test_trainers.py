@@ -245,13 +245,13 @@ def test_entropy_blowup_is_detected_and_rolled_back(tiny_path, caplog):
         "action", tiny_path, iterations=1, rollback_on_blowup=True, entropy_blowup_factor=2.0
     )
     for _ in range(3):
-        trainer._guard_entropy({"train/entropy": 1.0})
+        trainer.guards.check_entropy({"train/entropy": 1.0}, trainer.iteration)
     good = adapter_params(trainer, "answerer")
     with torch.no_grad():
         for p in trainer.policy.trainable_parameters("answerer"):
             p.add_(1.0)
     metrics = {"train/entropy": 5.0}
-    trainer._guard_entropy(metrics)
+    trainer.guards.check_entropy(metrics, trainer.iteration)
     assert metrics["train/entropy_blowup"] == 1 and metrics["train/rolled_back"] == 1
     assert unchanged(good, adapter_params(trainer, "answerer"))
     assert "Entropy blow-up" in caplog.text
@@ -450,14 +450,14 @@ def test_more_processes_than_work_is_refused_before_anything_runs(tiny_path):
         )
 
 
-def test_a_subclass_overriding_collect_still_trains_on_its_episodes(tiny_path):
+def test_a_subclass_overriding_collect_with_stats_trains_on_its_episodes(tiny_path):
     seen = []
 
     class Recording(ActionMARFTTrainer):
-        def collect(self):
-            episodes = super().collect()
+        def collect_with_stats(self):
+            episodes, stats = super().collect_with_stats()
             seen.append(len(episodes))
-            return episodes
+            return episodes, {**stats, "rollout/recorded": len(episodes)}
 
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], seed=0)
     trainer = Recording(
@@ -466,9 +466,9 @@ def test_a_subclass_overriding_collect_still_trains_on_its_episodes(tiny_path):
         ActionMARFTConfig(**{**SMALL, "iterations": 1}),
         critic=Critic(policy, seed=0),
     )
-    with pytest.warns(DeprecationWarning, match="Override collect_with_stats"):
-        trainer.train()
+    record = trainer.train()[-1]
     assert seen == [SMALL["episodes_per_iteration"]]
+    assert record["rollout/recorded"] == SMALL["episodes_per_iteration"]
 
 
 @pytest.mark.parametrize("skip", [True, False])

@@ -1,0 +1,185 @@
+"""Settings every trainer shares (:class:`TrainerConfig`) and the checks its subclasses reuse."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from marft_algos.rollout.collector import GenerationSettings
+
+__all__ = ["TrainerConfig", "check_clip_range", "check_finite_numbers", "check_num_minibatches"]
+
+
+@dataclass
+class TrainerConfig:
+    """Settings shared by every trainer (defaults: the paper's Table 3 where it gives one)."""
+
+    iterations: int = 100
+    """Training iterations (one rollout batch and its update each); passes over each batch are ppo_epochs (GRPO: num_iterations)."""
+    episodes_per_iteration: int = 16
+    """Episodes collected per iteration."""
+    rollout_threads: int = 4
+    """Env copies stepped together; generation is batched across them (paper: 4)."""
+    seed: int = 0
+    """Seeds episode resets, sampling and minibatch order."""
+    max_new_tokens: int = 512
+    """Longest action in tokens (paper: 512)."""
+    max_new_tokens_per_agent: dict[str, int] | None = None
+    """Per-agent overrides of max_new_tokens, e.g. {"actor": 16}."""
+    temperature: float = 1.0
+    """Sampling temperature for rollouts; rollout and update log-probs are those of the
+    temperature-scaled distribution that was sampled."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold for rollouts (1 disables); log-probs are those of the truncated
+    distribution that was sampled (a token the current policy cuts has probability 0)."""
+    top_k: int = 0
+    """Top-k sampling for rollouts (0 disables); log-probs as for ``top_p``."""
+    gradient_accumulation_steps: int = 1
+    """Chunks each agent's share of a (mini)batch is split into for the forward and backward
+    passes: bounds memory, and leaves the gradient unchanged (every loss weight comes from the
+    whole batch)."""
+    learning_rate: float = 1e-6
+    """Adam learning rate of every agent's adapter (paper: 1e-6)."""
+    adam_eps: float = 1e-5
+    """Adam epsilon (paper: 1e-5)."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping per adapter (paper: 0.5)."""
+    eval_every: int = 0
+    """Evaluate every K iterations (0: only before and after training)."""
+    eval_episodes: int = 64
+    """Held-out episodes per evaluation (greedy decoding)."""
+    eval_sampled: bool = False
+    """Also evaluate the policy as it is trained, sampling with the rollout settings (temperature,
+    top-p, top-k), logged as ``eval_sampled/...`` beside the greedy ``eval/...``."""
+    eval_samples: int = 4
+    """Greedy held-out episodes written to samples.jsonl in output_dir at each evaluation, with
+    every agent's observation, action and reward (0: none)."""
+    output_dir: str | None = None
+    """Run directory for metrics.jsonl, config.json and checkpoints (None: nothing written)."""
+    checkpoint_every: int = 1
+    """Save a checkpoint every K iterations (0: only at the end) when output_dir is set; the
+    default, every iteration, means a killed run loses at most the iteration in progress."""
+    keep_checkpoints: int = 2
+    """Newest checkpoints kept in output_dir; older ones are deleted (0: keep all)."""
+    overwrite: bool = False
+    """Replace an earlier run found in output_dir instead of refusing to start."""
+    max_nonfinite_iterations: int = 3
+    """Stop (TrainingDiverged) after this many iterations in a row whose policy updates were all
+    skipped as non-finite (0: never stop)."""
+    tensorboard: bool = False
+    """Also write TensorBoard scalars."""
+    entropy_blowup_factor: float | None = 3.0
+    """Flag an entropy blow-up when train/entropy exceeds this multiple of its early average."""
+    rollback_on_blowup: bool = False
+    """On a blow-up, restore the last good adapters, critic and optimizer states."""
+    sync_check_every: int = 10
+    """With several processes: compare a checksum of every rank's adapters and critic every K
+    iterations and stop with an error if they differ (0: never)."""
+
+    def __post_init__(self) -> None:
+        check_finite_numbers(self)
+        positive = (
+            "iterations",
+            "episodes_per_iteration",
+            "rollout_threads",
+            "max_new_tokens",
+            "eval_episodes",
+            "gradient_accumulation_steps",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}."
+                )
+        for name in (
+            "eval_every",
+            "checkpoint_every",
+            "top_k",
+            "sync_check_every",
+            "keep_checkpoints",
+            "max_nonfinite_iterations",
+            "eval_samples",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"{type(self).__name__}.{name} must be >= 0, got {getattr(self, name)}."
+                )
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if self.adam_eps <= 0:
+            raise ValueError(
+                f"adam_eps must be > 0, got {self.adam_eps}: Adam divides by sqrt(v) + eps, so 0 "
+                f"turns a parameter whose gradient is 0 into 0/0 = NaN. Use e.g. 1e-8 (paper: 1e-5)."
+            )
+        if self.max_grad_norm <= 0:
+            raise ValueError(
+                f"max_grad_norm must be > 0, got {self.max_grad_norm} (paper: 0.5; a large value "
+                f"such as 1e9 effectively turns clipping off)."
+            )
+        if self.temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 (use greedy evaluation for 0), got {self.temperature}."
+            )
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """Rollout sampling settings."""
+        return GenerationSettings(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            do_sample=True,
+            max_new_tokens_per_agent=dict(self.max_new_tokens_per_agent or {}),
+        )
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The rollout distribution's settings, as :meth:`MultiAgentPolicy.token_log_probs` takes them."""
+        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def check_finite_numbers(config: Any) -> None:
+    """Refuse NaN and infinity in any float field of a config dataclass (every subclass's too).
+
+    A non-finite learning rate, epsilon, coefficient or threshold does not fail where it is set:
+    it turns the weights into NaN, and the run then stops inside sampling with a message about
+    probabilities. Checked when the config is built, it names the field and the value.
+    """
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(
+                f"{type(config).__name__}.{f.name} must be a finite number, got {value}; pass a "
+                f"finite value (its default is {f.default!r})."
+            )
+
+
+def check_clip_range(epsilon: float, epsilon_high: float | None) -> None:
+    """Validate PPO's clip ranges (ε_low, ε_high) with a message that says how to fix them."""
+    if epsilon <= 0 or (epsilon_high is not None and epsilon_high <= 0):
+        raise ValueError(f"epsilon and epsilon_high must be > 0; got {epsilon}, {epsilon_high}.")
+    if epsilon_high is not None and epsilon_high < epsilon:
+        raise ValueError(
+            f"epsilon_high={epsilon_high} is below epsilon={epsilon}: the upper clip range must be at "
+            f"least the lower one (DAPO's clip-higher raises it, e.g. epsilon_high=0.28); set "
+            f"epsilon_high >= epsilon, or leave it unset for symmetric clipping."
+        )
+
+
+def check_num_minibatches(num_minibatches: int, episodes_per_iteration: int) -> None:
+    """Validate a minibatch count against the episodes it splits, saying how to fix it."""
+    if num_minibatches < 1:
+        raise ValueError(f"num_minibatches must be >= 1, got {num_minibatches}.")
+    if num_minibatches > episodes_per_iteration:
+        raise ValueError(
+            f"num_minibatches={num_minibatches} exceeds episodes_per_iteration="
+            f"{episodes_per_iteration}; lower num_minibatches or collect more episodes."
+        )
