@@ -83,11 +83,13 @@ class CriticFreeConfig(TrainerConfig):
     reward_source: Literal["team", "agent"] = "team"
     """R_i of an agent: the episode's team return, or the agent's own credited return."""
     entropy_coef: float = 0.0
-    """Entropy bonus weight (none by default)."""
+    """Entropy bonus weight (>= 0; none by default)."""
     skip_zero_advantages: bool = True
     """Skip the forward and backward pass of completions whose advantage is 0: with ``beta=0``
-    and no entropy bonus they add exactly nothing to the gradient. False runs every completion
-    through the update, as TRL does (equal-work comparisons)."""
+    and no entropy bonus they add exactly nothing to the gradient. An agent left with no
+    completion to run in a minibatch still takes its optimizer step, on a zero gradient, so
+    skipping saves compute and changes nothing else (Adam's momentum moves the weights on such a
+    step). False runs every completion through the update, as TRL does (equal-work comparisons)."""
 
     min_generations: ClassVar[int] = 2
     """Smallest group this estimator works with (a baseline from the group needs two)."""
@@ -116,6 +118,11 @@ class CriticFreeConfig(TrainerConfig):
             )
         if self.beta < 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}.")
+        if self.entropy_coef < 0:
+            raise ValueError(
+                f"entropy_coef must be >= 0 (the weight of an entropy bonus), got "
+                f"{self.entropy_coef}; set entropy_coef=0 to train without one."
+            )
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
         check_num_minibatches(self.num_minibatches, self.episodes_per_iteration)
@@ -346,7 +353,7 @@ class CriticFreeTrainer(Trainer):
         nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
         active = (
             torch.ones(len(batch), dtype=torch.bool)
-            if objective.beta > 0 or objective.entropy_coef > 0 or not c.skip_zero_advantages
+            if objective.beta != 0 or objective.entropy_coef != 0 or not c.skip_zero_advantages
             else nonzero
         )
         if not self._agents_with_work(batch.agents, active):

@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_trainers import build
 
+from marft_algos.grpo import GRPOConfig
 from marft_algos.reinforce_pp import REINFORCEPPConfig
 from marft_algos.rloo import RLOOConfig
 
@@ -244,3 +245,14 @@ def test_critic_free_configs_refuse_settings_they_would_ignore():
         "action",
     )
     assert (REINFORCEPPConfig().num_generations, REINFORCEPPConfig().beta) == (1, 0.01)
+
+
+@pytest.mark.parametrize("config_cls", [RLOOConfig, REINFORCEPPConfig, GRPOConfig])
+def test_negative_entropy_coef_is_refused(config_cls):
+    # Skipping zero-advantage rows is exact only for a bonus >= 0; a negative weight used to be
+    # accepted and then lose its term on the skipped rows.
+    with pytest.raises(
+        ValueError, match=r"entropy_coef must be >= 0.*got -0\.01; set entropy_coef=0"
+    ):
+        config_cls(entropy_coef=-0.01)
+    assert config_cls(entropy_coef=0.01).entropy_coef == 0.01
