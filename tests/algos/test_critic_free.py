@@ -79,8 +79,9 @@ def test_rloo_advantages_by_hand(tiny_path, beta, normalize):
     if normalize:
         values = list(expected.values())
         mean = sum(values) / len(values)
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-        expected = {k: (v - mean) / (std + 1e-8) for k, v in expected.items()}
+        # TRL's RLOO: the sample std (n − 1) plus 1e-4.
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        expected = {k: (v - mean) / (std + 1e-4) for k, v in expected.items()}
     want = torch.tensor(
         [expected[(int(r), a)] for r, a in zip(batch.episode, batch.agents, strict=True)]
     )
