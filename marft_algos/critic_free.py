@@ -323,15 +323,22 @@ class CriticFreeTrainer(Trainer):
         return {}
 
     # ------------------------------------------------------------------ update
-    def _agents_with_work(self, agents: Sequence[str], active: Tensor) -> list[str]:
-        """The agents with an active decision on some rank, in the same order on every rank."""
+    def _agents_in(self, agents: Sequence[str], active: Tensor) -> tuple[list[str], list[str]]:
+        """The agents with a decision on some rank, and those with an active one, each in the same
+        order on every rank."""
+        flags = active.tolist()
         present = self.dist.sum(
-            [
-                float(any(on and a == agent for a, on in zip(agents, active.tolist(), strict=True)))
+            [float(agent in agents) for agent in self.agents]
+            + [
+                float(any(on and a == agent for a, on in zip(agents, flags, strict=True)))
                 for agent in self.agents
             ]
         )
-        return [agent for agent, n in zip(self.agents, present, strict=True) if n]
+        n = len(self.agents)
+        return (
+            [agent for agent, k in zip(self.agents, present[:n], strict=True) if k],
+            [agent for agent, k in zip(self.agents, present[n:], strict=True) if k],
+        )
 
     def update(self, episodes: list[Episode]) -> dict[str, Any]:
         c = self.config
@@ -356,9 +363,6 @@ class CriticFreeTrainer(Trainer):
             if objective.beta != 0 or objective.entropy_coef != 0 or not c.skip_zero_advantages
             else nonzero
         )
-        if not self._agents_with_work(batch.agents, active):
-            # every advantage is 0: nothing to learn, and no statistics to report
-            return {**metrics, **extra, "train/policy_loss": 0.0, "train/skipped_empty": 1}
 
         stats: dict[str, list[float]] = defaultdict(list)
         first: dict[str, float] = {}
@@ -373,10 +377,15 @@ class CriticFreeTrainer(Trainer):
                 total_episodes=total_episodes,
             ):
                 minibatch = batch[rows]
-                agents = self._agents_with_work(minibatch.agents, active[rows])
-                if not agents:  # no rank has a decision of this minibatch to train on
+                agents, with_work = self._agents_in(minibatch.agents, active[rows])
+                if not agents:  # no rank has a decision of this minibatch
                     continue
+                # Every agent with a decision steps, as without skipping: one whose rows were all
+                # skipped steps on a zero gradient (Adam's momentum still moves its weights).
                 result = self.policy_step(step, minibatch, agents, active=active[rows])
+                skipped += int(result.get("skipped_nonfinite", 0))
+                if not with_work:  # nothing ran forward: no statistics to report
+                    continue
                 if not first:
                     first = {
                         "approx_kl": result["approx_kl"],
@@ -386,7 +395,9 @@ class CriticFreeTrainer(Trainer):
                     stats[f"train/{key}"].append(result[key])
                 if "grad_norm" in result:
                     stats["train/grad_norm"].append(result["grad_norm"])
-                skipped += int(result.get("skipped_nonfinite", 0))
+        if not first:
+            # every advantage is 0: nothing to learn, and no statistics to report
+            return {**metrics, **extra, "train/policy_loss": 0.0, "train/skipped_empty": 1}
         metrics.update({k: float(np.mean(v)) for k, v in stats.items() if v})
         metrics.update(extra)
         metrics["train/approx_kl"] = first.get("approx_kl", 0.0)

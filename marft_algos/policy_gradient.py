@@ -188,7 +188,8 @@ class PolicyGradient:
             batch: Decisions with advantages; every agent in it is differentiated.
             active: ``(N,)`` bool: forward only these decisions (others contribute exactly 0,
                 e.g. zero-advantage GRPO rows without entropy or KL terms). The weights still
-                count every decision of ``batch``.
+                count every decision of ``batch``, and an agent whose decisions are all inactive
+                gets a zero gradient, so that its optimizer steps as if they had run.
             agents: With several processes: the agents whose gradients are summed over ranks
                 (the same list, in the same order, on every rank; default: every agent of the
                 policy).
@@ -208,6 +209,11 @@ class PolicyGradient:
         for agent in dict.fromkeys(batch.agents):
             rows = [k for k in batch.indices_of(agent) if bool(keep[k])]
             if not rows:
+                # Every row of the agent inactive (its terms are exactly 0): a zero gradient, so
+                # its optimizer steps as it would have on those rows (Adam's momentum moves it).
+                for p in self.policy.trainable_parameters(agent):
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
                 continue
             for chunk in batch[rows].chunks(self.accumulation_steps):
                 lp = self._log_probs(agent, chunk, with_entropy=True)

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 import torch
-from test_trainers import build
+from test_trainers import adapter_params, build
 
 from marft_algos.grpo import GRPOConfig
 from marft_algos.reinforce_pp import REINFORCEPPConfig
@@ -257,3 +257,30 @@ def test_negative_entropy_coef_is_refused(config_cls):
     ):
         config_cls(entropy_coef=-0.01)
     assert config_cls(entropy_coef=0.01).entropy_coef == 0.01
+
+
+@pytest.mark.parametrize("kind", ["rloo", "grpo"])
+def test_skipping_zero_advantages_changes_no_weight(tiny_path, kind):
+    # An agent with no non-zero advantage in a minibatch still takes its (zero-gradient) Adam
+    # step, whose momentum moves the weights: skipping saves the forward and backward only.
+    def run(skip):
+        trainer = build(
+            kind,
+            tiny_path,
+            iterations=3,
+            episodes_per_iteration=16,
+            rollout_threads=16,
+            num_generations=2,
+            beta=0.0,
+            num_minibatches=8,  # two episodes each: often one tied group, all advantages 0
+            learning_rate=1e-3,
+            skip_zero_advantages=skip,
+            binary=True,  # ties: whole groups, and so agents of minibatches, with advantage 0
+        )
+        trainer.train()
+        return {a: adapter_params(trainer, a) for a in ("writer", "answerer")}
+
+    skipped, full = run(True), run(False)
+    for agent in skipped:
+        for a, b in zip(skipped[agent], full[agent], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-7, rtol=0)
