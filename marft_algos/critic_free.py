@@ -302,12 +302,16 @@ class CriticFreeTrainer(Trainer):
         self, batch: RolloutBatch, estimator: KLEstimator
     ) -> tuple[Tensor, dict[str, Any]]:
         """``(N, T)`` per-token KL(π_old ‖ π_ref) estimates (0 on padding) and ``train/kl``, their
-        mean over every rank's tokens."""
-        ref = self.policy_gradient().reference_log_probs(batch)
+        mean over every rank's tokens.
+
+        Both sides are under the rollout temperature alone, without the top-k/top-p cut (TRL's
+        convention), so the estimate is exactly 0 while the policy equals the reference.
+        """
+        step = self.policy_gradient()
+        ref = step.reference_log_probs(batch)  # (N, T)
+        old = step.penalty_log_probs(batch)  # (N, T)
         mask = batch.action_mask
-        kl = torch.where(
-            mask, kl_penalty(batch.old_log_probs, ref, estimator), torch.zeros_like(ref)
-        )
+        kl = torch.where(mask, kl_penalty(old, ref, estimator), torch.zeros_like(ref))
         total, count = self.dist.sum([float(kl.sum()), float(mask.sum())])
         return kl, {"train/kl": total / count if count else 0.0}
 

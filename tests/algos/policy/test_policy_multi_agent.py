@@ -366,3 +366,23 @@ def test_load_adapters_rejects_other_lora_settings(tiny_path, tmp_path):
     other = _policy(tiny_path, lora=LoraSettings(r=4, target_modules=["q_proj", "v_proj"]))
     with pytest.raises(ValueError, match="does not match"):
         other.load_adapters(tmp_path / "a")
+
+
+def test_log_probs_with_uncut_come_from_one_forward_pass(tiny_path):
+    # The cut log-probs are token_log_probs' under the cut; the uncut ones are its under the
+    # temperature alone (the policy side of the KL terms), and both carry gradients.
+    policy = MultiAgentPolicy.from_pretrained(str(tiny_path), ["agent"], seed=0)
+    gens = policy.generate("agent", [[{"role": "user", "content": "Hi"}]] * 2, max_new_tokens=5)
+    prompts, actions = [g.prompt_ids for g in gens], [g.action_ids for g in gens]
+    cut, uncut = policy.token_log_probs_with_uncut(
+        "agent", prompts, actions, temperature=0.7, top_k=3, top_p=0.9
+    )
+    want_cut = policy.token_log_probs(
+        "agent", prompts, actions, temperature=0.7, top_k=3, top_p=0.9
+    )
+    want_uncut = policy.token_log_probs("agent", prompts, actions, temperature=0.7)
+    torch.testing.assert_close(cut.log_probs, want_cut.log_probs, rtol=0, atol=0)
+    assert uncut is not None and uncut.requires_grad
+    torch.testing.assert_close(uncut, want_uncut.log_probs, rtol=0, atol=0)
+    finite = cut.mask & torch.isfinite(cut.log_probs)
+    assert bool((cut.log_probs[finite] >= uncut[finite]).all())  # the cut renormalises upwards
