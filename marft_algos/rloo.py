@@ -46,7 +46,8 @@ class RLOOConfig(CriticFreeLevelConfig):
     """Episodes per task (K); each sample's baseline is the mean of the other K − 1."""
     beta: float = 0.05
     """Weight of the KL penalty in the reward: β times the sum over the agent's tokens of
-    log π_old − log π_ref (reference: adapters disabled); 0: no reference forward pass."""
+    log π_old − log π_ref (reference: adapters disabled; both under the temperature alone, without
+    top-k/top-p, as in TRL); 0: no reference forward pass."""
     level: Literal["action", "token"] = "action"
     """One clipped ratio per decision (TRL's RLOO: the whole completion is one action) or per token."""
     normalize_advantages: bool = False
