@@ -185,6 +185,21 @@ class PolicyLike(GeneratingPolicy, Protocol):
         differentiable_entropy: bool = ...,
     ) -> TokenLogProbsLike: ...
 
+    def token_log_probs_with_uncut(
+        self,
+        agent: str,
+        prompt_ids: Sequence[Sequence[int]],
+        action_ids: Sequence[Sequence[int]],
+        *,
+        reference: bool = ...,
+        with_entropy: bool = ...,
+        temperature: float | None = ...,
+        top_k: int = ...,
+        top_p: float = ...,
+        differentiable_entropy: bool = ...,
+        with_uncut: bool = ...,
+    ) -> tuple[TokenLogProbsLike, torch.Tensor | None]: ...
+
 
 class CriticLike(Protocol):
     """A value function over rendered prompts (``marft_algos.policy.critic.Critic``).

@@ -588,10 +588,12 @@ def normalize_advantages(
     *,
     ignore_zeros: bool = False,
     eps: float = 1e-8,
+    unbiased: bool = False,
 ) -> Tensor:
     """Batch normalisation of advantages: (A − mean) / (std + eps) over the valid entries.
 
-    The std is the population std (n, not n − 1). A batch whose advantages are all equal (up to
+    The std is the population std (n, not n − 1), or with ``unbiased=True`` the sample std
+    (n − 1, ``torch.std``'s default, as TRL's RLOO). A batch whose advantages are all equal (up to
     float round-off: std within a few ulps of the largest magnitude) carries no ranking and returns
     zeros, instead of dividing round-off noise by a near-zero std. With ``ignore_zeros=True`` the mean and std are
     taken over the valid entries that are not exactly 0 (entries of agents or steps that carry no
@@ -603,6 +605,7 @@ def normalize_advantages(
         mask: bool tensor of the same shape, ``True`` where valid (default: all).
         ignore_zeros: leave exact zeros out of the statistics.
         eps: added to the std.
+        unbiased: divide the sum of squares by n − 1 instead of n.
 
     Returns:
         Normalised advantages, same shape.
@@ -617,7 +620,8 @@ def normalize_advantages(
     mean = kept.sum() / n
     var = torch.where(stats, (adv - mean) ** 2, torch.zeros_like(adv)).sum() / n
     scale = torch.where(stats, adv.abs(), torch.zeros_like(adv)).max()
-    if var.sqrt() <= 16 * torch.finfo(adv.dtype).eps * scale:  # equal up to round-off
+    if var.sqrt() <= 16 * torch.finfo(adv.dtype).eps * scale:  # equal up to round-off (or n = 1)
         return torch.zeros_like(adv)
-    out = (adv - mean) / (var.sqrt() + eps)
+    std = (var * n / (n - 1)).sqrt() if unbiased else var.sqrt()
+    out = (adv - mean) / (std + eps)
     return torch.where(valid, out, torch.zeros_like(out))

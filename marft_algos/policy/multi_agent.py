@@ -401,12 +401,49 @@ class MultiAgentPolicy:
             ``(log_probs, entropy, mask)``, each ``(batch, T_act)`` with ``T_act`` the longest
             action; padded entries are 0 and ``mask`` is False there.
         """
+        out, _ = self.token_log_probs_with_uncut(
+            agent,
+            prompt_ids,
+            action_ids,
+            reference=reference,
+            with_entropy=with_entropy,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            differentiable_entropy=differentiable_entropy,
+            with_uncut=False,
+        )
+        return out
+
+    def token_log_probs_with_uncut(
+        self,
+        agent: str,
+        prompt_ids: Sequence[Sequence[int]],
+        action_ids: Sequence[Sequence[int]],
+        *,
+        reference: bool = False,
+        with_entropy: bool = False,
+        temperature: float | None = None,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        differentiable_entropy: bool = True,
+        with_uncut: bool = True,
+    ) -> tuple[TokenLogProbs, torch.Tensor | None]:
+        """:meth:`token_log_probs`, and from the same forward pass the log-probs under the
+        temperature alone (no top-k/top-p cut): what the KL terms to the reference compare.
+
+        Returns:
+            ``(token_log_probs, uncut)``: ``uncut`` is ``(batch, T_act)``, differentiable, 0 on
+            padding; the same tensor as the cut log-probs when there is no cut; None unless
+            ``with_uncut``.
+        """
         backbone = self.backbone(agent)
         temp = self.temperature if temperature is None else float(temperature)
         batch = pack(prompt_ids, action_ids, backbone.pad_id, backbone.device)
         if batch.action_ids.shape[1] == 0:
             empty = torch.zeros(batch.action_ids.shape, device=backbone.device)
-            return TokenLogProbs(empty, empty.clone() if with_entropy else None, batch.action_mask)
+            out = TokenLogProbs(empty, empty.clone() if with_entropy else None, batch.action_mask)
+            return out, (empty.clone() if with_uncut else None)
         with self.acting(agent, reference=reference) as model:
             if self.share_prompts_in_update and full_attention_only(model.config):
                 logits = shared_prompt_action_logits(model, batch)  # (batch, T, vocab)
@@ -422,7 +459,16 @@ class MultiAgentPolicy:
             with_entropy=with_entropy,
             differentiable_entropy=differentiable_entropy,
         )
-        return TokenLogProbs(logp, entropy, batch.action_mask)
+        uncut = None
+        if with_uncut:
+            uncut = (
+                log_probs_and_entropy(
+                    logits, batch.action_ids, batch.action_mask, temperature=temp
+                )[0]
+                if top_k or top_p < 1.0
+                else logp
+            )  # (batch, T)
+        return TokenLogProbs(logp, entropy, batch.action_mask), uncut
 
     # ------------------------------------------------------------------ generation
     def generate(

@@ -83,11 +83,13 @@ class CriticFreeConfig(TrainerConfig):
     reward_source: Literal["team", "agent"] = "team"
     """R_i of an agent: the episode's team return, or the agent's own credited return."""
     entropy_coef: float = 0.0
-    """Entropy bonus weight (none by default)."""
+    """Entropy bonus weight (>= 0; none by default)."""
     skip_zero_advantages: bool = True
     """Skip the forward and backward pass of completions whose advantage is 0: with ``beta=0``
-    and no entropy bonus they add exactly nothing to the gradient. False runs every completion
-    through the update, as TRL does (equal-work comparisons)."""
+    and no entropy bonus they add exactly nothing to the gradient. An agent left with no
+    completion to run in a minibatch still takes its optimizer step, on a zero gradient, so
+    skipping saves compute and changes nothing else (Adam's momentum moves the weights on such a
+    step). False runs every completion through the update, as TRL does (equal-work comparisons)."""
 
     min_generations: ClassVar[int] = 2
     """Smallest group this estimator works with (a baseline from the group needs two)."""
@@ -116,6 +118,11 @@ class CriticFreeConfig(TrainerConfig):
             )
         if self.beta < 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}.")
+        if self.entropy_coef < 0:
+            raise ValueError(
+                f"entropy_coef must be >= 0 (the weight of an entropy bonus), got "
+                f"{self.entropy_coef}; set entropy_coef=0 to train without one."
+            )
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
         check_num_minibatches(self.num_minibatches, self.episodes_per_iteration)
@@ -295,12 +302,16 @@ class CriticFreeTrainer(Trainer):
         self, batch: RolloutBatch, estimator: KLEstimator
     ) -> tuple[Tensor, dict[str, Any]]:
         """``(N, T)`` per-token KL(π_old ‖ π_ref) estimates (0 on padding) and ``train/kl``, their
-        mean over every rank's tokens."""
-        ref = self.policy_gradient().reference_log_probs(batch)
+        mean over every rank's tokens.
+
+        Both sides are under the rollout temperature alone, without the top-k/top-p cut (TRL's
+        convention), so the estimate is exactly 0 while the policy equals the reference.
+        """
+        step = self.policy_gradient()
+        ref = step.reference_log_probs(batch)  # (N, T)
+        old = step.penalty_log_probs(batch)  # (N, T)
         mask = batch.action_mask
-        kl = torch.where(
-            mask, kl_penalty(batch.old_log_probs, ref, estimator), torch.zeros_like(ref)
-        )
+        kl = torch.where(mask, kl_penalty(old, ref, estimator), torch.zeros_like(ref))
         total, count = self.dist.sum([float(kl.sum()), float(mask.sum())])
         return kl, {"train/kl": total / count if count else 0.0}
 
@@ -316,15 +327,22 @@ class CriticFreeTrainer(Trainer):
         return {}
 
     # ------------------------------------------------------------------ update
-    def _agents_with_work(self, agents: Sequence[str], active: Tensor) -> list[str]:
-        """The agents with an active decision on some rank, in the same order on every rank."""
+    def _agents_in(self, agents: Sequence[str], active: Tensor) -> tuple[list[str], list[str]]:
+        """The agents with a decision on some rank, and those with an active one, each in the same
+        order on every rank."""
+        flags = active.tolist()
         present = self.dist.sum(
-            [
-                float(any(on and a == agent for a, on in zip(agents, active.tolist(), strict=True)))
+            [float(agent in agents) for agent in self.agents]
+            + [
+                float(any(on and a == agent for a, on in zip(agents, flags, strict=True)))
                 for agent in self.agents
             ]
         )
-        return [agent for agent, n in zip(self.agents, present, strict=True) if n]
+        n = len(self.agents)
+        return (
+            [agent for agent, k in zip(self.agents, present[:n], strict=True) if k],
+            [agent for agent, k in zip(self.agents, present[n:], strict=True) if k],
+        )
 
     def update(self, episodes: list[Episode]) -> dict[str, Any]:
         c = self.config
@@ -354,12 +372,9 @@ class CriticFreeTrainer(Trainer):
         nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
         active = (
             torch.ones(len(batch), dtype=torch.bool)
-            if objective.beta > 0 or objective.entropy_coef > 0 or not c.skip_zero_advantages
+            if objective.beta != 0 or objective.entropy_coef != 0 or not c.skip_zero_advantages
             else nonzero
         )
-        if not self._agents_with_work(batch.agents, active):
-            # every advantage is 0: nothing to learn, and no step statistics to report
-            return {**metrics, **stats.metrics()}
         first_episode, total_episodes = self.dist.offset(len(episodes))
         for _ in range(c.num_iterations):
             for rows in batch.minibatch_indices(
@@ -370,10 +385,14 @@ class CriticFreeTrainer(Trainer):
                 total_episodes=total_episodes,
             ):
                 minibatch = batch[rows]
-                agents = self._agents_with_work(minibatch.agents, active[rows])
-                if not agents:  # no rank has a decision of this minibatch to train on
+                agents, with_work = self._agents_in(minibatch.agents, active[rows])
+                if not agents:  # no rank has a decision of this minibatch
                     continue
-                stats.add_step(self.policy_step(step, minibatch, agents, active=active[rows]))
+                # Every agent with a decision steps, as without skipping: one whose rows were all
+                # skipped steps on a zero gradient (Adam's momentum still moves its weights).
+                result = self.policy_step(step, minibatch, agents, active=active[rows])
+                if with_work:  # something ran forward: the step has statistics
+                    stats.add_step(result)
         return {**metrics, **stats.metrics()}
 
 

@@ -35,9 +35,10 @@ class GRPOConfig(CriticFreeConfig):
     """Settings of :class:`GRPOTrainer` (names and defaults as TRL's ``GRPOConfig``)."""
 
     beta: float = 0.0
-    """Weight of the k3 KL to the reference policy in the loss: the base model under the sampling
-    temperature alone, without top-k/top-p, as in TRL (finite for every sampled token;
-    docs/maths.md). 0: no reference forward pass."""
+    """Weight of the k3 KL to the reference policy in the loss: the policy and the base model
+    both under the sampling temperature alone, without top-k/top-p, as in TRL (finite for every
+    sampled token, 0 while the policy is the reference; docs/maths.md). 0: no reference forward
+    pass."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Divide advantages by the group's reward std, the batch's, or not at all."""
     entropy_coef: float = 0.0

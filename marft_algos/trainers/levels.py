@@ -166,13 +166,19 @@ def normalize_by_agent(
 
 
 def normalize(
-    advantages: Tensor, mask: Tensor, distributed: DistributedContext | None = None
+    advantages: Tensor,
+    mask: Tensor,
+    distributed: DistributedContext | None = None,
+    *,
+    eps: float = 1e-8,
+    unbiased: bool = False,
 ) -> Tensor:
     """:func:`~marft_algos.common.advantages.normalize_advantages` over the valid entries of every
-    rank (mean and population std of the global batch). All-equal sets, a set of one among them,
-    give zeros: one entry carries no ranking, so it trains on 0 rather than its raw value."""
+    rank (mean and std of the global batch: population std, or the sample std with
+    ``unbiased=True``; ``eps`` added to it). All-equal sets, a set of one among them, give zeros:
+    one entry carries no ranking, so it trains on 0 rather than its raw value."""
     if distributed is None or not distributed.enabled:
-        adv = normalize_advantages(advantages, mask)
+        adv = normalize_advantages(advantages, mask, eps=eps, unbiased=unbiased)
         return torch.where(mask.bool().expand_as(adv), adv, torch.zeros_like(adv))
     adv = advantages.float()
     valid = mask.bool().expand_as(adv)
@@ -187,4 +193,6 @@ def normalize(
     std = (sq / count) ** 0.5
     if std <= 16 * torch.finfo(adv.dtype).eps * scale:
         return torch.zeros_like(adv)
-    return torch.where(valid, (adv - mean) / (std + 1e-8), torch.zeros_like(adv))
+    if unbiased:
+        std = (sq / (count - 1)) ** 0.5
+    return torch.where(valid, (adv - mean) / (std + eps), torch.zeros_like(adv))

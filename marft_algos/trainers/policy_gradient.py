@@ -7,9 +7,9 @@ distribution the rollout sampled from (same temperature, top-k, top-p), and back
 
     Σ_entries w·ℓ_clip  +  β·Σ_tokens w·k3  −  c_H·Σ_tokens w·H
 
-where k3 compares the policy with the reference model under the sampling temperature alone (no
-top-k/top-p cut, as in TRL: finite for every sampled token, see ``docs/maths.md``) and the
-weights ``w`` come from the whole batch (:func:`~marft_algos.common.losses.sequence_weights`):
+where k3 compares the policy with the reference model, both under the sampling temperature alone
+(no top-k/top-p cut on either side, as in TRL: finite for every sampled token and exactly 0 while
+the policy is the reference, see ``docs/maths.md``) and the weights ``w`` come from the whole batch (:func:`~marft_algos.common.losses.sequence_weights`):
 however the batch is split into accumulation chunks and agents, the gradient is the same.
 
 Granularity is an :class:`Objective` chosen once:
@@ -107,27 +107,42 @@ class PolicyGradient:
                 seen.setdefault(id(p), p)
         return list(seen.values())
 
+    @property
+    def cuts(self) -> bool:
+        """Whether the sampled distribution is cut (top-k or top-p): its log-probs then differ
+        from the temperature-only ones that the KL terms to the reference compare."""
+        top_k = self.sampling.get("top_k") or 0
+        top_p = self.sampling.get("top_p")
+        return bool(top_k) or (top_p is not None and float(top_p) < 1.0)
+
     def _log_probs(
-        self, agent: str, chunk: RolloutBatch, *, with_entropy: bool
-    ) -> TokenLogProbsLike:
+        self, agent: str, chunk: RolloutBatch, *, with_entropy: bool, with_uncut: bool = False
+    ) -> tuple[TokenLogProbsLike, Tensor | None]:
+        """The sampled distribution's log-probs and, with ``with_uncut``, the temperature-only
+        ones (the same tensor when nothing is cut), from one forward pass."""
         # Without an entropy bonus the entropy is only logged: no autograd through it.
-        return self.policy.token_log_probs(
-            agent,
-            list(chunk.prompt_ids),
-            chunk.action_lists(),
-            with_entropy=with_entropy,
-            differentiable_entropy=self.objective.entropy_coef != 0,
+        settings: dict[str, Any] = {
+            "with_entropy": with_entropy,
+            "differentiable_entropy": self.objective.entropy_coef != 0,
             **self.sampling,
-        )
+        }
+        prompts, actions = list(chunk.prompt_ids), chunk.action_lists()
+        if with_uncut and self.cuts:
+            return self.policy.token_log_probs_with_uncut(agent, prompts, actions, **settings)
+        lp = self.policy.token_log_probs(agent, prompts, actions, **settings)
+        return lp, (lp.log_probs if with_uncut else None)
 
     @torch.no_grad()
-    def _reference_log_probs(self, agent: str, chunk: RolloutBatch) -> TokenLogProbsLike:
-        """The reference model's log-probs (adapters off) under the sampling temperature alone."""
+    def _uncut_log_probs(
+        self, agent: str, chunk: RolloutBatch, *, reference: bool
+    ) -> TokenLogProbsLike:
+        """Log-probs under the sampling temperature alone: the reference model's (adapters off)
+        or the current policy's."""
         return self.policy.token_log_probs(
             agent,
             list(chunk.prompt_ids),
             chunk.action_lists(),
-            reference=True,
+            reference=reference,
             temperature=self.sampling.get("temperature"),
         )
 
@@ -136,13 +151,14 @@ class PolicyGradient:
     ) -> Tensor:
         """β's term ``Σ w·k3(π_θ, π_ref)`` over the tokens of ``chunk``, finite by construction.
 
-        π_θ is the distribution the rollout sampled from (temperature, top-k, top-p); π_ref is the
-        base model under the sampling temperature alone (TRL's convention). Its support is the
-        whole vocabulary, so ``log π_ref`` is finite for every token π_θ can sample; a token that
-        π_θ's own cut excludes (after an earlier step on the same batch) has π_θ = 0 and adds
-        nothing to KL(π_θ ‖ π_ref), so it is left out with a finite gradient.
+        Both sides are under the sampling temperature alone, without the top-k/top-p cut
+        (TRL's convention): ``log_probs`` are the policy's uncut log-probs, π_ref is the base
+        model. Their support is the whole vocabulary, so both are finite for every sampled token,
+        and the term is exactly 0 while the policy equals the reference (a cut policy side would
+        add −log Z_t, Z_t the mass the cut keeps). Non-finite entries (none in practice) are left
+        out with a finite gradient.
         """
-        ref = self._reference_log_probs(agent, chunk).log_probs  # (B, T)
+        ref = self._uncut_log_probs(agent, chunk, reference=True).log_probs  # (B, T)
         keep = mask & torch.isfinite(log_probs)
         safe = torch.where(keep, log_probs, ref)  # k3(ref, ref) = 0 off `keep`
         per_token = torch.where(keep, kl_k3(safe, ref), torch.zeros_like(ref))
@@ -188,7 +204,8 @@ class PolicyGradient:
             batch: Decisions with advantages; every agent in it is differentiated.
             active: ``(N,)`` bool: forward only these decisions (others contribute exactly 0,
                 e.g. zero-advantage GRPO rows without entropy or KL terms). The weights still
-                count every decision of ``batch``.
+                count every decision of ``batch``, and an agent whose decisions are all inactive
+                gets a zero gradient, so that its optimizer steps as if they had run.
             agents: With several processes: the agents whose gradients are summed over ranks
                 (the same list, in the same order, on every rank; default: every agent of the
                 policy).
@@ -208,9 +225,14 @@ class PolicyGradient:
         for agent in dict.fromkeys(batch.agents):
             rows = [k for k in batch.indices_of(agent) if bool(keep[k])]
             if not rows:
+                # Every row of the agent inactive (its terms are exactly 0): a zero gradient, so
+                # its optimizer steps as it would have on those rows (Adam's momentum moves it).
+                for p in self.policy.trainable_parameters(agent):
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
                 continue
             for chunk in batch[rows].chunks(self.accumulation_steps):
-                lp = self._log_probs(agent, chunk, with_entropy=True)
+                lp, uncut = self._log_probs(agent, chunk, with_entropy=True, with_uncut=o.beta > 0)
                 mask = lp.mask
                 weights = self._weights(chunk, mask, totals)  # (B, T)
                 new, old, adv, entry_mask, entry_w = self._entries(
@@ -226,7 +248,8 @@ class PolicyGradient:
                     policy_loss - o.entropy_coef * entropy if o.entropy_coef else policy_loss
                 )
                 if o.beta > 0:
-                    kl = self._reference_kl(agent, chunk, lp.log_probs, mask, weights)
+                    assert uncut is not None  # requested above
+                    kl = self._reference_kl(agent, chunk, uncut, mask, weights)
                     objective = objective + o.beta * kl
                     out["kl"] += float(kl.detach())
                 if torch.isfinite(objective):
@@ -263,13 +286,32 @@ class PolicyGradient:
         The reference distribution is the base model's at the rollout temperature, without the
         top-k / top-p cut (TRL's convention): a sampled token outside the reference's own cut
         would get log-prob −inf and an infinite penalty, so the penalty is finite by construction.
+        Compare it with :meth:`penalty_log_probs`, the policy's side under the same convention.
         Forwards run agent by agent in ``accumulation_steps`` chunks, as the update's do.
         """
+        return self._batch_uncut_log_probs(batch, reference=True)
+
+    @torch.no_grad()
+    def penalty_log_probs(self, batch: RolloutBatch) -> Tensor:
+        """``(N, T)`` the policy's side of a KL penalty in the reward: log π_old of the batch's
+        tokens under the rollout temperature alone, as :meth:`reference_log_probs`; 0 on padding.
+
+        Without a top-k/top-p cut these are the recorded rollout log-probs. With one, the
+        recorded log-probs are of the cut distribution (−log Z_t more than the uncut ones, Z_t the
+        mass the cut keeps), so they are recomputed uncut under the current weights, which are
+        the rollout's before the update's first step. Either way the penalty is 0 while the
+        policy equals the reference.
+        """
+        if not self.cuts:
+            return batch.old_log_probs
+        return self._batch_uncut_log_probs(batch, reference=False)
+
+    def _batch_uncut_log_probs(self, batch: RolloutBatch, *, reference: bool) -> Tensor:
         out = torch.zeros_like(batch.old_log_probs)  # (N, T)
         for agent in dict.fromkeys(batch.agents):
             rows = batch.indices_of(agent)
             for part in np.array_split(np.asarray(rows), min(self.accumulation_steps, len(rows))):
-                lp = self._reference_log_probs(agent, batch[part])
+                lp = self._uncut_log_probs(agent, batch[part], reference=reference)
                 width = lp.mask.shape[1]
                 kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
                 out[torch.as_tensor(part), :width] = kept.float().cpu()
@@ -282,7 +324,7 @@ class PolicyGradient:
         total, count = 0.0, 0
         for agent in dict.fromkeys(batch.agents):
             for chunk in batch[batch.indices_of(agent)].chunks(self.accumulation_steps):
-                lp = self._log_probs(agent, chunk, with_entropy=False)
+                lp, _ = self._log_probs(agent, chunk, with_entropy=False)
                 weights = self._weights(chunk, lp.mask, (1.0, 1.0))
                 new, old, adv, entry_mask, _ = self._entries(lp.log_probs, lp.mask, chunk, weights)
                 _, terms = clipped_surrogate(

@@ -45,8 +45,9 @@ class REINFORCEPPConfig(CriticFreeLevelConfig):
     num_generations: int = 1
     """Episodes per task (1: every task once, the paper's REINFORCE++; >= 2 for baseline='group')."""
     beta: float = 0.01
-    """Weight β of the per-token KL penalty in the reward (reference: adapters disabled); 0: no
-    reference forward pass."""
+    """Weight β of the per-token KL penalty in the reward (reference: adapters disabled; policy
+    and reference both under the temperature alone, without top-k/top-p); 0: no reference forward
+    pass."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k1"
     """Per-token KL estimate in the reward: k1 = log π_old − log π_ref (the paper's), k2, k3."""
     baseline: Literal["none", "group"] = "none"

@@ -8,7 +8,8 @@ the tokens (TRL's sequence-level penalty):
     R'_i = R_i − β · Σ_t (log π_old(o_t) − log π_ref(o_t))
     A_i  = R'_i − (Σ_{j ≠ i} R'_j) / (K − 1)            over the same agent's samples of the task
 
-and ``normalize_advantages`` optionally standardises A over the batch. Every decision of the agent
+and ``normalize_advantages`` optionally standardises A over the batch as TRL does:
+(A − mean) / (std + 1e-4) with the sample std (n − 1). Every decision of the agent
 in the episode is trained on A_i (the team's return credited to every decision, as GRPO does):
 
 - ``level="action"`` (TRL's RLOO): one clipped ratio per decision, on the action's log-prob
@@ -45,11 +46,13 @@ class RLOOConfig(CriticFreeLevelConfig):
     """Episodes per task (K); each sample's baseline is the mean of the other K − 1."""
     beta: float = 0.05
     """Weight of the KL penalty in the reward: β times the sum over the agent's tokens of
-    log π_old − log π_ref (reference: adapters disabled); 0: no reference forward pass."""
+    log π_old − log π_ref (reference: adapters disabled; both under the temperature alone, without
+    top-k/top-p, as in TRL); 0: no reference forward pass."""
     level: Literal["action", "token"] = "action"
     """One clipped ratio per decision (TRL's RLOO: the whole completion is one action) or per token."""
     normalize_advantages: bool = False
-    """Standardise the advantages over the batch (every rank's samples; population std)."""
+    """Standardise the advantages over the batch (every rank's samples) as TRL's RLOO does:
+    (A − mean) / (std + 1e-4), std the sample std (n − 1). An all-equal batch gives zeros."""
 
 
 class RLOOTrainer(CriticFreeLevelTrainer):
@@ -71,5 +74,6 @@ class RLOOTrainer(CriticFreeLevelTrainer):
             rewards = rewards - c.beta * per_sample
         adv = leave_one_out_advantages(rewards, groups)  # (S,)
         if c.normalize_advantages:
-            adv = normalize(adv, torch.ones_like(adv, dtype=torch.bool), self.dist)
+            valid = torch.ones_like(adv, dtype=torch.bool)
+            adv = normalize(adv, valid, self.dist, eps=1e-4, unbiased=True)  # TRL's statistics
         return adv[index], metrics

@@ -537,3 +537,11 @@ def test_normalize_advantages_ignore_zeros_hand() -> None:
     # statistics over {1, 3}: mean 2, population std 1; applied to every entry
     torch.testing.assert_close(out, t(-2, -1, 1))
     assert torch.equal(normalize_advantages(torch.zeros(3), ignore_zeros=True), torch.zeros(3))
+
+
+def test_unbiased_normalisation_matches_torch_std_plus_trl_eps() -> None:
+    # RLOO's normalize_advantages is TRL's: (A − mean) / (A.std() + 1e-4), torch's sample std.
+    adv = torch.tensor([0.5, -1.0, 2.0, 0.25, -0.75])
+    want = (adv - adv.mean()) / (adv.std() + 1e-4)
+    torch.testing.assert_close(normalize_advantages(adv, eps=1e-4, unbiased=True), want)
+    assert normalize_advantages(torch.tensor([3.0]), unbiased=True).tolist() == [0.0]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from marft_algos.policy import MultiAgentPolicy
-from marft_algos.policy.decoding import sample_categorical
+from marft_algos.policy.decoding import sample_categorical, uniform_draws
 from marft_algos.policy.forward import log_probs_and_entropy
 from marft_algos.protocols import GenerationSettings
 
@@ -64,8 +64,59 @@ def test_inverse_cdf_draws_exactly_the_distribution():
     expected = n * probs[support].double()
     assert float(((counts[support] - expected) ** 2 / expected).sum()) < 16.3
     # The ends of [0, 1) map to the first and last token that has probability.
-    edges = sample_categorical(probs.expand(2, -1), torch.tensor([0.0, 1.0 - 2**-24]))
-    assert edges.tolist() == [5, 1]
+    edges = sample_categorical(
+        probs.expand(3, -1), torch.tensor([0.0, 1.0 - 2**-24, 1.0 - 2**-53], dtype=torch.float64)
+    )
+    assert edges.tolist() == [5, 1, 1]
+
+
+def _conditional_rate(weights: torch.Tensor, token: int, lo: float, hi: float, n: int) -> float:
+    """How often ``token`` is drawn when ``1 − u`` is uniform on the 2^-53 grid of ``[lo, hi)``."""
+    gen = torch.Generator().manual_seed(1)
+    span = round((hi - lo) * 2**53)
+    k = torch.randint(0, span, (n,), generator=gen, dtype=torch.int64)
+    s = lo + k.double() * 2.0**-53  # 1 − u, exact on the grid
+    hits = sum(
+        int((sample_categorical(weights.expand(len(part), -1), 1.0 - part) == token).sum())
+        for part in s.split(2_000)
+    )
+    return hits / n
+
+
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_a_token_of_probability_1e_9_is_drawn_at_its_rate(where):
+    # Conditioned on a window of 1e-8 of the mass around the token, it is drawn a tenth of the
+    # time. A float32 uniform and cumulative sum (spacing 6e-8 near 1) never draw it.
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.softmax(3 * torch.randn(2_000, generator=gen), -1)  # float32
+    token = 1_999 if where == "last" else 1_200
+    weights[token] = 0.0
+    weights[token] = float(weights.double().sum()) * 1e-9  # p ≈ 1e-9 of the new total
+    exact = weights.double()
+    p = float(exact[token] / exact.sum())
+    assert p == pytest.approx(1e-9, rel=1e-6)
+    start = float(
+        exact[:token].sum() / exact.sum()
+    )  # the token's interval of 1 − u: (start, start + p]
+    window = 1e-8
+    lo = max(start + p / 2 - window / 2, 0.0)
+    hi = min(lo + window, 1.0)
+    lo = hi - window
+    n = 100_000
+    rate = _conditional_rate(weights.unsqueeze(0), token, lo, hi, n)
+    want = p / window
+    sigma = math.sqrt(want * (1 - want) / n)
+    assert abs(rate - want) <= 5 * sigma, (rate, want)
+
+
+def test_uniform_draws_have_53_bits():
+    torch.manual_seed(0)
+    u = uniform_draws(100_000)
+    assert u.dtype == torch.float64 and bool(((u >= 0) & (u < 1)).all())
+    k = u * 2.0**53
+    assert bool((k == k.round()).all())
+    # Far finer than float32's 2^-24 grid: most draws are not on it.
+    assert float((u * 2.0**24 != (u * 2.0**24).round()).double().mean()) > 0.99
 
 
 def test_inverse_cdf_takes_unnormalised_weights():

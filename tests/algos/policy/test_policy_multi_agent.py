@@ -396,3 +396,25 @@ def test_settings_cap_each_agent_and_refuse_two_seeds(policy):
     assert all(len(g.action_ids) <= 2 for g in policy.generate("actor", OBSERVATIONS, settings))
     with pytest.raises(ValueError, match=r"generator or settings\.seed \(got seed=0\)"):
         policy.generate("actor", OBSERVATIONS, settings, generator=torch.Generator())
+
+
+def test_log_probs_with_uncut_come_from_one_forward_pass(tiny_path):
+    # The cut log-probs are token_log_probs' under the cut; the uncut ones are its under the
+    # temperature alone (the policy side of the KL terms), and both carry gradients.
+    policy = MultiAgentPolicy.from_pretrained(str(tiny_path), ["agent"], seed=0)
+    gens = policy.generate(
+        "agent", [[{"role": "user", "content": "Hi"}]] * 2, GenerationSettings(max_new_tokens=5)
+    )
+    prompts, actions = [g.prompt_ids for g in gens], [g.action_ids for g in gens]
+    cut, uncut = policy.token_log_probs_with_uncut(
+        "agent", prompts, actions, temperature=0.7, top_k=3, top_p=0.9
+    )
+    want_cut = policy.token_log_probs(
+        "agent", prompts, actions, temperature=0.7, top_k=3, top_p=0.9
+    )
+    want_uncut = policy.token_log_probs("agent", prompts, actions, temperature=0.7)
+    torch.testing.assert_close(cut.log_probs, want_cut.log_probs, rtol=0, atol=0)
+    assert uncut is not None and uncut.requires_grad
+    torch.testing.assert_close(uncut, want_uncut.log_probs, rtol=0, atol=0)
+    finite = cut.mask & torch.isfinite(cut.log_probs)
+    assert bool((cut.log_probs[finite] >= uncut[finite]).all())  # the cut renormalises upwards

@@ -1,12 +1,15 @@
-"""GRPO's KL penalty under top-p / top-k sampling: the reference term is the reference model's
-distribution under the sampling temperature alone (TRL's convention), so it is finite for every
-token the policy can sample, and a run at T=0.7, top_p=0.9, beta=0.04 keeps training."""
+"""The KL terms under top-p / top-k sampling: both sides, the policy and the reference model, are
+under the sampling temperature alone (TRL's convention), so the term is finite for every token the
+policy can sample and exactly 0 while the policy is the reference (GRPO's loss term, RLOO's and
+REINFORCE++'s penalties in the reward), and a GRPO run at T=0.7, top_p=0.9, beta=0.04 keeps
+training."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import pytest
 import torch
 from test_trainers import build
 
@@ -60,15 +63,18 @@ def test_reference_term_is_the_reference_model_under_temperature_only(tiny_path)
     step = trainer.policy_gradient()
     result = step.backward(batch)
     trainer.zero_grad()
-    # Recompute beta * sum(w * k3) by hand with the policy under the sampled distribution and the
-    # reference under the temperature alone.
+    # Recompute beta * sum(w * k3) by hand with the policy and the reference under the
+    # temperature alone (the weights still count the tokens as the loss does).
     totals = (float(batch.action_mask.sum()), float(len(batch)))
     expected = 0.0
     for agent in dict.fromkeys(batch.agents):
         part = batch[batch.indices_of(agent)]
         with torch.no_grad():
             lp = trainer.policy.token_log_probs(
-                agent, list(part.prompt_ids), part.action_lists(), **SAMPLING
+                agent,
+                list(part.prompt_ids),
+                part.action_lists(),
+                temperature=SAMPLING["temperature"],
             )
             ref = trainer.policy.token_log_probs(
                 agent,
@@ -82,6 +88,50 @@ def test_reference_term_is_the_reference_model_under_temperature_only(tiny_path)
         k3 = torch.where(lp.mask, diff.exp() - diff - 1, torch.zeros_like(diff))
         expected += float((k3 * weights).sum())
     assert math.isclose(result["kl"], expected, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo", "reinforce-pp"])
+@pytest.mark.parametrize(
+    "sampling", [{"temperature": 1.0, "top_p": 0.9}, {"temperature": 0.7, "top_k": 5}]
+)
+def test_kl_term_is_exactly_zero_while_the_policy_is_the_reference(tiny_path, kind, sampling):
+    # Fresh adapters (LoRA B = 0): the policy is the reference. A policy side under the cut would
+    # pay −log Z_t per token (Z_t the mass the cut keeps), 0.07 nats at T=1, top_p=0.9 on SmolLM2.
+    trainer = build(
+        kind, tiny_path, beta=0.1, num_generations=2, episodes_per_iteration=8, **sampling
+    )
+    episodes = trainer.collect()
+    batch = trainer.rollout_batch(episodes)
+    # The recorded log-probs are of the cut distribution: above the uncut ones somewhere.
+    assert (batch.old_log_probs > _uncut(trainer, batch, reference=True) + 1e-3).any()
+    if kind == "grpo":
+        table = trainer.advantages(episodes)
+        adv = torch.tensor(
+            [table.get((int(r), a), 0.0) for r, a in zip(batch.episode, batch.agents, strict=True)]
+        )
+        result = trainer.policy_gradient().backward(batch.with_targets(advantages=adv))
+        trainer.zero_grad()
+        assert result["kl"] == 0.0
+    else:
+        estimator = "k1" if kind == "rloo" else trainer.config.kl_estimator
+        kl, metrics = trainer.reference_kl(batch, estimator)
+        assert metrics["train/kl"] == 0.0 and not kl.any()
+
+
+def _uncut(trainer, batch, reference):
+    """``(N, T)`` log-probs under the temperature alone, row by row (0 on padding)."""
+    out = torch.zeros_like(batch.old_log_probs)
+    for k in range(len(batch)):
+        part = batch[[k]]
+        lp = trainer.policy.token_log_probs(
+            part.agents[0],
+            list(part.prompt_ids),
+            part.action_lists(),
+            reference=reference,
+            temperature=trainer.config.temperature,
+        )
+        out[k, : lp.mask.shape[1]] = torch.where(lp.mask, lp.log_probs, 0.0)[0].detach()
+    return out
 
 
 def test_grpo_with_a_kl_penalty_trains_under_nucleus_sampling_on_the_built_in_team(tmp_path):

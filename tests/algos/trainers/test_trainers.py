@@ -38,10 +38,20 @@ CRITIC_FREE = {
 }
 
 
-def build(kind, tiny_path, team=2, seed=0, output_dir=None, specs=None, rounds=1, **overrides):
+def build(
+    kind,
+    tiny_path,
+    team=2,
+    seed=0,
+    output_dir=None,
+    specs=None,
+    rounds=1,
+    binary=False,
+    **overrides,
+):
     agents = ["writer", "answerer"] if team == 2 else ["answerer"]
     policy = MultiAgentPolicy.from_pretrained(tiny_path, agents, specs=specs, seed=seed)
-    env_fn = lambda: DigitsEnv(team=team, rounds=rounds)  # noqa: E731
+    env_fn = lambda: DigitsEnv(team=team, rounds=rounds, binary=binary)  # noqa: E731
     settings = {**SMALL, "seed": seed, "output_dir": output_dir, **overrides}
     if kind in CRITIC_FREE:
         settings.pop("critic_learning_rate")

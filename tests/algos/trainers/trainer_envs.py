@@ -10,13 +10,15 @@ class DigitsEnv(FlexPOMDPEnv):
 
     Rewards differ between samples, so every trainer (GRPO included) gets non-zero advantages.
     With ``rounds`` > 1 every agent acts in each of that many rounds (the reward is paid every
-    round).
+    round). ``binary=True`` pays 1 when that share exceeds a half and 0 otherwise, so some
+    groups tie and their advantages are exactly 0.
     """
 
-    def __init__(self, team: int = 2, rounds: int = 1, **kwargs):
+    def __init__(self, team: int = 2, rounds: int = 1, binary: bool = False, **kwargs):
         profiles = [AgentProfile("writer", "Write digits.")] if team == 2 else []
         profiles.append(AgentProfile("answerer", "Answer with digits only.", graded=True))
         self.rounds = rounds
+        self.binary = binary
         super().__init__(profiles, horizon=rounds, **kwargs)
 
     def _reset_task(self, options):
@@ -29,7 +31,7 @@ class DigitsEnv(FlexPOMDPEnv):
         text = actions["answerer"]
         score = sum(ch.isascii() and ch.isalpha() for ch in text) / max(1, len(text))
         return Transition(
-            reward=score,
+            reward=float(score > 0.5) if self.binary else score,
             terminated=self.timestep == self.rounds - 1,
             info={"correct": score > 0.5},
         )
