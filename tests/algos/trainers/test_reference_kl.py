@@ -105,10 +105,7 @@ def test_kl_term_is_exactly_zero_while_the_policy_is_the_reference(tiny_path, ki
     # The recorded log-probs are of the cut distribution: above the uncut ones somewhere.
     assert (batch.old_log_probs > _uncut(trainer, batch, reference=True) + 1e-3).any()
     if kind == "grpo":
-        table = trainer.advantages(episodes)
-        adv = torch.tensor(
-            [table.get((int(r), a), 0.0) for r, a in zip(batch.episode, batch.agents, strict=True)]
-        )
+        adv, _ = trainer.batch_advantages(episodes, batch)
         result = trainer.policy_gradient().backward(batch.with_targets(advantages=adv))
         trainer.zero_grad()
         assert result["kl"] == 0.0
