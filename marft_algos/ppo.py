@@ -35,7 +35,7 @@ class PPOConfig(ActorCriticConfig):
 
 
 class PPOTrainer(ActorCriticTrainer):
-    """PPO for a one-agent env (e.g. ``math-single-v3``)."""
+    """PPO for a one-agent env (e.g. ``math-single-v4``)."""
 
     algorithm: ClassVar[str] = "ppo"
     config_class: ClassVar[type[TrainerConfig]] = PPOConfig

@@ -87,7 +87,7 @@ def model_costs(policy: MultiAgentPolicy, agent: str) -> dict[str, float]:
 def prompts_for(policy: MultiAgentPolicy, agent: str, batch: int) -> list[list[int]]:
     """Rendered actor prompts of the first ``batch`` GSM8K problems (or built-in ones)."""
     data = load_dataset(GSM8K) if GSM8K.is_file() else load_dataset("builtin:test")
-    env = marft_envs.make("math-single-v3", dataset=data)
+    env = marft_envs.make("math-single-v4", dataset=data)
     out = []
     for i in range(batch):
         env.reset(options={"index": i})

@@ -44,7 +44,7 @@ ACTION_LEVEL_OPTIONS = ("logprob_normalization",)
 class TrainArguments:
     """What to train, on what, and where: the settings outside the trainer's config."""
 
-    env: str = "math-dual-v3"
+    env: str = "math-dual-v4"
     """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
     algo: Literal["action-marft", "token-marft", "ppo", "grpo", "rloo", "reinforce-pp"] = (
         "action-marft"
@@ -407,7 +407,7 @@ def main(
     if args.algo == "ppo" and len(plan.agents) != 1:
         raise UsageError(
             f"--algo ppo is the single-agent baseline, but {args.env} has agents {plan.agents}; use "
-            f"--algo action-marft, token-marft, grpo, rloo or reinforce-pp for a team, or a one-agent env (math-single-v3)."
+            f"--algo action-marft, token-marft, grpo, rloo or reinforce-pp for a team, or a one-agent env (math-single-v4)."
         )
     _check_caps(values, given, plan.agents)
     if values.get("output_dir") is None:

@@ -89,7 +89,7 @@ def test_reference_term_is_the_reference_model_under_temperature_only(tiny_path)
 
 def test_grpo_with_a_kl_penalty_trains_under_nucleus_sampling_on_the_built_in_team(tmp_path):
     run = tmp_path / "run"
-    # The built-in team (math-dual-v3, built-in data, marft-tiny-math, its CPU preset) at the
+    # The built-in team (math-dual-v4, built-in data, marft-tiny-math, its CPU preset) at the
     # audit's settings: before the fix the KL was inf and updates were skipped by iteration 6.
     main(
         [

@@ -96,7 +96,7 @@ def test_ppo_on_a_team_is_refused_before_the_model_loads():
     with pytest.raises(
         UsageError, match=r"--algo ppo is the single-agent baseline.*\['reasoner', 'actor'\]"
     ):
-        train("--algo", "ppo", "--env", "math-dual-v3", "--model", MISSING_MODEL)
+        train("--algo", "ppo", "--env", "math-dual-v4", "--model", MISSING_MODEL)
 
 
 def test_per_agent_caps_naming_missing_agents():
@@ -192,8 +192,8 @@ def test_envs_lists_teams_and_dependencies(capsys, user_package):
     rows = main(["envs", "--json", "--import-module", "user_envs.triage"])
     by_id = {r["id"]: r for r in rows}
     assert (
-        by_id["math-dual-v3"]["agents"] == ["reasoner", "actor"]
-        and by_id["math-dual-v3"]["dependency"] == "Chain"
+        by_id["math-dual-v4"]["agents"] == ["reasoner", "actor"]
+        and by_id["math-dual-v4"]["dependency"] == "Chain"
     )
     assert by_id["dispatch-v0"]["dependency"] == "Orchestrator"
     assert by_id["triage-v0"]["takes_dataset"] is False
