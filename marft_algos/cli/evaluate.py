@@ -8,9 +8,10 @@ exactly. Flags override them, e.g. ``--dataset math500.jsonl`` for other problem
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
 
-__all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main"]
+__all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main", "open_checkpoint"]
 
 
 @dataclass
@@ -87,6 +88,28 @@ def find_checkpoint(path: str | Path) -> Path:
             f"manifest.json inside); pass the --output-dir of a marft train run or one of its checkpoints."
         )
     return latest
+
+
+@contextlib.contextmanager
+def open_checkpoint(path: str | Path, attempts: int = 5) -> Iterator[Path]:
+    """:func:`find_checkpoint`, kept from being pruned while the block reads it.
+
+    A run that is still training prunes its older checkpoints; the one found may go before it is
+    pinned, and then the newest is found again.
+    """
+    from marft_algos.run_dir import reading_checkpoint
+
+    for _ in range(attempts):
+        checkpoint = find_checkpoint(path)
+        with reading_checkpoint(checkpoint) as still_there:
+            if still_there:
+                yield checkpoint
+                return
+    raise UsageError(
+        f"The checkpoints of {str(path)!r} were deleted as fast as they were found ({attempts} "
+        f"tries); a training run with --keep-checkpoints 1 is pruning them: try again, or "
+        f"evaluate when it has finished."
+    )
 
 
 def _recorded_env_kwargs(run: Mapping[str, Any], dataset_given: bool) -> dict[str, Any]:
@@ -192,8 +215,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         from marft_algos.rollout_vllm import import_vllm
 
         import_vllm()  # a missing engine is one line with the install command
-    checkpoint = find_checkpoint(values["run"])
-    metrics = evaluate_checkpoint(checkpoint, args)
+    with open_checkpoint(values["run"]) as checkpoint:
+        metrics = evaluate_checkpoint(checkpoint, args)
     samples = metrics.pop("samples", [])
     text = json.dumps(metrics, indent=2)
     if args.json == "-":
