@@ -87,7 +87,45 @@ def find_checkpoint(path: str | Path) -> Path:
             f"{str(folder)!r} is neither a checkpoint nor a run folder with one (no checkpoint-N with a "
             f"manifest.json inside); pass the --output-dir of a marft train run or one of its checkpoints."
         )
+    _check_belongs_to_run(folder, latest)
     return latest
+
+
+def _check_belongs_to_run(folder: Path, checkpoint: Path) -> None:
+    """Refuse a run folder's checkpoint that another run wrote (copied in), as --resume does.
+
+    The checkpoint's config must agree with the folder's ``config.json`` on every field that
+    makes a different run (:data:`~marft_algos.run_dir.RESUMABLE_CHANGES` may differ), and on
+    the env and model.
+    """
+    from marft_algos.policy.checkpoint import read_manifest, read_state
+    from marft_algos.run_dir import RESUMABLE_CHANGES, RunDirectory
+
+    try:
+        recorded = RunDirectory(folder).read_config()
+    except (OSError, ValueError):
+        return  # an unreadable config.json is no evidence either way
+    if not isinstance(recorded, dict):
+        return
+    saved = read_state(checkpoint).get("config", {})
+    changed = {
+        k: (recorded[k], v)
+        for k, v in saved.items()
+        if k in recorded and k not in RESUMABLE_CHANGES and recorded[k] != v
+    }
+    run_now, run_then = recorded.get("run") or {}, read_manifest(checkpoint).get("run") or {}
+    for key in ("env_id", "model"):
+        if run_now.get(key) is not None and run_then.get(key) not in (None, run_now[key]):
+            changed[key] = (run_now[key], run_then[key])
+    if changed:
+        detail = "; ".join(
+            f"{k}: run {a!r} vs checkpoint {b!r}" for k, (a, b) in sorted(changed.items())
+        )
+        raise UsageError(
+            f"{checkpoint.name} in {str(folder)!r} was not written by the run recorded in its "
+            f"config.json ({detail}); it looks copied from another run. Evaluate that run's folder, "
+            f"or pass the checkpoint folder itself ({str(checkpoint)!r}) to evaluate it anyway."
+        )
 
 
 @contextlib.contextmanager

@@ -194,3 +194,25 @@ def test_a_relative_dataset_is_pinned_by_absolute_path_and_hash(tiny_path, tmp_p
     _problems(first / "data" / "p.jsonl", 7)
     with pytest.raises(ValueError, match=r"changed since the run recorded it.*--dataset FILE"):
         evaluate_checkpoint(run / "checkpoint-1")
+
+
+def test_eval_refuses_a_checkpoint_that_another_run_wrote(straight, tmp_path):
+    # Another run's checkpoint copied into a run folder was evaluated silently; --resume refuses.
+    import shutil
+
+    from marft_algos.cli.parsing import UsageError
+
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    config = json.loads((run / "config.json").read_text())
+    config["seed"] += 1  # the folder's run is another one than the checkpoint's
+    (run / "config.json").write_text(json.dumps(config))
+    seed = config["seed"]
+    with pytest.raises(
+        UsageError,
+        match=rf"checkpoint-3 in .* not written by the run .*seed: run {seed} vs checkpoint "
+        rf"{seed - 1}.*pass the checkpoint folder itself",
+    ):
+        find_checkpoint(run)
+    assert find_checkpoint(run / "checkpoint-3") == run / "checkpoint-3"  # asked for by name
+    assert find_checkpoint(straight) == straight / "checkpoint-3"
