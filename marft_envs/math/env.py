@@ -69,6 +69,15 @@ class MathEnv(FlexPOMDPEnv):
     ) -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}.")
+        if (
+            isinstance(grading_timeout, bool)
+            or not isinstance(grading_timeout, (int, float))
+            or not 0 < grading_timeout < float("inf")
+        ):
+            raise ValueError(
+                f"grading_timeout must be a positive, finite number of seconds, got "
+                f"{grading_timeout!r}; the grader needs a time limit (default 2.0)."
+            )
         kwargs.setdefault("horizon", max_attempts)
         super().__init__(named_team(profiles, TEAMS, "math"), dependency, **kwargs)
         check_graded(self.profiles, "math", "the paper's with_answer")

@@ -37,6 +37,7 @@ from marft_envs.math.grading.extract import last_boxed
 from marft_envs.tools.calls import (
     ToolResult,
     check_expression,
+    check_sandbox_runs,
     find_tool_call,
     read_result,
     run_expression,
@@ -110,6 +111,7 @@ class ToolMathEnv(MathEnv):
         team = named_team(profiles, TOOL_TEAMS, "tool-math")
         if dependency is None and profiles == "dual":
             dependency = ToolRouter()
+        check_sandbox_runs(sandbox)
         kwargs.setdefault("horizon", max_calls + 1)
         super().__init__(dataset, team, dependency, **kwargs)
         self.max_calls = max_calls
