@@ -260,9 +260,28 @@ class RunFolderMixin:
                 self._continuing = True
                 return
         self.load_checkpoint(directory, allow_config_change=allow_config_change)
+        self._warn_missing_metrics()
         self.logger.truncate_after(self.iteration)
         self._continuing = True
         logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
+
+    def _warn_missing_metrics(self) -> None:
+        """Say so when metrics.jsonl lacks iterations the checkpoint reached (deleted, replaced)."""
+        if self.run_dir is None or not self.dist.is_main:
+            return
+        path = self.run_dir.metrics_path
+        have = {r.get("iteration") for r in self.logger.read()} if path.is_file() else set()
+        lost = [i for i in range(1, self.iteration + 1) if i not in have]
+        if lost:
+            logger.warning(
+                "%s lacks the records of %d of the %d iterations before the checkpoint (%s); the "
+                "run continues and its table, plots and learning curve will miss them. Restore "
+                "the file from a backup to keep them.",
+                path,
+                len(lost),
+                self.iteration,
+                "missing" if not path.is_file() else f"first lost: {lost[0]}",
+            )
 
 
 def env_spec_json(env: AECEnv) -> dict[str, Any] | None:

@@ -325,7 +325,19 @@ class RunDirectory:
         """The saved ``config.json``, or None when there is none."""
         if not self.config_path.is_file():
             return None
-        return json.loads(self.config_path.read_text())
+        try:
+            config = json.loads(self.config_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise RunDirectoryError(
+                f"{str(self.config_path)!r} is not valid JSON ({err}); restore it from a backup, "
+                f"or start the run again with --overwrite."
+            ) from None
+        if not isinstance(config, dict):
+            raise RunDirectoryError(
+                f"{str(self.config_path)!r} is not a JSON object; restore it from a backup, or "
+                f"start the run again with --overwrite."
+            )
+        return config
 
     def numbered_checkpoints(self) -> list[Path]:
         """Every ``checkpoint-N`` folder, complete or not, oldest first."""
@@ -398,4 +410,7 @@ class RunDirectory:
         aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
         aside.rmdir()
         os.replace(path, aside)
-        shutil.rmtree(aside, ignore_errors=True)
+        if aside.is_symlink():  # a checkpoint linked in from elsewhere: only the link is the run's
+            aside.unlink()
+        else:
+            shutil.rmtree(aside, ignore_errors=True)

@@ -213,3 +213,15 @@ def test_a_reader_learns_that_its_checkpoint_went_before_it_was_pinned(tmp_path,
         assert checkpoint == newest
     run.clean_stale()  # the lock file the late reader left is removed; a live one's is kept
     assert sorted(p.name for p in run.path.iterdir()) == [".checkpoint-2.read", "checkpoint-2"]
+
+
+def test_pruning_a_linked_checkpoint_removes_the_link_and_keeps_its_target(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (target,) = _fake_checkpoints(RunDirectory(elsewhere), range(1, 2))
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    (run.path / "checkpoint-1").symlink_to(target, target_is_directory=True)
+    _fake_checkpoints(run, range(2, 4))
+    assert run.prune(1) == [run.path / "checkpoint-1", run.path / "checkpoint-2"]
+    assert sorted(p.name for p in run.path.iterdir()) == ["checkpoint-3"]  # no '.old-' link left
+    assert (target / "manifest.json").is_file()  # not this run's files to delete

@@ -216,3 +216,50 @@ def test_eval_refuses_a_checkpoint_that_another_run_wrote(straight, tmp_path):
         find_checkpoint(run)
     assert find_checkpoint(run / "checkpoint-3") == run / "checkpoint-3"  # asked for by name
     assert find_checkpoint(straight) == straight / "checkpoint-3"
+
+
+def test_a_checkpoint_without_checksums_is_said_to_be_unverified(straight, tmp_path, caplog):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    manifest_file = run / "checkpoint-3" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    del manifest["sha256"]  # the format before checksums
+    manifest_file.write_text(json.dumps(manifest))
+    _flip(run / "checkpoint-3")
+    with caplog.at_level(logging.WARNING):
+        assert find_checkpoint(run) == run / "checkpoint-3"
+    assert "checkpoint-3 was written before checksums were recorded" in caplog.text
+    assert "cannot be verified" in caplog.text
+
+
+def test_a_resume_says_which_metrics_records_are_gone(straight, tiny_path, tmp_path, caplog):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    (run / "metrics.jsonl").unlink()
+    argv = ["--model", tiny_path, "--iterations", "4", "--output-dir", str(run), *BUDGET]
+    with caplog.at_level(logging.WARNING):
+        main(["train", "--resume", *argv])
+    assert "metrics.jsonl lacks the records of 3 of the 3 iterations" in caplog.text
+
+
+def test_an_invalid_config_json_is_named(straight, tiny_path, tmp_path):
+    import shutil
+
+    from marft_algos.run_dir import RunDirectoryError
+
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    (run / "config.json").write_text("{not json")
+    argv = ["--model", tiny_path, "--iterations", "4", "--output-dir", str(run), *BUDGET]
+    with pytest.raises(RunDirectoryError, match=r"config.json' is not valid JSON .*--overwrite"):
+        main(["train", "--resume", *argv])
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_a_seed_out_of_range_names_the_flag(seed, tiny_path, tmp_path):
+    with pytest.raises(ValueError, match=rf"seed \(--seed\) must be an integer from 0 .*{seed}"):
+        main(["train", "--model", tiny_path, "--seed", seed, "--output-dir", str(tmp_path / "r")])
