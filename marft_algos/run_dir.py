@@ -75,7 +75,8 @@ class DiskFullError(RunDirectoryError):
 
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 # How libraries that do not raise OSError report it: safetensors ("StorageFull", "os error 28"),
-# torch.save ("file write failed").
+# torch.save ("file write failed"; "unexpected pos" when its zip writer's write came up short, as
+# a full disk makes it: "[enforce fail at inline_container.cc:672] . unexpected pos 128 vs 74").
 _DISK_FULL_TEXT = (
     "no space left",
     "file too large",
@@ -85,6 +86,7 @@ _DISK_FULL_TEXT = (
     "os error 28",
     "os error 27",
     "file write failed",
+    "unexpected pos",
 )
 
 

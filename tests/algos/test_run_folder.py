@@ -225,3 +225,14 @@ def test_pruning_a_linked_checkpoint_removes_the_link_and_keeps_its_target(tmp_p
     assert run.prune(1) == [run.path / "checkpoint-1", run.path / "checkpoint-2"]
     assert sorted(p.name for p in run.path.iterdir()) == ["checkpoint-3"]  # no '.old-' link left
     assert (target / "manifest.json").is_file()  # not this run's files to delete
+
+
+def test_torch_saves_short_write_is_a_full_disk(tmp_path):
+    # torch.save of optimizer state on a full disk: its zip writer's own words, not an OSError.
+    from marft_algos.run_dir import DiskFullError, disk_full_error
+
+    raw = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4736 vs 4624")
+    full = disk_full_error(raw, tmp_path)
+    assert isinstance(full, DiskFullError)
+    assert str(tmp_path) in str(full) and "--resume" in str(full)
+    assert disk_full_error(RuntimeError("shape mismatch"), tmp_path) is None
