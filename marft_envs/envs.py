@@ -24,28 +24,28 @@ register(
 
 # --- math teams (paper §5): built-in problems by default; dataset=... loads MATH/GSM8K/tables --
 # Earlier versions' graders paid some wrong answers (see marft_envs/math/env.py); they are not kept,
-# since a copy would keep the holes. make("math-dual-v0") ... make("math-dual-v2") still make an
-# env, as in gymnasium: math-dual-v3, with a warning that says so.
+# since a copy would keep the holes. make("math-dual-v0") ... make("math-dual-v3") still make an
+# env, as in gymnasium: math-dual-v4, with a warning that says so.
 register(
-    "math-single-v3",
+    "math-single-v4",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor solves a math problem; reward 1 for an equivalent \\boxed{} answer.",
 )
 register(
-    "math-dual-v3",
+    "math-dual-v4",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual"},
     description="Reasoner -> actor (the paper's dual team); the actor's \\boxed{} answer is graded.",
 )
 register(
-    "math-trio-v3",
+    "math-trio-v4",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "trio"},
     description="Reasoner -> actor -> verifier; the verifier's \\boxed{} answer is graded.",
 )
 register(
-    "math-dual-retry-v3",
+    "math-dual-retry-v4",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual team with up to 3 attempts; wrong answers come back as feedback.",
@@ -71,14 +71,28 @@ GRADER_FIX_V3 = (
     "needs a number (a worked chain ending in it, 6 \\times 8 - 9 = 39, is still right), and "
     "the old graders are not kept."
 )
+#: What the grader of v4 changed, for every env that grades math answers.
+GRADER_FIX_V4 = (
+    "its grader still paid an unevaluated computation for a numeric answer when an empty text "
+    "block stood in it (\\text{}6 \\times 8 - 9 or 6 \\times 8\\text{ }-9 for 39): the block "
+    "made the answer text, and text escaped v3's rule. The newest version has the same prompts "
+    "and data; an empty text block is dropped and text is judged by what it wraps, and the old "
+    "graders are not kept."
+)
 for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v3",
-        f"{_GRADER_FIX_V1[:-1]}; later, {GRADER_FIX_V2[:-1]}; later still, {GRADER_FIX_V3}",
+        f"{_name}-v4",
+        f"{_GRADER_FIX_V1[:-1]}; later, {GRADER_FIX_V2[:-1]}; later still, {GRADER_FIX_V3[:-1]}; "
+        f"then, {GRADER_FIX_V4}",
     )
-    deprecate(f"{_name}-v1", f"{_name}-v3", f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3}")
-    deprecate(f"{_name}-v2", f"{_name}-v3", GRADER_FIX_V3)
+    deprecate(
+        f"{_name}-v1",
+        f"{_name}-v4",
+        f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
+    )
+    deprecate(f"{_name}-v2", f"{_name}-v4", f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4}")
+    deprecate(f"{_name}-v3", f"{_name}-v4", GRADER_FIX_V4)
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.sandbox.runner) -----
 register(
@@ -136,34 +150,44 @@ register(
 
 # --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
 register(
-    "tool-math-single-v2",
+    "tool-math-single-v3",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
 )
 register(
-    "tool-math-dual-v2",
+    "tool-math-dual-v3",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
 )
 for _name in ("tool-math-single", "tool-math-dual"):
-    deprecate(f"{_name}-v0", f"{_name}-v2", f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3}")
-    deprecate(f"{_name}-v1", f"{_name}-v2", GRADER_FIX_V3)
+    deprecate(
+        f"{_name}-v0",
+        f"{_name}-v3",
+        f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
+    )
+    deprecate(f"{_name}-v1", f"{_name}-v3", f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4}")
+    deprecate(f"{_name}-v2", f"{_name}-v3", GRADER_FIX_V4)
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(
-    "debate-v3",
+    "debate-v4",
     "marft_envs.debate.env:DebateEnv",
     kwargs={"profiles": "debate"},
     description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
 )
-deprecate("debate-v2", "debate-v3", GRADER_FIX_V3)
-deprecate("debate-v1", "debate-v3", f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3}")
+deprecate("debate-v3", "debate-v4", GRADER_FIX_V4)
+deprecate("debate-v2", "debate-v4", f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4}")
+deprecate(
+    "debate-v1",
+    "debate-v4",
+    f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
+)
 deprecate(
     "debate-v0",
-    "debate-v3",
+    "debate-v4",
     "v0 paid only the final round's agents; later versions also pay a solver idle in the final "
     f"round (pass credit_scope='round' for v0's rule). Also, {GRADER_FIX_V2[:-1]}; later, "
-    + GRADER_FIX_V3,
+    f"{GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
 )

@@ -34,10 +34,10 @@ DEFAULT_IDS = [
     "sudoku-dual-v0",
     "planpath-single-v0",
     "planpath-dual-v0",
-    "tool-math-single-v2",
-    "tool-math-dual-v2",
-    "math-single-v3",
-    "debate-v3",
+    "tool-math-single-v3",
+    "tool-math-dual-v3",
+    "math-single-v4",
+    "debate-v4",
 ]
 #: Held-out arguments per id: the puzzles' test split, the math family's built-in test split.
 MATH_DATA = {"dataset": "builtin:test"}

@@ -8,9 +8,10 @@ exactly. Flags override them, e.g. ``--dataset math500.jsonl`` for other problem
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
 
-__all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main"]
+__all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main", "open_checkpoint"]
 
 
 @dataclass
@@ -86,7 +87,67 @@ def find_checkpoint(path: str | Path) -> Path:
             f"{str(folder)!r} is neither a checkpoint nor a run folder with one (no checkpoint-N with a "
             f"manifest.json inside); pass the --output-dir of a marft train run or one of its checkpoints."
         )
+    _check_belongs_to_run(folder, latest)
     return latest
+
+
+def _check_belongs_to_run(folder: Path, checkpoint: Path) -> None:
+    """Refuse a run folder's checkpoint that another run wrote (copied in), as --resume does.
+
+    The checkpoint's config must agree with the folder's ``config.json`` on every field that
+    makes a different run (:data:`~marft_algos.run_dir.RESUMABLE_CHANGES` may differ), and on
+    the env and model.
+    """
+    from marft_algos.policy.checkpoint import read_manifest, read_state
+    from marft_algos.run_dir import RESUMABLE_CHANGES, RunDirectory
+
+    try:
+        recorded = RunDirectory(folder).read_config()
+    except (OSError, ValueError):
+        return  # an unreadable config.json is no evidence either way
+    if not isinstance(recorded, dict):
+        return
+    saved = read_state(checkpoint).get("config", {})
+    changed = {
+        k: (recorded[k], v)
+        for k, v in saved.items()
+        if k in recorded and k not in RESUMABLE_CHANGES and recorded[k] != v
+    }
+    run_now, run_then = recorded.get("run") or {}, read_manifest(checkpoint).get("run") or {}
+    for key in ("env_id", "model"):
+        if run_now.get(key) is not None and run_then.get(key) not in (None, run_now[key]):
+            changed[key] = (run_now[key], run_then[key])
+    if changed:
+        detail = "; ".join(
+            f"{k}: run {a!r} vs checkpoint {b!r}" for k, (a, b) in sorted(changed.items())
+        )
+        raise UsageError(
+            f"{checkpoint.name} in {str(folder)!r} was not written by the run recorded in its "
+            f"config.json ({detail}); it looks copied from another run. Evaluate that run's folder, "
+            f"or pass the checkpoint folder itself ({str(checkpoint)!r}) to evaluate it anyway."
+        )
+
+
+@contextlib.contextmanager
+def open_checkpoint(path: str | Path, attempts: int = 5) -> Iterator[Path]:
+    """:func:`find_checkpoint`, kept from being pruned while the block reads it.
+
+    A run that is still training prunes its older checkpoints; the one found may go before it is
+    pinned, and then the newest is found again.
+    """
+    from marft_algos.run_dir import reading_checkpoint
+
+    for _ in range(attempts):
+        checkpoint = find_checkpoint(path)
+        with reading_checkpoint(checkpoint) as still_there:
+            if still_there:
+                yield checkpoint
+                return
+    raise UsageError(
+        f"The checkpoints of {str(path)!r} were deleted as fast as they were found ({attempts} "
+        f"tries); a training run with --keep-checkpoints 1 is pruning them: try again, or "
+        f"evaluate when it has finished."
+    )
 
 
 def _recorded_env_kwargs(run: Mapping[str, Any], dataset_given: bool) -> dict[str, Any]:
@@ -191,8 +252,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         from marft_algos.rollout.vllm import import_vllm
 
         import_vllm()  # a missing engine is one line with the install command
-    checkpoint = find_checkpoint(values["run"])
-    metrics = evaluate_checkpoint(checkpoint, args)
+    with open_checkpoint(values["run"]) as checkpoint:
+        metrics = evaluate_checkpoint(checkpoint, args)
     samples = metrics.pop("samples", [])
     text = json.dumps(metrics, indent=2)
     if args.json == "-":

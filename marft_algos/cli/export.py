@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run ``marft export RUN_OR_CHECKPOINT``; returns the export index."""
     from rich.console import Console
 
-    from marft_algos.cli.evaluate import find_checkpoint
+    from marft_algos.cli.evaluate import open_checkpoint
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args, values = parse_run_command(
@@ -136,20 +136,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         prog="marft export",
         description="Export each agent's adapter (and, with --merge, a merged model).",
     )
-    checkpoint = find_checkpoint(values["run"])
-    run_root = (
-        checkpoint.parent
-        if Path(values["run"]).resolve() == checkpoint.resolve()
-        else Path(values["run"])
-    )
-    output = Path(args.output_dir) if args.output_dir else run_root / "export"
-    if output.exists() and any(output.iterdir()):
-        if not args.overwrite:
-            raise UsageError(
-                f"Export folder {str(output)!r} is not empty; pass --overwrite or another --output-dir."
-            )
-        shutil.rmtree(output)
-    index = export_checkpoint(checkpoint, output, merge=args.merge, merged_dtype=args.merged_dtype)
+    with open_checkpoint(values["run"]) as checkpoint:
+        run_root = (
+            checkpoint.parent
+            if Path(values["run"]).resolve() == checkpoint.resolve()
+            else Path(values["run"])
+        )
+        output = Path(args.output_dir) if args.output_dir else run_root / "export"
+        if output.exists() and any(output.iterdir()):
+            if not args.overwrite:
+                raise UsageError(
+                    f"Export folder {str(output)!r} is not empty; pass --overwrite or another --output-dir."
+                )
+            shutil.rmtree(output)
+        index = export_checkpoint(
+            checkpoint, output, merge=args.merge, merged_dtype=args.merged_dtype
+        )
     console = Console()
     for agent, entry in index["agents"].items():
         parts = [

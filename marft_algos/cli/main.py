@@ -63,7 +63,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from marft_algos.rollout.vllm import AdapterSyncError, VLLMNotInstalledError
     from marft_algos.runs.checkpoint import CheckpointError
     from marft_algos.runs.folder import RunDirectoryError, TrainingDiverged
+    from marft_envs.math.loaders import DatasetsNotInstalledError
     from marft_envs.registration import EntryPointError, UnknownEnvError
+    from marft_envs.tools.calls import ToolSandboxError
 
     return (
         ValueError,
@@ -78,6 +80,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
         MissingPackageError,
         VLLMNotInstalledError,
         AdapterSyncError,
+        DatasetsNotInstalledError,
+        ToolSandboxError,
     )
 
 

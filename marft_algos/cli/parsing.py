@@ -79,8 +79,13 @@ def parse_mapping(text: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         try:
             value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             value = None
+    except RecursionError:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r}... is nested too deeply to read; a settings mapping needs a few levels "
+            f'at most, e.g. \'{{"limits": {{"cpu_seconds": 5}}}}\''
+        ) from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a mapping; write it as JSON with quoted keys, e.g. '{{\"actor\": 8}}' "

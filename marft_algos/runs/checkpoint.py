@@ -256,7 +256,11 @@ def verify_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     if missing:
         raise CorruptCheckpointError(f"{root} lacks {', '.join(missing)}.")
     if not isinstance(recorded, dict):
-        logger.info("%s was written before checksums were recorded: not verified.", root)
+        logger.warning(
+            "%s was written before checksums were recorded: its files cannot be verified, so a "
+            "damaged file would go unnoticed. Use a newer checkpoint of the run if there is one.",
+            root,
+        )
         return manifest
     changed = [name for name in files if file_sha256(root / name) != recorded.get(name)]
     if changed:

@@ -11,7 +11,9 @@ layout:
 - :meth:`RunDirectory.latest_checkpoint` finds the newest *complete* checkpoint;
 - :meth:`RunDirectory.prune` keeps the newest ``K`` checkpoints, deleting older ones by first
   renaming them out of the ``checkpoint-N`` namespace (a kill mid-delete leaves no half folder
-  under a checkpoint name);
+  under a checkpoint name); a checkpoint that ``marft eval`` or ``marft export`` is reading
+  (:func:`reading_checkpoint`: a shared ``flock`` on ``.checkpoint-N.read``) is left for the next
+  prune, so a run can be evaluated while it trains;
 - :func:`write_atomic` replaces a file in one ``os.replace``;
 - a write that runs out of space (a full disk, a quota, a file-size limit) raises
   :class:`DiskFullError`: one line naming the folder and the fix, with the folder left resumable.
@@ -25,6 +27,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +44,14 @@ __all__ = [
     "TrainingDiverged",
     "disk_full_error",
     "file_sha256",
+    "reading_checkpoint",
     "write_atomic",
 ]
 
 CHECKPOINT_PREFIX = "checkpoint-"
+#: ``.checkpoint-N.read`` beside ``checkpoint-N``: readers hold a shared lock on it, pruning an
+#: exclusive one, so a checkpoint being read is never deleted under its reader.
+READ_LOCK_SUFFIX = ".read"
 
 #: Resolved path -> (open lock file, holder count): a process may build several trainers on one
 #: folder (resume after an early stop); other processes are refused.
@@ -69,7 +76,8 @@ class DiskFullError(RunDirectoryError):
 
 _DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 # How libraries that do not raise OSError report it: safetensors ("StorageFull", "os error 28"),
-# torch.save ("file write failed").
+# torch.save ("file write failed"; "unexpected pos" when its zip writer's write came up short, as
+# a full disk makes it: "[enforce fail at inline_container.cc:672] . unexpected pos 128 vs 74").
 _DISK_FULL_TEXT = (
     "no space left",
     "file too large",
@@ -79,6 +87,7 @@ _DISK_FULL_TEXT = (
     "os error 28",
     "os error 27",
     "file write failed",
+    "unexpected pos",
 )
 
 
@@ -157,6 +166,52 @@ def checkpoint_number(path: Path) -> int | None:
 def is_complete_checkpoint(path: Path) -> bool:
     """A checkpoint folder with its manifest and state (what an atomic save always leaves)."""
     return (path / "manifest.json").is_file() and (path / "state.json").is_file()
+
+
+def _read_lock_path(checkpoint: Path) -> Path:
+    return checkpoint.parent / f".{checkpoint.name}{READ_LOCK_SUFFIX}"
+
+
+@contextlib.contextmanager
+def _read_lock(checkpoint: Path, exclusive: bool) -> Iterator[bool]:
+    """Hold the checkpoint's read lock, shared (waiting for a prune to finish) or exclusive
+    (without waiting). Yields False only when an exclusive lock is refused because someone reads;
+    without flock (Windows) or a writable folder there is nothing to coordinate, and it yields
+    True."""
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    try:
+        handle = open(_read_lock_path(checkpoint), "a")  # noqa: SIM115 (closed below)
+    except OSError:
+        yield True
+        return
+    with handle:
+        mode = fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH
+        try:
+            fcntl.flock(handle.fileno(), mode)
+        except OSError:
+            yield False
+            return
+        yield True
+
+
+@contextlib.contextmanager
+def reading_checkpoint(checkpoint: str | os.PathLike[str]) -> Iterator[bool]:
+    """Keep ``checkpoint`` from being pruned while this block reads it.
+
+    A training run prunes old checkpoints as it goes; one being read is left in place until the
+    next prune after the block ends. The checkpoint may have gone between finding it and pinning
+    it, so the block gets whether it is still complete: when not, find the newest again.
+
+    Yields:
+        Whether the checkpoint is still there, complete, under the pin.
+    """
+    path = Path(checkpoint)
+    with _read_lock(path, exclusive=False):
+        yield is_complete_checkpoint(path)
 
 
 class RunDirectory:
@@ -240,6 +295,11 @@ class RunDirectory:
             if path.is_dir() and (".tmp-" in path.name or ".old-" in path.name):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path.name)
+        for path in self.path.glob(f".{CHECKPOINT_PREFIX}*{READ_LOCK_SUFFIX}"):
+            checkpoint = path.with_name(path.name[1 : -len(READ_LOCK_SUFFIX)])
+            if path.is_file() and not checkpoint.exists():  # a reader's, after the prune
+                path.unlink(missing_ok=True)
+                removed.append(path.name)
         for name in ("config.json", "metrics.jsonl"):  # write_atomic's temporary files
             for path in self.path.glob(f".{name}.*.tmp"):
                 path.unlink(missing_ok=True)
@@ -259,7 +319,19 @@ class RunDirectory:
         """The saved ``config.json``, or None when there is none."""
         if not self.config_path.is_file():
             return None
-        return json.loads(self.config_path.read_text())
+        try:
+            config = json.loads(self.config_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise RunDirectoryError(
+                f"{str(self.config_path)!r} is not valid JSON ({err}); restore it from a backup, "
+                f"or start the run again with --overwrite."
+            ) from None
+        if not isinstance(config, dict):
+            raise RunDirectoryError(
+                f"{str(self.config_path)!r} is not a JSON object; restore it from a backup, or "
+                f"start the run again with --overwrite."
+            )
+        return config
 
     def numbered_checkpoints(self) -> list[Path]:
         """Every ``checkpoint-N`` folder, complete or not, oldest first."""
@@ -306,13 +378,25 @@ class RunDirectory:
         shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
 
     def prune(self, keep: int) -> list[Path]:
-        """Delete all but the newest ``keep`` checkpoints (``keep`` < 1 keeps all)."""
+        """Delete all but the newest ``keep`` checkpoints (``keep`` < 1 keeps all).
+
+        A checkpoint another process is reading (:func:`reading_checkpoint`) is kept for now; a
+        later prune deletes it.
+
+        Returns:
+            The checkpoints deleted.
+        """
         if keep < 1:
             return []
-        old = self.checkpoints()[:-keep]
-        for path in old:
-            self._delete(path)
-        return old
+        deleted = []
+        for path in self.checkpoints()[:-keep]:
+            with _read_lock(path, exclusive=True) as free:
+                if not free:
+                    continue  # being read: the next prune deletes it
+                self._delete(path)
+                _read_lock_path(path).unlink(missing_ok=True)
+            deleted.append(path)
+        return deleted
 
     def _delete(self, path: Path) -> None:
         # Rename first: a kill during rmtree leaves a '.old-' folder that clean_stale removes, never
@@ -320,4 +404,7 @@ class RunDirectory:
         aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
         aside.rmdir()
         os.replace(path, aside)
-        shutil.rmtree(aside, ignore_errors=True)
+        if aside.is_symlink():  # a checkpoint linked in from elsewhere: only the link is the run's
+            aside.unlink()
+        else:
+            shutil.rmtree(aside, ignore_errors=True)

@@ -68,7 +68,7 @@ class Trainer(ABC):
 
     Args:
         policy: A multi-agent policy (``marft_algos.policy.MultiAgentPolicy``) covering every agent.
-        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v3")``.
+        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v4")``.
         config: The trainer's config dataclass.
         critic: Value function, for actor-critic trainers.
         eval_env_fn: Builds one held-out env copy (e.g. on the test split); None skips evaluation.
@@ -526,9 +526,28 @@ class Trainer(ABC):
         directory = directory if directory is not None else self.checkpointer.newest()
         if directory is not None:
             self.load_checkpoint(directory, allow_config_change=allow_config_change)
+            self._warn_missing_metrics()
             self.logger.truncate_after(self.iteration)
             logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
         self.checkpointer.continuing = True
+
+    def _warn_missing_metrics(self) -> None:
+        """Say so when metrics.jsonl lacks iterations the checkpoint reached (deleted, replaced)."""
+        if self.run_dir is None or not self.dist.is_main:
+            return
+        path = self.run_dir.metrics_path
+        have = {r.get("iteration") for r in self.logger.read()} if path.is_file() else set()
+        lost = [i for i in range(1, self.iteration + 1) if i not in have]
+        if lost:
+            logger.warning(
+                "%s lacks the records of %d of the %d iterations before the checkpoint (%s); the "
+                "run continues and its table, plots and learning curve will miss them. Restore "
+                "the file from a backup to keep them.",
+                path,
+                len(lost),
+                self.iteration,
+                "missing" if not path.is_file() else f"first lost: {lost[0]}",
+            )
 
     def close(self) -> None:
         """Release the run folder's lock and close TensorBoard (the process's exit does both too)."""

@@ -80,6 +80,15 @@ class TrainerConfig:
 
     def __post_init__(self) -> None:
         check_finite_numbers(self)
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int)
+            or not 0 <= self.seed < 2**32
+        ):
+            raise ValueError(
+                f"seed (--seed) must be an integer from 0 to {2**32 - 1} (numpy and torch take "
+                f"no other), got {self.seed!r}."
+            )
         positive = (
             "iterations",
             "episodes_per_iteration",

@@ -125,6 +125,11 @@ class CriticFreeConfig(TrainerConfig):
             )
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
+        if isinstance(self.max_resample_rounds, bool) or self.max_resample_rounds < 0:
+            raise ValueError(
+                f"max_resample_rounds must be >= 0 (0: never resample), got "
+                f"{self.max_resample_rounds}."
+            )
         check_num_minibatches(self.num_minibatches, self.episodes_per_iteration)
         if self.dynamic_sampling and self.num_generations < 2:
             raise ValueError(

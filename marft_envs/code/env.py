@@ -24,6 +24,7 @@ problems). ``reset(options={"index": i})`` pins problem ``i`` (evaluation walks 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -44,6 +45,24 @@ TEAMS: dict[str, tuple[AgentProfile, ...]] = {"single": SINGLE_PROFILES, "dual":
 _SHOWN_PROGRAM_CHARS = 4000
 
 
+def _sandbox_limits(limits: Any) -> SandboxLimits | None:
+    """``limits`` as :class:`SandboxLimits`: a mapping (``--env-kwargs`` JSON) names fields."""
+    if limits is None or isinstance(limits, SandboxLimits):
+        return limits
+    fields = [f.name for f in dataclasses.fields(SandboxLimits)]
+    if not isinstance(limits, Mapping):
+        raise TypeError(
+            f"limits must be a SandboxLimits or a mapping of its fields {fields}, got "
+            f"{type(limits).__name__}."
+        )
+    unknown = sorted(set(limits) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"limits {dict(limits)!r}: unknown field(s) {unknown}; SandboxLimits has {fields}."
+        )
+    return dataclasses.replace(SandboxLimits(), **limits)
+
+
 class CodeEnv(FlexPOMDPEnv):
     """A team writes one program per attempt; the graded agents' programs must pass hidden tests.
 
@@ -56,7 +75,9 @@ class CodeEnv(FlexPOMDPEnv):
             failed, and tries again.
         partial_credit: Reward the share of tests passed instead of all-or-nothing.
         sandbox: Where programs run (default: the process-wide :func:`default_sandbox`).
-        limits: Resource limits; given without ``sandbox``, a sandbox with these limits is made.
+        limits: Resource limits (a :class:`SandboxLimits`, or a mapping of some of its fields, as
+            ``--env-kwargs`` JSON gives); given without ``sandbox``, a sandbox with these limits
+            is made.
         dataset_kwargs: Extra arguments for :func:`load_dataset` (``validate``, ``on_invalid``,
             ``size``, ...).
         **kwargs: Passed to :class:`FlexPOMDPEnv` (``credit``, ``render_mode``, ...).
@@ -75,7 +96,7 @@ class CodeEnv(FlexPOMDPEnv):
         max_attempts: int = 1,
         partial_credit: bool = False,
         sandbox: Sandbox | None = None,
-        limits: SandboxLimits | None = None,
+        limits: SandboxLimits | Mapping[str, Any] | None = None,
         dataset_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -85,6 +106,7 @@ class CodeEnv(FlexPOMDPEnv):
             raise TypeError(
                 f"sandbox must be a marft_envs.sandbox.runner.Sandbox, got {type(sandbox).__name__}."
             )
+        limits = _sandbox_limits(limits)
         kwargs.setdefault("horizon", max_attempts)
         super().__init__(named_team(profiles, TEAMS, "code"), dependency, **kwargs)
         check_graded(self.profiles, "code", "whose program is run")

@@ -205,6 +205,7 @@ def load_dataset(
             )
         validate = True if validate is None else validate
         if path.is_dir():
+            _check_saved_dataset(path)
             dataset = load_hf_dataset(
                 path, split or "train", validate=validate, on_invalid=on_invalid, **kwargs
             )
@@ -220,6 +221,26 @@ def load_dataset(
     if levels is not None or subjects is not None:
         dataset = dataset.filter(levels=levels, subjects=subjects)
     return dataset
+
+
+_SAVED_MARKERS = ("dataset_info.json", "dataset_dict.json", "state.json")
+_TABLE_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
+
+
+def _check_saved_dataset(path: Path) -> None:
+    """A folder is data only when ``datasets``' ``save_to_disk`` wrote it; say what it holds else."""
+    if any((path / marker).is_file() for marker in _SAVED_MARKERS):
+        return
+    tables = sorted(p.name for p in path.iterdir() if p.suffix.lower() in _TABLE_SUFFIXES)
+    hint = (
+        f"pass one of its data files, e.g. {str(path / tables[0])!r}"
+        if tables
+        else "it holds no JSONL/JSON/CSV/TSV/Parquet file either; pass a data file"
+    )
+    raise FileNotFoundError(
+        f"The folder {str(path)!r} is not a dataset saved by datasets' save_to_disk (no "
+        f"dataset_info.json or dataset_dict.json inside); {hint}."
+    )
 
 
 def _checked(

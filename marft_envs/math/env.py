@@ -8,7 +8,7 @@
 | Action | any text; the graded agent's last ``\\boxed{}`` is its answer |
 | Reward | 1 when every graded agent's answer is equivalent to the gold answer, else 0 (credit ``graded``) |
 | Termination | when the answer is right, or when ``max_attempts`` attempts were used |
-| Versions | v0: initial release (out of date: ``make`` builds v3 and warns; its grader dropped value-changing words after a number, e.g. ``5\text{ thousand}`` scored 1 for 5); v1: the grader keeps value words (multipliers, powers, negations) and compares chained relations, intervals and set-builder sets (out of date: ``make`` builds v3 and warns); v2: the grader refuses ``5_{1000}``, ``5\text{ ways times ways}``, digits after a repeating block and long decimals of irrationals, grades a box after 1,000,000 characters and matrices up to 100x100, and its time limit holds from threads (out of date: ``make`` builds v3 and warns); v3: a plain-number gold answer needs a number, not an unevaluated computation of it (``6 \times 8 - 9`` for 39 no longer scores; ``6 \times 8 - 9 = 39`` does); prompts and data unchanged |
+| Versions | v0: initial release (out of date: ``make`` builds v4 and warns; its grader dropped value-changing words after a number, e.g. ``5\text{ thousand}`` scored 1 for 5); v1: the grader keeps value words (multipliers, powers, negations) and compares chained relations, intervals and set-builder sets (out of date: ``make`` builds v4 and warns); v2: the grader refuses ``5_{1000}``, ``5\text{ ways times ways}``, digits after a repeating block and long decimals of irrationals, grades a box after 1,000,000 characters and matrices up to 100x100, and its time limit holds from threads (out of date: ``make`` builds v4 and warns); v3: a plain-number gold answer needs a number, not an unevaluated computation of it (``6 \times 8 - 9`` for 39 no longer scores; ``6 \times 8 - 9 = 39`` does; out of date: ``make`` builds v4 and warns); v4: an empty text block (``\text{}``, ``\text{ }``) no longer turns a computation into a text answer that escapes v3's rule (``\text{}6 \times 8 - 9`` for 39 no longer scores); prompts and data unchanged |
 
 The problem comes from ``dataset`` — the built-in generator by default, or any source
 :func:`marft_envs.math.data.load_dataset` accepts (a MATH or GSM8K JSONL file, a table, a list of
@@ -52,7 +52,7 @@ class MathEnv(FlexPOMDPEnv):
         **kwargs: Passed to :class:`FlexPOMDPEnv` (``credit``, ``render_mode``, ...).
     """
 
-    metadata = {**FlexPOMDPEnv.metadata, "name": "math_v3"}
+    metadata = {**FlexPOMDPEnv.metadata, "name": "math_v4"}
     #: How command lines name and load this family's problems (``--dataset``).
     data_family = MATH_DATA
 
@@ -69,6 +69,15 @@ class MathEnv(FlexPOMDPEnv):
     ) -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}.")
+        if (
+            isinstance(grading_timeout, bool)
+            or not isinstance(grading_timeout, (int, float))
+            or not 0 < grading_timeout < float("inf")
+        ):
+            raise ValueError(
+                f"grading_timeout must be a positive, finite number of seconds, got "
+                f"{grading_timeout!r}; the grader needs a time limit (default 2.0)."
+            )
         kwargs.setdefault("horizon", max_attempts)
         super().__init__(named_team(profiles, TEAMS, "math"), dependency, **kwargs)
         check_graded(self.profiles, "math", "the paper's with_answer")

@@ -29,7 +29,19 @@ from marft_envs.math.rows import (
     resolve_fields,
 )
 
-__all__ = ["load_gsm8k_jsonl", "load_hf_dataset", "load_math_jsonl", "load_table"]
+__all__ = [
+    "DatasetsNotInstalledError",
+    "load_gsm8k_jsonl",
+    "load_hf_dataset",
+    "load_math_jsonl",
+    "load_table",
+]
+
+
+class DatasetsNotInstalledError(ImportError):
+    """A Hugging Face dataset was asked for and the ``datasets`` package is missing (the message
+    says how to install it or what to pass instead)."""
+
 
 # --- file readers: each yields (location, row) ---------------------------------------------------
 
@@ -343,9 +355,9 @@ def load_hf_dataset(
     try:
         import datasets
     except ImportError as err:
-        raise ImportError(
-            "Loading Hugging Face datasets needs the `datasets` package: pip install datasets "
-            "(or marft[data]); or download the data and pass a local file to load_dataset."
+        raise DatasetsNotInstalledError(
+            f"Loading {str(name)!r} needs the `datasets` package: pip install datasets (or "
+            "marft[data]); or download the data and pass a local JSONL/JSON/CSV/TSV/Parquet file."
         ) from err
     check_on_invalid(on_invalid)
     source = f"hf:{name}[{split}]"

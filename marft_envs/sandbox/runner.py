@@ -166,7 +166,11 @@ class SandboxLimits:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < float("inf")  # NaN too
+            ):
                 raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}.")
         if self.memory_bytes < 64 << 20:
             raise ValueError(

@@ -30,7 +30,9 @@ __all__ = [
     "MAX_OUTPUT_CHARS",
     "TOOL_LIMITS",
     "ToolResult",
+    "ToolSandboxError",
     "check_expression",
+    "check_sandbox_runs",
     "find_tool_call",
     "read_result",
     "run_expression",
@@ -100,6 +102,36 @@ def check_expression(expression: str) -> str | None:
 def tool_sandbox() -> Sandbox:
     """The process-wide sandbox of tool calls (one worker pool for every env copy)."""
     return Sandbox(TOOL_LIMITS)
+
+
+class ToolSandboxError(RuntimeError):
+    """The sandbox cannot run tool calls on this machine (the message says why)."""
+
+
+_WORKING: set[int] = set()  # ids of sandboxes that ran the probe
+
+
+def check_sandbox_runs(sandbox: Sandbox | None = None) -> None:
+    """Run ``1 + 1`` once per sandbox; raise when it does not give ``2``.
+
+    Where the sandbox cannot run (no namespaces, no permission to set limits, ...) every call would
+    return the same error line, so an env would train on nothing but errors: it refuses to start
+    instead, as the code env does.
+
+    Raises:
+        ToolSandboxError: Naming what the probe returned.
+    """
+    box = sandbox or tool_sandbox()
+    if id(box) in _WORKING:
+        return
+    result = run_expression("1 + 1", box)
+    if not (result.ok and result.output == "2"):
+        raise ToolSandboxError(
+            f"The tool sandbox cannot run Python on this machine (the probe 1 + 1 gave "
+            f"{result.output!r}); tool calls would all fail. Run where the code sandbox works "
+            f"(see docs/code_envs.md), or use a math env without tools (math-single-v4)."
+        )
+    _WORKING.add(id(box))
 
 
 def _program(expression: str) -> str:

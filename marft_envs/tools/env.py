@@ -8,7 +8,7 @@
 | Action | any text; ``<python>EXPR</python>`` calls the tool (first call of a text); a graded agent's ``\\boxed{}`` is its final answer |
 | Reward | 1 when the final ``\\boxed{}`` answer is equivalent to the gold answer, else 0 (credit ``graded``); tool calls earn nothing themselves |
 | Termination | when a graded agent answers with ``\\boxed{}``, or a round has neither an answer nor a call that can run; at most ``max_calls + 1`` rounds |
-| Versions | v0: initial release (out of date: ``make`` builds v2 and warns); v1: graded by the math grader of math-*-v2 (out of date: ``make`` builds v2 and warns); v2: graded by the math grader of math-*-v3 (see ``marft_envs/math/env.py``) |
+| Versions | v0: initial release (out of date: ``make`` builds v3 and warns); v1: graded by the math grader of math-*-v2 (out of date: ``make`` builds v3 and warns); v2: graded by the math grader of math-*-v3 (out of date: ``make`` builds v3 and warns); v3: graded by the math grader of math-*-v4 (see ``marft_envs/math/env.py``) |
 
 A round in which a tool agent's text holds a call (and no ``\\boxed{}`` answer from a graded agent)
 runs the expression in the code family's sandbox (:mod:`marft_envs.tools.calls`) and shows the
@@ -37,6 +37,7 @@ from marft_envs.sandbox.runner import Sandbox, SandboxResult
 from marft_envs.tools.calls import (
     ToolResult,
     check_expression,
+    check_sandbox_runs,
     find_tool_call,
     read_result,
     run_expression,
@@ -89,7 +90,7 @@ class ToolMathEnv(MathEnv):
             ``render_mode``, ...).
     """
 
-    metadata = {**MathEnv.metadata, "name": "tool_math_v2"}
+    metadata = {**MathEnv.metadata, "name": "tool_math_v3"}
 
     def __init__(
         self,
@@ -110,6 +111,7 @@ class ToolMathEnv(MathEnv):
         team = named_team(profiles, TOOL_TEAMS, "tool-math")
         if dependency is None and profiles == "dual":
             dependency = ToolRouter()
+        check_sandbox_runs(sandbox)
         kwargs.setdefault("horizon", max_calls + 1)
         super().__init__(dataset, team, dependency, **kwargs)
         self.max_calls = max_calls

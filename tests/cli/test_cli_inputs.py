@@ -99,7 +99,7 @@ def test_ppo_on_a_team_is_refused_before_the_model_loads():
     with pytest.raises(
         UsageError, match=r"--algo ppo: PPO is the single-agent baseline.*\['reasoner', 'actor'\]"
     ):
-        train("--algo", "ppo", "--env", "math-dual-v3", "--model", MISSING_MODEL)
+        train("--algo", "ppo", "--env", "math-dual-v4", "--model", MISSING_MODEL)
 
 
 def test_per_agent_caps_naming_missing_agents():
@@ -195,8 +195,8 @@ def test_envs_lists_teams_and_dependencies(capsys, user_package):
     rows = main(["envs", "--json", "--import-module", "user_envs.triage"])
     by_id = {r["id"]: r for r in rows}
     assert (
-        by_id["math-dual-v3"]["agents"] == ["reasoner", "actor"]
-        and by_id["math-dual-v3"]["dependency"] == "Chain"
+        by_id["math-dual-v4"]["agents"] == ["reasoner", "actor"]
+        and by_id["math-dual-v4"]["dependency"] == "Chain"
     )
     assert by_id["dispatch-v0"]["dependency"] == "Orchestrator"
     assert by_id["triage-v0"]["takes_dataset"] is False
@@ -250,3 +250,81 @@ def test_presets_give_rloo_their_group_and_reinforce_pp_one_sample_per_task(mode
     assert rloo["learning_rate"] == rpp["learning_rate"] and rpp["learning_rate"] != 1e-6
     _, _, chosen, _ = parse_train_args(["--algo", "reinforce-pp", "--num-generations", "4"])
     assert chosen["num_generations"] == 4
+
+
+# -- bad input that gave a traceback or was accepted (issue 36) ----------------------------------
+
+
+def test_a_hub_dataset_without_the_datasets_package(monkeypatch):
+    import sys
+
+    from marft_algos.cli.main import user_errors
+    from marft_envs.math.loaders import DatasetsNotInstalledError
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
+    with pytest.raises(
+        DatasetsNotInstalledError,
+        match=r"'nosuchuser/nosuchdata' needs the `datasets` package: pip install datasets",
+    ):
+        train("--dataset", "hf:nosuchuser/nosuchdata", "--model", MISSING_MODEL)
+    assert issubclass(DatasetsNotInstalledError, user_errors())  # one line, no traceback
+
+
+def test_a_folder_that_holds_no_data(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    with pytest.raises(FileNotFoundError, match=r"'.*data' is not a dataset saved by .*no JSONL"):
+        train("--dataset", str(folder), "--model", MISSING_MODEL)
+    (folder / "train.jsonl").write_text("")
+    with pytest.raises(
+        FileNotFoundError, match=r"pass one of its data files, e.g. '.*train.jsonl'"
+    ):
+        train("--dataset", str(folder), "--model", MISSING_MODEL)
+
+
+def test_env_kwargs_nested_too_deeply(capsys):
+    deep = '{"a":' * 5000 + "1" + "}" * 5000
+    with pytest.raises(SystemExit) as exit_info:
+        train("--env-kwargs", deep, "--model", MISSING_MODEL)
+    assert exit_info.value.code == 2
+    assert "--env-kwargs" in (err := capsys.readouterr().err) and "nested too deeply" in err
+
+
+@pytest.mark.parametrize("value", ["NaN", "-1", "0", "Infinity", "true", '"2"'])
+def test_a_grading_time_limit_that_is_no_limit(value):
+    with pytest.raises(ValueError, match=r"grading_timeout must be a positive, finite number"):
+        train("--env-kwargs", f'{{"grading_timeout": {value}}}', "--model", MISSING_MODEL)
+
+
+def test_code_env_limits_as_json_are_sandbox_limits():
+    from marft_envs.code.sandbox import SandboxLimits
+
+    import marft_envs
+    from marft_envs.code.env import _sandbox_limits
+
+    limits = _sandbox_limits({"cpu_seconds": 5})
+    assert limits == SandboxLimits(cpu_seconds=5)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['cpu'\]; SandboxLimits has"):
+        marft_envs.make("code-single-v1", limits={"cpu": 5})
+    with pytest.raises(ValueError, match=r"SandboxLimits.wall_seconds must be a positive number"):
+        _sandbox_limits({"wall_seconds": float("nan")})
+
+
+def test_negative_resample_rounds():
+    with pytest.raises(ValueError, match=r"max_resample_rounds must be >= 0 .*got -1"):
+        train("--algo", "grpo", "--max-resample-rounds", "-1", "--model", MISSING_MODEL)
+
+
+def test_tool_math_refuses_to_start_where_the_sandbox_cannot_run(monkeypatch):
+    import marft_envs
+    from marft_algos.cli.main import user_errors
+    from marft_envs.tools import calls
+
+    failed = calls.ToolResult(False, "Error: sandbox_error: unshare: Operation not permitted")
+    monkeypatch.setattr(calls, "run_expression", lambda expression, sandbox=None: failed)
+    monkeypatch.setattr(calls, "_WORKING", set())
+    with pytest.raises(
+        calls.ToolSandboxError, match=r"cannot run Python .*Operation not permitted"
+    ):
+        marft_envs.make("tool-math-single-v3")
+    assert issubclass(calls.ToolSandboxError, user_errors())

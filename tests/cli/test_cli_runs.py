@@ -119,7 +119,7 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
                 "--resume",
             ]
         )
-    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v3' vs now 'math-trio-v3'"):
+    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v4' vs now 'math-trio-v4'"):
         main(
             [
                 "train",
@@ -131,7 +131,7 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
                 "2",
                 *BUDGET,
                 "--env",
-                "math-trio-v3",
+                "math-trio-v4",
                 "--max-new-tokens-per-agent",
                 "{}",
                 "--resume",

@@ -176,7 +176,7 @@ def test_a_relative_dataset_is_pinned_by_absolute_path_and_hash(tiny_path, tmp_p
     monkeypatch.chdir(first)
     run = tmp_path / "run"
     argv = ["--model", tiny_path, "--iterations", "1", "--output-dir", str(run), *BUDGET]
-    main(["train", "--env", "math-single-v3", "--dataset", "data/p.jsonl", *argv])
+    main(["train", "--env", "math-single-v4", "--dataset", "data/p.jsonl", *argv])
     plan = json.loads((run / "config.json").read_text())["run"]["data"]
     pinned = str((first / "data" / "p.jsonl").resolve())
     assert plan["train"]["source"] == plan["eval"]["source"] == pinned
@@ -186,7 +186,7 @@ def test_a_relative_dataset_is_pinned_by_absolute_path_and_hash(tiny_path, tmp_p
     other = tmp_path / "b"
     _problems(other / "data" / "p.jsonl", 100)
     monkeypatch.chdir(other)
-    golds = {p.answer for p in load_part(family_of("math-single-v3"), plan["eval"])}
+    golds = {p.answer for p in load_part(family_of("math-single-v4"), plan["eval"])}
     assert golds and all(int(g) < 100 for g in golds)
     assert evaluate_checkpoint(run / "checkpoint-1")["eval/episodes"] == len(golds)
 
@@ -194,3 +194,72 @@ def test_a_relative_dataset_is_pinned_by_absolute_path_and_hash(tiny_path, tmp_p
     _problems(first / "data" / "p.jsonl", 7)
     with pytest.raises(ValueError, match=r"changed since the run recorded it.*--dataset FILE"):
         evaluate_checkpoint(run / "checkpoint-1")
+
+
+def test_eval_refuses_a_checkpoint_that_another_run_wrote(straight, tmp_path):
+    # Another run's checkpoint copied into a run folder was evaluated silently; --resume refuses.
+    import shutil
+
+    from marft_algos.cli.parsing import UsageError
+
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    config = json.loads((run / "config.json").read_text())
+    config["seed"] += 1  # the folder's run is another one than the checkpoint's
+    (run / "config.json").write_text(json.dumps(config))
+    seed = config["seed"]
+    with pytest.raises(
+        UsageError,
+        match=rf"checkpoint-3 in .* not written by the run .*seed: run {seed} vs checkpoint "
+        rf"{seed - 1}.*pass the checkpoint folder itself",
+    ):
+        find_checkpoint(run)
+    assert find_checkpoint(run / "checkpoint-3") == run / "checkpoint-3"  # asked for by name
+    assert find_checkpoint(straight) == straight / "checkpoint-3"
+
+
+def test_a_checkpoint_without_checksums_is_said_to_be_unverified(straight, tmp_path, caplog):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    manifest_file = run / "checkpoint-3" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    del manifest["sha256"]  # the format before checksums
+    manifest_file.write_text(json.dumps(manifest))
+    _flip(run / "checkpoint-3")
+    with caplog.at_level(logging.WARNING):
+        assert find_checkpoint(run) == run / "checkpoint-3"
+    assert "checkpoint-3 was written before checksums were recorded" in caplog.text
+    assert "cannot be verified" in caplog.text
+
+
+def test_a_resume_says_which_metrics_records_are_gone(straight, tiny_path, tmp_path, caplog):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    (run / "metrics.jsonl").unlink()
+    argv = ["--model", tiny_path, "--iterations", "4", "--output-dir", str(run), *BUDGET]
+    with caplog.at_level(logging.WARNING):
+        main(["train", "--resume", *argv])
+    assert "metrics.jsonl lacks the records of 3 of the 3 iterations" in caplog.text
+
+
+def test_an_invalid_config_json_is_named(straight, tiny_path, tmp_path):
+    import shutil
+
+    from marft_algos.run_dir import RunDirectoryError
+
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    (run / "config.json").write_text("{not json")
+    argv = ["--model", tiny_path, "--iterations", "4", "--output-dir", str(run), *BUDGET]
+    with pytest.raises(RunDirectoryError, match=r"config.json' is not valid JSON .*--overwrite"):
+        main(["train", "--resume", *argv])
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_a_seed_out_of_range_names_the_flag(seed, tiny_path, tmp_path):
+    with pytest.raises(ValueError, match=rf"seed \(--seed\) must be an integer from 0 .*{seed}"):
+        main(["train", "--model", tiny_path, "--seed", seed, "--output-dir", str(tmp_path / "r")])

@@ -180,37 +180,48 @@ def test_installed_plugins_register_through_the_entry_point_group(monkeypatch, s
 
 
 @pytest.mark.parametrize("name", ["math-single", "math-dual", "math-trio", "math-dual-retry"])
-@pytest.mark.parametrize("old", ["v0", "v1", "v2"])
-def test_out_of_date_math_ids_still_make_with_a_warning_naming_v3_and_what_changed(name, old):
+@pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3"])
+def test_out_of_date_math_ids_still_make_with_a_warning_naming_v4_and_what_changed(name, old):
     # Gymnasium's convention: an old version makes, and warns with the newest one.
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v3'.*"
-        rf"What changed: its grader .*unevaluated computation.*6 \\times 8 - 9 for 39.*"
-        rf"make\('{name}-{old}'\) now builds '{name}-v3'",
+        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v4'.*"
+        rf"What changed: its grader .*empty text block.*\\text\{{\}}6 \\times 8 - 9.*"
+        rf"make\('{name}-{old}'\) now builds '{name}-v4'",
     ):
         env = marft_envs.make(f"{name}-{old}")
-    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v3")  # what was built, recorded as such
-    assert marft_envs.spec(f"{name}-v3").kwargs["profiles"] in ("single", "dual", "trio")
+    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v4")  # what was built, recorded as such
+    assert marft_envs.spec(f"{name}-v4").kwargs["profiles"] in ("single", "dual", "trio")
     assert f"{name}-{old}" not in marft_envs.registry  # listed once, under its newest id
+
+
+@pytest.mark.parametrize("old", ["v0", "v1", "v2"])
+def test_ids_older_than_v3_also_name_v3s_fix(old):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning, match=r"unevaluated computation.*6 \\times 8 - 9 for 39"
+    ):
+        marft_envs.make(f"math-dual-{old}")
 
 
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("tool-math-single-v0", "tool-math-single-v2"),
-        ("tool-math-single-v1", "tool-math-single-v2"),
-        ("tool-math-dual-v0", "tool-math-dual-v2"),
-        ("tool-math-dual-v1", "tool-math-dual-v2"),
-        ("debate-v0", "debate-v3"),
-        ("debate-v1", "debate-v3"),
-        ("debate-v2", "debate-v3"),
+        ("tool-math-single-v0", "tool-math-single-v3"),
+        ("tool-math-single-v1", "tool-math-single-v3"),
+        ("tool-math-single-v2", "tool-math-single-v3"),
+        ("tool-math-dual-v0", "tool-math-dual-v3"),
+        ("tool-math-dual-v1", "tool-math-dual-v3"),
+        ("tool-math-dual-v2", "tool-math-dual-v3"),
+        ("debate-v0", "debate-v4"),
+        ("debate-v1", "debate-v4"),
+        ("debate-v2", "debate-v4"),
+        ("debate-v3", "debate-v4"),
     ],
 )
 def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old, new):
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"newest version is '{new}'.*unevaluated computation.*2\^\{{10\}} for 1024",
+        match=rf"newest version is '{new}'.*empty text block.*text is judged by what it wraps",
     ):
         env = marft_envs.make(old)
     assert env.unwrapped.spec == marft_envs.spec(new)

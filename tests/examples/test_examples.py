@@ -76,12 +76,12 @@ def test_help_documents_every_option(monkeypatch):
 @pytest.mark.parametrize(
     ("algo", "env", "extra"),
     [
-        ("action-marft", "math-dual-v3", []),
-        ("token-marft", "math-dual-v3", []),
-        ("ppo", "math-single-v3", ["--level", "token"]),
-        ("grpo", "math-dual-v3", ["--num-generations", "2"]),
-        ("rloo", "math-dual-v3", ["--num-generations", "2", "--level", "token"]),
-        ("reinforce-pp", "math-dual-v3", []),
+        ("action-marft", "math-dual-v4", []),
+        ("token-marft", "math-dual-v4", []),
+        ("ppo", "math-single-v4", ["--level", "token"]),
+        ("grpo", "math-dual-v4", ["--num-generations", "2"]),
+        ("rloo", "math-dual-v4", ["--num-generations", "2", "--level", "token"]),
+        ("reinforce-pp", "math-dual-v4", []),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
@@ -130,7 +130,7 @@ def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     run(
         "train_math.py",
         "--env",
-        "math-single-v3",
+        "math-single-v4",
         "--model",
         model_path,
         "--iterations",
@@ -146,7 +146,7 @@ def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
             str(ROOT / "examples" / "evaluate.py"),
             str(out / "checkpoint-1"),
             "--env",
-            "math-dual-v3",
+            "math-dual-v4",
             "--episodes",
             "2",
         ],

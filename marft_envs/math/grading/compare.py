@@ -79,17 +79,23 @@ def states_the_number(gold: Answer, pred: Answer) -> bool:
     ``x = 39`` is not part of it, and in a worked chain ``6 \\times 8 - 9 = 48 - 9 = 39`` only
     the last side is, so a computation written out to its result is still right. Any other gold
     (expressions, sets, intervals, equations, matrices, ...) is graded on values alone, as before.
+    An answer read as text (``\\text{6 \\times 8 - 9}``) is judged by what its text blocks wrap,
+    since that is what :func:`answers_equal` compares once the text is unwrapped.
 
     Args:
         gold: The parsed gold answer.
         pred: The parsed answer to grade.
 
     Returns:
-        ``False`` only when the gold is a plain number and ``pred`` is a scalar that is not.
+        ``False`` only when the gold is a plain number and ``pred`` is a scalar, or text wrapping
+        one, that is not.
     """
-    if not isinstance(gold, Scalar) or not isinstance(pred, Scalar):
+    if not isinstance(gold, Scalar) or not is_number_literal(gold.raw.split("=")[-1]):
         return True
-    if not is_number_literal(gold.raw.split("=")[-1]):
+    if isinstance(pred, Text):
+        wrapped = strip_text_units(unwrap_text(pred.raw)).strip()
+        return is_number_literal(wrapped.split("=")[-1])
+    if not isinstance(pred, Scalar):
         return True
     return is_number_literal(pred.raw.split("=")[-1])
 

@@ -96,6 +96,11 @@ _PERCENT_RE = re.compile(r"\\?%")
 _TEXT_CMD_RE = re.compile(
     r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit)\s*\{"
 )
+# An empty block (\\text{}, \\mbox{ }) shows nothing: it is dropped, so it cannot turn a
+# computation into a text answer that escapes the rules for math.
+_EMPTY_TEXT_RE = re.compile(
+    r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm|mathbf|mathit)\s*\{\s*\}"
+)
 _WORDS_RE = re.compile(r"[\sa-zA-Z.]*")
 _TRAILING_TEXT_RE = re.compile(
     r"\\(?:text|textrm|textnormal|textbf|textit|mbox|mathrm)\s*\{([\sa-zA-Z.]*)\}"
@@ -272,8 +277,8 @@ def normalize_answer(text: str) -> str:
     """Canonical string form of an answer: presentation removed, value untouched.
 
     Removes dollar signs and math delimiters, ``\\left``/``\\right`` and sizing commands, spacing
-    commands (``\\!``, ``\\,``, ``~``, ``\\quad``), ``\\displaystyle``, degree marks, percent
-    signs, base subscripts on numerals (``52_8`` → ``52``), ``{,}`` thousands separators,
+    commands (``\\!``, ``\\,``, ``~``, ``\\quad``), empty ``\\text{}`` blocks,
+    ``\\displaystyle``, degree marks, percent signs, base subscripts on numerals (``52_8`` → ``52``), ``{,}`` thousands separators,
     word-only ``\\text{}`` units, trailing unit words and trailing periods; unwraps ``\\boxed{}``;
     rewrites ``\\dfrac``/``\\tfrac`` to ``\\frac`` and common Unicode symbols to LaTeX; collapses
     whitespace.
@@ -296,6 +301,10 @@ def normalize_answer(text: str) -> str:
     s = re.sub(r",\\!\s*(?=\d{3})", ",", s)  # 10,\!080 is a thousands separator
     s = re.sub(r"(?<=\d)\\,(?=\d{3}(?!\d))", "", s)  # 3\,000: a thin space groups digits
     s = _SPACING_RE.sub(" ", s)
+    while True:  # \text{\text{}} is empty too once the inner block is gone
+        s, dropped = _EMPTY_TEXT_RE.subn(" ", s)
+        if not dropped:
+            break
     s = re.sub(r"\\[dtc]frac(?![a-zA-Z])", r"\\frac", s)
     s = s.replace("{,}", "")
     s = _SCI_RE.sub(r"\1\\times10^{\2}", s)

@@ -24,6 +24,7 @@ from marft_algos.runs.folder import (
     RunExistsError,
     RunInUseError,
     TrainingDiverged,
+    reading_checkpoint,
 )
 from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.trainers.action_marft import ActionMARFTTrainer
@@ -174,3 +175,66 @@ def test_close_releases_the_folder(tiny_path, tmp_path):
     trainer.close()
     with open(tmp_path / ".lock") as other:
         fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _fake_checkpoints(run: RunDirectory, numbers: range) -> list:
+    run.path.mkdir(parents=True, exist_ok=True)
+    for n in numbers:
+        folder = run.path / f"checkpoint-{n}"
+        folder.mkdir()
+        (folder / "manifest.json").write_text("{}")
+        (folder / "state.json").write_text("{}")
+    return [run.path / f"checkpoint-{n}" for n in numbers]
+
+
+def test_a_checkpoint_being_read_is_kept_until_the_next_prune(tmp_path):
+    # marft eval of a run still training: the trainer pruned the checkpoint it was loading.
+    run = RunDirectory(tmp_path / "run")
+    first, second, third = _fake_checkpoints(run, range(1, 4))
+    with reading_checkpoint(first) as still_there:
+        assert still_there
+        assert run.prune(1) == [second]
+        assert first.is_dir() and third.is_dir() and not second.exists()
+    assert run.prune(1) == [first]
+    assert sorted(p.name for p in run.path.iterdir()) == ["checkpoint-3"]
+
+
+def test_a_reader_learns_that_its_checkpoint_went_before_it_was_pinned(tmp_path, monkeypatch):
+    from marft_algos.cli import evaluate
+
+    run = RunDirectory(tmp_path / "run")
+    gone, newest = _fake_checkpoints(run, range(1, 3))
+    with reading_checkpoint(gone):
+        pass
+    run.prune(1)
+    with reading_checkpoint(gone) as still_there:
+        assert not still_there
+    found = iter([gone, newest])
+    monkeypatch.setattr(evaluate, "find_checkpoint", lambda path: next(found))
+    with evaluate.open_checkpoint(run.path) as checkpoint:
+        assert checkpoint == newest
+    run.clean_stale()  # the lock file the late reader left is removed; a live one's is kept
+    assert sorted(p.name for p in run.path.iterdir()) == [".checkpoint-2.read", "checkpoint-2"]
+
+
+def test_pruning_a_linked_checkpoint_removes_the_link_and_keeps_its_target(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (target,) = _fake_checkpoints(RunDirectory(elsewhere), range(1, 2))
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    (run.path / "checkpoint-1").symlink_to(target, target_is_directory=True)
+    _fake_checkpoints(run, range(2, 4))
+    assert run.prune(1) == [run.path / "checkpoint-1", run.path / "checkpoint-2"]
+    assert sorted(p.name for p in run.path.iterdir()) == ["checkpoint-3"]  # no '.old-' link left
+    assert (target / "manifest.json").is_file()  # not this run's files to delete
+
+
+def test_torch_saves_short_write_is_a_full_disk(tmp_path):
+    # torch.save of optimizer state on a full disk: its zip writer's own words, not an OSError.
+    from marft_algos.run_dir import DiskFullError, disk_full_error
+
+    raw = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4736 vs 4624")
+    full = disk_full_error(raw, tmp_path)
+    assert isinstance(full, DiskFullError)
+    assert str(tmp_path) in str(full) and "--resume" in str(full)
+    assert disk_full_error(RuntimeError("shape mismatch"), tmp_path) is None

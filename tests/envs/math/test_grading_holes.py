@@ -354,3 +354,45 @@ NOT_NUMBERS = [  # gold answers that are not plain numbers: values compared, as 
 @pytest.mark.parametrize(("answer", "gold"), NOT_NUMBERS)
 def test_other_gold_answers_are_graded_on_values_as_before(answer: str, gold: str) -> None:
     assert grade_answer(_response(answer, boxed=True), gold) is True
+
+
+# -- an empty text block is nothing: it does not turn a computation into text (math-*-v4) --------
+
+EMPTY_TEXT_RESTATED = [
+    ("\\text{}6\\times 8-9", "39"),
+    ("6\\times 8\\text{ }-9", "39"),
+    ("6\\times 8-9\\text{}", "39"),
+    ("\\mbox{}6\\times 8-9", "39"),
+    ("\\textbf{ }6\\times 8-9", "39"),
+    ("\\textit{}6\\times 8-9", "39"),
+    ("\\textrm{}6\\times 8-9", "39"),
+    ("\\textnormal{}6\\times 8-9", "39"),
+    ("\\text{\\text{}}6\\times 8-9", "39"),
+    ("\\text{\\ }6\\times 8-9", "39"),
+    ("2^{\\text{}10}", "1024"),
+    ("39 + 0\\cdot 7", "39"),
+    ("39 + 0\\text{}\\cdot 7", "39"),
+    ("6\\times 8\\text{.}-9", "39"),
+]
+
+
+@pytest.mark.parametrize(("answer", "gold"), EMPTY_TEXT_RESTATED)
+@pytest.mark.parametrize("boxed", [True, False])
+def test_an_empty_text_block_does_not_hide_a_computation(
+    answer: str, gold: str, boxed: bool
+) -> None:
+    assert grade_answer(_response(answer, boxed), gold) is False
+
+
+@pytest.mark.parametrize("answer", ["\\text{}39", "39\\text{ }", "\\mbox{}39", "x = \\text{}39"])
+def test_a_number_beside_an_empty_text_block_is_still_right(answer: str) -> None:
+    assert grade_answer(_response(answer, boxed=True), "39") is True
+
+
+def test_a_text_answer_is_judged_by_what_it_wraps() -> None:
+    from marft_envs.math.grading import Text, states_the_number
+
+    gold = parse_answer("39")
+    assert states_the_number(gold, Text("\\text{6\\times 8-9}", "")) is False
+    assert states_the_number(gold, Text("\\text{39}", "")) is True
+    assert normalize_answer("6\\times 8\\text{ }-9") == "6\\times 8 -9"
