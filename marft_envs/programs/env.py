@@ -129,6 +129,11 @@ class ProgramEnv(FlexPOMDPEnv):
     """
 
     metadata = {**FlexPOMDPEnv.metadata, "name": "program_v0"}
+    program: Callable[..., Any]
+    reward_weights: dict[str, float]
+    episode_timeout: float
+    error_reward: float
+    max_error_share: float
 
     def __init__(
         self,
@@ -199,7 +204,7 @@ class ProgramEnv(FlexPOMDPEnv):
         self._event: Event | None = None
         self._usage: tuple[int, int, bool] = (0, 0, True)
         self.task: Any = None
-        self._latest = {}
+        self._latest: dict[str, list[dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------ task hooks
     def _reset_task(self, options: Mapping[str, Any] | None) -> None:
@@ -220,7 +225,7 @@ class ProgramEnv(FlexPOMDPEnv):
             assert self.draw_task is not None
             self.task = self.draw_task(self.np_random)
         program_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
-        self._latest: dict[str, list[dict[str, Any]]] = {}
+        self._latest = {}
         self._run = ProgramRun(
             self.program,
             self.task,

@@ -262,7 +262,7 @@ def test_splits_hold_out_tasks_and_evaluation_pins_them():
 
 def test_register_program_makes_a_versioned_env(tmp_path):
     path = tmp_path / "tasks.jsonl"
-    path.write_text("\n".join('{"q": "q%d", "gold": "%d"}' % (i, i) for i in range(10)))
+    path.write_text("\n".join(f'{{"q": "q{i}", "gold": "{i}"}}' for i in range(10)))
     marft_envs.register_program(
         "test-planner-team-v0", planner_team, agents=AGENTS, tasks=str(path)
     )
