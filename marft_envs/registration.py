@@ -214,6 +214,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
         return {k: _jsonable(v) for k, v in value.items()}
+    if callable(value) and hasattr(value, "__qualname__"):
+        return {"callable": _qualname(value)}  # stable across processes, unlike its repr
     return {"repr": repr(value)[:200]}
 
 
