@@ -125,6 +125,9 @@ class ProgramEnv(FlexPOMDPEnv):
             the first failure's traceback (1 never stops).
         test_size: Held-out share (or count) of ``tasks`` when ``test_tasks`` is not given.
         split_seed: Seed of that split.
+        transport: ``"inprocess"``: the program gets a :class:`~marft_envs.programs.ProgramClient`;
+            ``"http"``: it gets ``openai.OpenAI`` on the episode's own URL of a local
+            OpenAI-compatible endpoint (:mod:`marft_envs.programs.server`), for frameworks.
         render_mode: As for every :class:`~marft_envs.FlexPOMDPEnv`.
     """
 
@@ -134,6 +137,7 @@ class ProgramEnv(FlexPOMDPEnv):
     episode_timeout: float
     error_reward: float
     max_error_share: float
+    transport: str
 
     def __init__(
         self,
@@ -151,6 +155,7 @@ class ProgramEnv(FlexPOMDPEnv):
         max_error_share: float = 0.5,
         test_size: float = 0.1,
         split_seed: int = 0,
+        transport: str = "inprocess",
         render_mode: str | None = None,
     ) -> None:
         if not callable(program):
@@ -172,6 +177,8 @@ class ProgramEnv(FlexPOMDPEnv):
             raise ValueError(
                 f"episode_timeout must be a positive number of seconds, got {episode_timeout!r}."
             )
+        if transport not in ("inprocess", "http"):
+            raise ValueError(f"transport must be 'inprocess' or 'http', got {transport!r}.")
         if not 0 < max_error_share <= 1:
             raise ValueError(f"max_error_share must be in (0, 1], got {max_error_share!r}.")
         self.program = program
@@ -180,6 +187,9 @@ class ProgramEnv(FlexPOMDPEnv):
         self.error_reward = float(error_reward)
         self.max_error_share = float(max_error_share)
         self.split = split
+        self.transport = transport
+        self._server: Any = None
+        self._episode_url: str | None = None
         source = test_tasks if split == "test" and test_tasks is not None else tasks
         if callable(source):
             self.draw_task: Callable[[np.random.Generator], Any] | None = source
@@ -226,12 +236,12 @@ class ProgramEnv(FlexPOMDPEnv):
             self.task = self.draw_task(self.np_random)
         program_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
         self._latest = {}
-        self._run = ProgramRun(
-            self.program,
-            self.task,
-            lambda send: ProgramClient(self.possible_agents, send, program_rng),
-            self.episode_timeout,
-        )
+        make_client: Callable[[Callable[[CallRecord], Any]], Any]
+        if self.transport == "http":
+            make_client = lambda send: self._http_client(send, program_rng)  # noqa: E731
+        else:
+            make_client = lambda send: ProgramClient(self.possible_agents, send, program_rng)  # noqa: E731
+        self._run = ProgramRun(self.program, self.task, make_client, self.episode_timeout)
         self._event = self._run.next_event()
 
     def _route_context(self) -> Mapping[str, Any]:
@@ -348,10 +358,37 @@ class ProgramEnv(FlexPOMDPEnv):
             return self._event.call
         return self._run.last_call if self._run is not None else None
 
+    def _http_client(self, send: Callable[[CallRecord], Any], rng: np.random.Generator) -> Any:
+        """``openai.OpenAI`` on a fresh episode URL of the shared local endpoint."""
+        from marft_envs.programs.server import shared_server
+
+        try:
+            import openai
+        except ImportError:
+            raise ImportError(
+                "transport='http' needs the openai package: pip install 'marft[agents]'."
+            ) from None
+        if self._server is None:
+            self._server = shared_server()
+        url, counts = self._server.open(tuple(self.possible_agents), send)
+        self._episode_url = url
+        client = openai.OpenAI(base_url=url, api_key="marft", max_retries=0, timeout=None)
+        client.rng, client.counts, client.agents = rng, counts, tuple(self.possible_agents)  # type: ignore[attr-defined]
+        return client
+
     def _stop(self) -> None:
         if self._run is not None:
             self._run.close()
+        if self._server is not None and self._episode_url is not None:
+            self._server.release(self._episode_url)
+            self._episode_url = None
 
     def close(self) -> None:
+        """End the episode in progress; the last env using the endpoint stops it."""
         self._stop()
+        if self._server is not None:
+            from marft_envs.programs.server import release_server
+
+            self._server = None
+            release_server()
         super().close()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from marft_envs.programs.client import CallRecord, EpisodeEnded, ProgramClient
+from marft_envs.programs.client import CallRecord, EpisodeEnded
 
 __all__ = ["Event", "ProgramRun"]
 
@@ -57,7 +57,7 @@ class ProgramRun:
         self,
         program: Callable[..., Any],
         task: Any,
-        make_client: Callable[[Callable[[CallRecord], Any]], ProgramClient],
+        make_client: Callable[[Callable[[CallRecord], Any]], Any],
         time_budget: float,
     ) -> None:
         self._events: queue.Queue[Event] = queue.Queue()
