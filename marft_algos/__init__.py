@@ -43,7 +43,7 @@ _EXPORTS = {
     "Critic": "marft_algos.policy",
     "CheckpointError": "marft_algos.runs.checkpoint",
     "policy_from_checkpoint": "marft_algos.runs.checkpoint",
-    "GenerationSettings": "marft_algos.rollout.collector",
+    "GenerationSettings": "marft_algos.protocols",
     "RolloutCollector": "marft_algos.rollout.collector",
     "ALGORITHMS": "marft_algos.trainers.registry",
     "build_trainer": "marft_algos.trainers.registry",

@@ -3,13 +3,16 @@
 The trainers are written against these protocols rather than the concrete classes, so a user can
 bring their own policy (say, one backed by another inference engine) or critic: anything with
 these methods works, and ``mypy`` checks that :class:`~marft_algos.policy.MultiAgentPolicy` and
-:class:`~marft_algos.policy.critic.Critic` satisfy them.
+:class:`~marft_algos.policy.critic.Critic` satisfy them. :class:`GenerationSettings`, the one
+sampling object every ``generate`` takes, lives here too, so a policy, a rollout backend and the
+collector all name the same type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import torch
 
@@ -17,6 +20,9 @@ __all__ = [
     "BackboneLike",
     "CriticLike",
     "GeneratingPolicy",
+    "GenerationLike",
+    "GenerationSettings",
+    "Messages",
     "PolicyLike",
     "RolloutBackend",
     "TokenLogProbsLike",
@@ -55,22 +61,86 @@ class TokenLogProbsLike(Protocol):
     def mask(self) -> torch.Tensor: ...
 
 
+#: One observation to act on: a chat transcript, or an env observation ``{"messages": [...]}``.
+Messages: TypeAlias = Sequence[Mapping[str, Any]] | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How actions are sampled: the one settings object every ``generate`` takes.
+
+    Attributes:
+        max_new_tokens: Longest action in tokens.
+        temperature: Softmax temperature (log-probs are of the temperature-scaled distribution);
+            None: the policy's own temperature.
+        top_p: Nucleus sampling threshold (1 disables).
+        top_k: Top-k sampling (0 disables).
+        do_sample: False for greedy decoding (evaluation).
+        max_new_tokens_per_agent: Per-agent overrides of ``max_new_tokens`` (e.g. a reasoner that
+            writes steps needs more than an actor that writes ``\\boxed{}``).
+        seed: Seeds the sampling of a call made with these settings: the same seed gives the same
+            samples. None: the call's ``generator`` seeds it, or without one the global torch RNG.
+            A call with both a generator and a seed is refused.
+    """
+
+    max_new_tokens: int = 512
+    temperature: float | None = None
+    top_p: float = 1.0
+    top_k: int = 0
+    do_sample: bool = True
+    max_new_tokens_per_agent: Mapping[str, int] | None = None
+    seed: int | None = None
+
+    def tokens_for(self, agent: str) -> int:
+        """The length cap of ``agent``'s actions."""
+        return int((self.max_new_tokens_per_agent or {}).get(agent, self.max_new_tokens))
+
+
+class GenerationLike(Protocol):
+    """One sampled action as ``generate`` returns it (e.g.
+    :class:`~marft_algos.policy.multi_agent.Generation`): what the rollout collector keeps."""
+
+    @property
+    def prompt_ids(self) -> Sequence[int]:
+        """Token ids of the rendered prompt, exactly what the model read."""
+        ...
+
+    @property
+    def action_ids(self) -> Sequence[int]:
+        """The sampled token ids, exactly as sampled."""
+        ...
+
+    @property
+    def log_probs(self) -> Sequence[float]:
+        """Per-token log-probs of ``action_ids`` under the sampling distribution."""
+        ...
+
+    @property
+    def text(self) -> str:
+        """``action_ids`` decoded: the action the env receives."""
+        ...
+
+    @property
+    def finished(self) -> bool:
+        """The agent ended its turn itself (False: cut at the length cap)."""
+        ...
+
+
 class GeneratingPolicy(Protocol):
     """What the rollout collector needs: batched generation for one agent."""
 
     def generate(
         self,
         agent: str,
-        messages_batch: Sequence[Sequence[Mapping[str, Any]] | Mapping[str, Any]],
+        messages_batch: Sequence[Messages],
+        settings: GenerationSettings,
         *,
-        max_new_tokens: int,
-        temperature: float | None = ...,
-        top_p: float = ...,
-        top_k: int = ...,
-        do_sample: bool = ...,
         generator: torch.Generator | None = ...,
-        seed: int | None = ...,
-    ) -> list[Any]: ...
+    ) -> Sequence[GenerationLike]:
+        """One action per observation for ``agent``, sampled under ``settings``; ``generator``
+        (if given) seeds the call with one draw, so the same generator state gives the same
+        samples."""
+        ...
 
 
 @runtime_checkable

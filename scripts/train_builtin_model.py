@@ -285,8 +285,15 @@ class CorruptReasoner:
     def __init__(self, policy: MultiAgentPolicy) -> None:
         self.policy = policy
 
-    def generate(self, agent: str, messages_batch: list, **kwargs: Any) -> list[Any]:
-        out = self.policy.generate(agent, messages_batch, **kwargs)
+    def generate(
+        self,
+        agent: str,
+        messages_batch: list,
+        settings: GenerationSettings,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> list[Any]:
+        out = self.policy.generate(agent, messages_batch, settings, generator=generator)
         if agent != "reasoner":
             return out
         return [g._replace(text=_shift_digits(g.text)) for g in out]

@@ -40,11 +40,15 @@ import logging
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import run_info
 
 HERE = Path(__file__).resolve().parent
 
@@ -345,6 +349,7 @@ def run_one(
         "wall_s": wall,
         "train_s": train_time,
         "config": {"algorithm": setting.algorithm, **config.to_dict()},
+        "run_info": run_info([setting.env_id]),
     }
     (run_dir / "result.json").write_text(json.dumps(result, indent=2))
     return result
@@ -637,6 +642,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "goal_checks": goal_checks(rows),
         "wall_s": time.perf_counter() - started,
         "machine": machine(),
+        "run_info": run_info(sorted({s.env_id for s in selected})),
     }
     summary_dir.mkdir(parents=True, exist_ok=True)
     (summary_dir / "summary.json").write_text(json.dumps(summary, indent=2))

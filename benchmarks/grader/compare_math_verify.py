@@ -2,9 +2,9 @@
 
 Usage::
 
-    pip install math-verify          # benchmark-only dependency, never needed by the library
+    pip install -e ".[benchmarks]"   # math-verify (pinned there), never needed by the library
     PYTHONPATH=. python benchmarks/grader/compare_math_verify.py [--cases tests/data/grading_cases.jsonl]
-                                                    [--math500 PATH] [--show-errors]
+                                                    [--math500 PATH | --data-dir DIR] [--show-errors]
                                                     [--adversarial-length 100000]
 
 Reports, for each grader: agreement with the labels, false-accept rate (wrong answers accepted),
@@ -28,6 +28,7 @@ import json
 import logging
 import re
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from fractions import Fraction
@@ -42,7 +43,10 @@ except ImportError:  # imported as benchmarks.grader.compare_math_verify
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CASES = REPO / "tests" / "data" / "grading_cases.jsonl"
-DEFAULT_MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
+sys.path.insert(0, str(REPO / "benchmarks"))  # the shared runner
+from runner import find_data_file  # noqa: E402
+
+MATH500 = "math500.jsonl"  # in --data-dir or $MARFT_DATA (docs/benchmarks.md, "Data files")
 
 Grader = Callable[[str, str], bool]
 
@@ -225,7 +229,10 @@ def adversarial_check(graders: dict[str, Grader], length: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=Path, default=DEFAULT_CASES)
-    parser.add_argument("--math500", type=Path, default=DEFAULT_MATH500)
+    parser.add_argument(
+        "--math500", type=Path, default=None, help=f"default: {MATH500} in --data-dir / $MARFT_DATA"
+    )
+    parser.add_argument("--data-dir", default=None, help="folder of the data files ($MARFT_DATA)")
     parser.add_argument("--show-errors", action="store_true", help="list every disagreement")
     parser.add_argument(
         "--adversarial-length",
@@ -263,11 +270,12 @@ def main() -> None:
     print(table(all_rows))
     print("\nCases whose label does not depend on a documented policy choice:\n")
     print(table(strict_rows))
-    if args.math500.exists():
-        print(f"\nMATH-500 ({args.math500.name}):\n")
-        print(math500_check(graders, args.math500))
+    math500 = args.math500 or find_data_file(MATH500, args.data_dir)
+    if math500 is not None and math500.exists():
+        print(f"\nMATH-500 ({math500.name}):\n")
+        print(math500_check(graders, math500))
         print("\nMATH-500 gold answers against perturbed copies of themselves:\n")
-        print(math500_perturbations(graders, args.math500))
+        print(math500_perturbations(graders, math500))
     if args.adversarial_length:
         print(f"\nHostile responses of {args.adversarial_length:,} characters (gold '3'):\n")
         print(adversarial_check(graders, args.adversarial_length))

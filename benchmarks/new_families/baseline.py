@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +25,9 @@ import marft_envs
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.rollout.collector import GenerationSettings, RolloutCollector
 from marft_algos.rollout.evaluation import evaluation_requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import portable_path, run_info
 
 DEFAULT_IDS = [
     "sudoku-single-v0",
@@ -98,7 +102,14 @@ def main() -> None:
         rows.append(row)
     if args.json is not None:
         args.json.write_text(
-            json.dumps({"args": vars(args) | {"json": str(args.json)}, "rows": rows}, indent=2)
+            json.dumps(
+                {
+                    "args": vars(args) | {"json": portable_path(args.json)},
+                    "rows": rows,
+                    "run_info": run_info(args.ids),
+                },
+                indent=2,
+            )
             + "\n"
         )
 

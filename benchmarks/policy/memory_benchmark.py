@@ -85,13 +85,16 @@ def _release_free_heap() -> None:
 def measure(model_path: str, n_agents: int, max_new_tokens: int, trim: bool) -> dict:
     """Run in a fresh process: load, act and train once per agent, report memory."""
     from marft_algos.policy import MultiAgentPolicy
+    from marft_algos.protocols import GenerationSettings
 
     torch.manual_seed(0)
     agents = [f"agent{i}" for i in range(n_agents)]
     start = time.perf_counter()
     policy = MultiAgentPolicy.from_pretrained(model_path, agents, seed=0)
     for agent in agents:
-        gens = policy.generate(agent, PROMPTS, max_new_tokens=max_new_tokens, seed=0)
+        gens = policy.generate(
+            agent, PROMPTS, GenerationSettings(max_new_tokens=max_new_tokens, seed=0)
+        )
         logp = policy.token_log_probs(
             agent, [g.prompt_ids for g in gens], [g.action_ids for g in gens]
         ).log_probs

@@ -20,6 +20,7 @@ import time
 import torch
 
 from marft_algos.policy import MultiAgentPolicy, tiny_model_path
+from marft_algos.protocols import GenerationSettings
 
 PROBLEMS = [
     "What is 12 + 35?",
@@ -47,7 +48,9 @@ def _run(
     start = time.perf_counter()
     tokens = 0
     for i, batch in enumerate(batches):
-        gens = policy.generate("actor", batch, max_new_tokens=max_new_tokens, seed=seed + i)
+        gens = policy.generate(
+            "actor", batch, GenerationSettings(max_new_tokens=max_new_tokens, seed=seed + i)
+        )
         tokens += sum(len(g.action_ids) for g in gens)
     return tokens, time.perf_counter() - start
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from marft_algos.cli import ALGORITHMS, build_trainer
 from marft_algos.policy import LoraSettings, MultiAgentPolicy
 from marft_envs import AgentProfile
 from marft_envs.math.data import load_dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import run_info
 
 #: The actor's profile: math-single-v3's instruction plus an example of the answer format and a
 #: request for brevity (the untuned model greedily solves 6% of 50 held-out problems with it, 0% of
@@ -123,6 +127,7 @@ def main() -> None:
         f"{len(results)} seeds)"
     )
     if args.json:
+        summary["run_info"] = run_info(["math-single-v3"])
         args.json.write_text(json.dumps(summary, indent=2))
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,9 +37,14 @@ from marft_algos.policy import MultiAgentPolicy, kv_cache
 from marft_algos.policy.decoding import sample_categorical
 from marft_algos.policy.forward import left_pad
 from marft_algos.policy.kv_cache import left_padded_cache, prompt_caches
+from marft_algos.protocols import GenerationSettings
 from marft_envs.math.data import load_dataset
 
-GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k_test.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import find_data_file, run_info
+
+#: In $MARFT_DATA (docs/benchmarks.md, "Data files"); without it the built-in problems.
+GSM8K = "gsm8k_test.jsonl"
 
 
 def alternate(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
@@ -71,7 +77,8 @@ def main() -> None:
         for name, p in backbone.named_adapter_parameters("actor"):
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
-    data = load_dataset(GSM8K if GSM8K.is_file() else "builtin:test")
+    gsm8k = find_data_file(GSM8K)
+    data = load_dataset(str(gsm8k) if gsm8k is not None else "builtin:test")
     env = marft_envs.make("math-single-v1", dataset=data)
     distinct = []
     for i in range(args.prompts):
@@ -120,7 +127,7 @@ def main() -> None:
     )
 
     def generate() -> None:
-        policy.generate_from_ids("actor", prompts, max_new_tokens=n, seed=1)
+        policy.generate_from_ids("actor", prompts, GenerationSettings(max_new_tokens=n, seed=1))
 
     eos = backbone.eos_ids
     backbone.eos_ids = []  # every row runs to the cap: equal work in every variant
@@ -148,7 +155,9 @@ def main() -> None:
         results["generate_cache_s"] = alternate(
             {"in_place": generate, "torch_cat": concatenating}, args.repeats
         )
-        gens = policy.generate_from_ids("actor", prompts, max_new_tokens=n, seed=2)
+        gens = policy.generate_from_ids(
+            "actor", prompts, GenerationSettings(max_new_tokens=n, seed=2)
+        )
     finally:
         backbone.eos_ids = eos
 
@@ -177,7 +186,7 @@ def main() -> None:
     )
     print(json.dumps(results, indent=2))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps({**results, "run_info": run_info()}, indent=2))
 
 
 if __name__ == "__main__":

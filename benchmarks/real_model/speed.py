@@ -30,6 +30,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -37,9 +38,14 @@ import torch
 
 import marft_envs
 from marft_algos.policy import MultiAgentPolicy
+from marft_algos.protocols import GenerationSettings
 from marft_envs.math.data import load_dataset
 
-GSM8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k_test.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import find_data_file, run_info
+
+#: In $MARFT_DATA (docs/benchmarks.md, "Data files"); without it the built-in problems.
+GSM8K = "gsm8k_test.jsonl"
 
 
 def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
@@ -86,7 +92,8 @@ def model_costs(policy: MultiAgentPolicy, agent: str) -> dict[str, float]:
 
 def prompts_for(policy: MultiAgentPolicy, agent: str, batch: int) -> list[list[int]]:
     """Rendered actor prompts of the first ``batch`` GSM8K problems (or built-in ones)."""
-    data = load_dataset(GSM8K) if GSM8K.is_file() else load_dataset("builtin:test")
+    gsm8k = find_data_file(GSM8K)
+    data = load_dataset(str(gsm8k) if gsm8k is not None else "builtin:test")
     env = marft_envs.make("math-single-v3", dataset=data)
     out = []
     for i in range(batch):
@@ -102,7 +109,7 @@ def rollout(policy, agents, prompts, max_new_tokens, seed):
     start = time.perf_counter()
     for i, agent in enumerate(agents):
         gens = policy.generate_from_ids(
-            agent, prompts, max_new_tokens=max_new_tokens, seed=seed + i
+            agent, prompts, GenerationSettings(max_new_tokens=max_new_tokens, seed=seed + i)
         )
         steps = max(len(g.action_ids) for g in gens)
         slots += steps * len(gens)
@@ -257,7 +264,14 @@ def main() -> None:
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"matmul_flops": flops, "bandwidth": bandwidth, **costs, "rows": rows}, indent=2
+                {
+                    "matmul_flops": flops,
+                    "bandwidth": bandwidth,
+                    **costs,
+                    "rows": rows,
+                    "run_info": run_info(),
+                },
+                indent=2,
             )
         )
 

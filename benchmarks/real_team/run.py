@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,9 @@ from marft_algos.rollout.collector import RolloutCollector
 from marft_algos.rollout.evaluation import NoisyMessages, evaluation_requests, greedy
 from marft_envs import AgentProfile
 from marft_envs.math.data import load_dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import portable_path, run_info
 
 MODEL = "smollm2-135m-instruct"
 
@@ -183,7 +187,10 @@ def main() -> None:
                 f"--jobs {job!r}: expected setting:seed with a setting in {sorted(SETTINGS)}"
             )
         row = run_job(setting, int(seed), args)
-        row["args"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        row["args"] = {
+            k: portable_path(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+        }
+        row["run_info"] = run_info([SETTINGS[setting][0]])
         (args.out / f"{setting}-seed{seed}.json").write_text(json.dumps(row, indent=1) + "\n")
         print(json.dumps({k: v for k, v in row.items() if k != "args"}), flush=True)
 

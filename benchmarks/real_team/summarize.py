@@ -15,12 +15,16 @@ import argparse
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 from marft_algos.runs.samples import read_samples
 from marft_envs.math.grading import extract_answer, grade_answer, last_boxed, normalize_answer
 from marft_envs.math.grading.compare import is_number_literal
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import run_info
 
 HERE = Path(__file__).parent
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -198,6 +202,7 @@ def main() -> None:
         "budget": {k: any_job["args"][k] for k in ("iterations", "episodes_per_iteration")}
         | {"tokens_per_problem": 48},
     }
+    summary["run_info"] = run_info(["math-dual-v3", "math-single-v3"])  # of the summary's run
     args.summary.write_text(json.dumps(summary, indent=2) + "\n")
 
     for title, table in (

@@ -22,7 +22,9 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,8 +33,12 @@ import vllm
 
 import marft_envs
 from marft_algos.policy import MultiAgentPolicy
+from marft_algos.protocols import GenerationSettings
 from marft_algos.rollout.vllm import VLLMRolloutBackend, VLLMSettings
 from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import run_info
 
 MODEL = "smollm2-135m-instruct"
 ENV = "math-dual-v3"
@@ -61,7 +67,9 @@ def rollout(generator: Any, agents: list[str], messages: list[Any], tokens: int,
     start = time.perf_counter()
     produced = 0
     for i, agent in enumerate(agents):
-        gens = generator.generate(agent, messages, max_new_tokens=tokens, seed=seed + i)
+        gens = generator.generate(
+            agent, messages, GenerationSettings(max_new_tokens=tokens, seed=seed + i)
+        )
         produced += sum(len(g.action_ids) for g in gens)
     seconds = time.perf_counter() - start
     return {"tokens": produced, "seconds": seconds, "tokens_per_s": produced / seconds}
@@ -141,6 +149,7 @@ def main() -> None:
         "transformers": transformers.__version__,
         "vllm": vllm.__version__,
         "machine": platform.machine(),
+        "run_info": run_info([ENV]),
         "engine_startup_s": startup,
         "rollout": runs,
         "rollout_tokens_per_s_median": speed,

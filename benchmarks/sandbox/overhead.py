@@ -11,7 +11,10 @@ machine load hits each way alike:
 
 Usage (from the repository root)::
 
-    python benchmarks/sandbox/overhead.py --programs 60 --rounds 3
+    python benchmarks/sandbox/overhead.py --programs 60 --rounds 3 [--data-dir DIR] [--json out.json]
+
+The programs are MBPP's (sanitized) reference solutions when ``mbpp_sanitized.json`` is in
+``--data-dir`` or ``$MARFT_DATA`` (docs/benchmarks.md, "Data files"), else generated problems.
 """
 
 from __future__ import annotations
@@ -30,13 +33,16 @@ from marft_envs.code.data import CodeProblem, load_dataset
 from marft_envs.code.generator import generate_problems
 from marft_envs.sandbox.runner import Sandbox, SandboxLimits
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mbpp_sanitized.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import find_data_file, run_info
+
+MBPP = "mbpp_sanitized.json"
 
 
-def problems(n: int) -> list[CodeProblem]:
-    if SHARED.is_file():
+def problems(n: int, mbpp: Path | None) -> list[CodeProblem]:
+    if mbpp is not None:
         # MBPP's task 123 alone takes seconds; leave it out so the ratios measure overhead.
-        rows = [r for r in json.loads(SHARED.read_text()) if r["task_id"] != 123]
+        rows = [r for r in json.loads(mbpp.read_text()) if r["task_id"] != 123]
         return list(load_dataset(rows[:n], validate=False))
     return generate_problems(n, seed=0)
 
@@ -85,9 +91,12 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="sandbox pool size (default: CPUs, at most 8)"
     )
+    parser.add_argument("--data-dir", default=None, help=f"folder holding {MBPP} ($MARFT_DATA)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
 
-    ps = problems(args.programs)
+    mbpp = find_data_file(MBPP, args.data_dir)
+    ps = problems(args.programs, mbpp)
     sandbox = Sandbox(SandboxLimits(), max_workers=args.workers)
     times: dict[str, list[float]] = {
         "exec": [],
@@ -102,7 +111,7 @@ def main() -> None:
         times["sandbox-pool"].append(run_pool(sandbox, ps))
     sandbox.close()
 
-    source = "MBPP (sanitized) references" if SHARED.is_file() else "generated problems"
+    source = "MBPP (sanitized) references" if mbpp is not None else "generated problems"
     print(
         f"{len(ps)} {source}, {args.rounds} rounds, isolation={sandbox.isolation}, "
         f"workers={sandbox.max_workers}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -115,6 +124,17 @@ def main() -> None:
     for way, values in times.items():
         median = statistics.median(values)
         print(f"| {way} | {1000 * median:.1f} | {median / base:.2f} |")
+    if args.json is not None:
+        record = {
+            "programs": len(ps),
+            "source": source,
+            "rounds": args.rounds,
+            "isolation": sandbox.isolation,
+            "workers": sandbox.max_workers,
+            "seconds_per_program": times,
+            "run_info": run_info(["code-single-v1"]),
+        }
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

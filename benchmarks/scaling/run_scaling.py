@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import run_info
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -110,7 +113,8 @@ def main() -> None:
         r["speedup"] = base["iteration_s"] / r["iteration_s"]
         r["rollout_speedup"] = base["rollout_s"] / r["rollout_s"]
         r["update_speedup"] = base["update_s"] / r["update_s"]
-    (Path(__file__).parent / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    record = {"runs": results, "run_info": run_info(["math-dual-v3"], extra_flags=args.extra)}
+    (Path(__file__).parent / "results.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"{'processes':>9} {'episodes/s':>10} {'rollout s':>9} {'update s':>8} {'speed-up':>8}")
     for r in results:
         print(

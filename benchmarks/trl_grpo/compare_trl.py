@@ -27,10 +27,14 @@ import logging
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+from runner import run_info
 
 HERE = Path(__file__).resolve().parent
 ENV_ID = "math-single-v3"
@@ -374,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "speed_ratio_full_updates": full_result["episodes_per_s"] / trl_result["episodes_per_s"],
         "speed_ratio_including_warmup": marft_result["episodes_per_s_including_warmup"]
         / trl_result["episodes_per_s_including_warmup"],
+        "run_info": run_info([ENV_ID]),
         "machine": {
             "platform": platform.platform(),
             "cpu_count": os.cpu_count(),

@@ -51,6 +51,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -61,7 +62,10 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ENV_ID = "math-single-v1"
-GSM8K = HERE.parents[1].parent / "shared" / "data" / "gsm8k_test.jsonl"
+GSM8K = "gsm8k_test.jsonl"  # in --data-dir or $MARFT_DATA (docs/benchmarks.md, "Data files")
+
+sys.path.insert(0, str(HERE.parent))  # benchmarks/: the shared runner
+from runner import find_data_file, run_info  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -80,7 +84,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--generate-batch", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--data", default=str(GSM8K), help="GSM8K jsonl (default: shared data).")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help=f"GSM8K jsonl (default: {GSM8K} in --data-dir or $MARFT_DATA, else builtin:test).",
+    )
+    parser.add_argument("--data-dir", default=None, help="Folder of the data files ($MARFT_DATA).")
     parser.add_argument(
         "--results", default=str(HERE / "real_model_results.json"), help="Results JSON."
     )
@@ -140,10 +149,16 @@ def work(
 
 
 # ---------------------------------------------------------------------------------------- GRPO
+def _data_source(args: argparse.Namespace) -> str:
+    """``--data``, else the GSM8K file in ``--data-dir`` / ``$MARFT_DATA``, else ``builtin:test``."""
+    path = Path(args.data) if args.data else find_data_file(GSM8K, args.data_dir)
+    return str(path) if path is not None and path.is_file() else "builtin:test"
+
+
 def _problems(args: argparse.Namespace) -> Any:
     from marft_envs.math.data import load_dataset
 
-    return load_dataset(args.data if Path(args.data).is_file() else "builtin:test")
+    return load_dataset(_data_source(args))
 
 
 def build_marft(args: argparse.Namespace, data: Any) -> tuple[Any, dict[str, Any]]:
@@ -409,6 +424,7 @@ def run_generate(
     from marft_algos.policy import LoraSettings, MultiAgentPolicy
     from marft_algos.policy.forward import left_pad
     from marft_algos.policy.pretrained import resolve_model
+    from marft_algos.protocols import GenerationSettings
 
     data = _problems(args)
     policy = MultiAgentPolicy.from_pretrained(args.model, ["actor"], lora=LoraSettings(), seed=0)
@@ -437,7 +453,9 @@ def run_generate(
     def ours() -> int:
         backbone.eos_ids = []  # no end-of-turn: every row generates n tokens
         try:
-            gens = policy.generate_from_ids("actor", prompts, max_new_tokens=n, seed=1)
+            gens = policy.generate_from_ids(
+                "actor", prompts, GenerationSettings(max_new_tokens=n, seed=1)
+            )
         finally:
             backbone.eos_ids = eos
         return sum(len(g.action_ids) for g in gens)
@@ -510,7 +528,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
     results: dict[str, Any] = {
-        "settings": {k: v for k, v in vars(args).items() if k != "results"},
+        "settings": {
+            k: v for k, v in vars(args).items() if k not in ("results", "data", "data_dir")
+        },
+        "data": Path(_data_source(args)).name,  # the file's name only: no machine's folders
+        "run_info": run_info([ENV_ID]),
         "ceilings": peaks,
         "model_costs": costs,
         "machine": {

@@ -47,6 +47,7 @@ from marft_algos.policy.forward import (
 )
 from marft_algos.policy.kv_cache import shared_prompt_action_logits
 from marft_algos.policy.rendering import render_prompt_ids
+from marft_algos.protocols import GenerationSettings, Messages
 
 __all__ = ["Generation", "MultiAgentPolicy", "TokenLogProbs"]
 
@@ -427,15 +428,10 @@ class MultiAgentPolicy:
     def generate(
         self,
         agent: str,
-        messages_batch: Sequence[Sequence[Mapping[str, Any]] | Mapping[str, Any]],
+        messages_batch: Sequence[Messages],
+        settings: GenerationSettings,
         *,
-        max_new_tokens: int,
-        temperature: float | None = None,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        do_sample: bool = True,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
     ) -> list[Generation]:
         """Sample one action per observation for one agent, in a single batched ``generate`` call.
 
@@ -443,55 +439,42 @@ class MultiAgentPolicy:
             agent: The agent acting.
             messages_batch: One chat transcript (or env observation ``{"messages": ...}``) per
                 sample; rendered with the agent's chat template.
-            max_new_tokens: Length cap of an action.
-            temperature: Sampling temperature; default the policy temperature. Reported log-probs
-                are those of the sampled distribution (see the module docstring).
-            top_p: Nucleus sampling threshold (1.0 = off).
-            top_k: Top-k sampling (0 = off).
-            do_sample: False for greedy decoding.
+            settings: How to sample: the agent's length cap (:meth:`GenerationSettings.tokens_for`),
+                temperature (None: the policy's; reported log-probs are those of the sampled
+                distribution, see the module docstring), top-p, top-k, greedy or not, and an
+                optional seed.
             generator: Seeds the sampling: one seed is drawn from it and sampling runs under that
                 seed in a forked RNG, so the same generator state gives the same samples and the
-                global RNG is not advanced.
-            seed: Same as ``generator`` with an explicit seed. Without either, sampling uses the
-                global torch RNG (``torch.manual_seed`` makes it reproducible).
+                global RNG is not advanced. ``settings.seed`` does the same with an explicit seed;
+                without either, sampling uses the global torch RNG (``torch.manual_seed`` makes it
+                reproducible).
 
         Returns:
             One :class:`Generation` per observation, in order.
         """
         tokenizer = self.tokenizer(agent)
         prompts = [render_prompt_ids(tokenizer, m) for m in messages_batch]
-        return self.generate_from_ids(
-            agent,
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            do_sample=do_sample,
-            generator=generator,
-            seed=seed,
-        )
+        return self.generate_from_ids(agent, prompts, settings, generator=generator)
 
     def generate_from_ids(
         self,
         agent: str,
         prompt_ids: Sequence[Sequence[int]],
+        settings: GenerationSettings,
         *,
-        max_new_tokens: int,
-        temperature: float | None = None,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        do_sample: bool = True,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
     ) -> list[Generation]:
         """:meth:`generate` from already-rendered prompt token ids (multi-turn token-in)."""
+        max_new_tokens = settings.tokens_for(agent)
+        do_sample, seed = settings.do_sample, settings.seed
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
         if generator is not None and seed is not None:
-            raise ValueError("Pass either generator or seed, not both.")
+            raise ValueError(
+                f"Pass either a generator or settings.seed (got seed={seed}), not both."
+            )
         backbone = self.backbone(agent)
-        temp = self.temperature if temperature is None else float(temperature)
+        temp = self.temperature if settings.temperature is None else float(settings.temperature)
         prompts = [list(map(int, p)) for p in prompt_ids]
         if not prompts:
             return []
@@ -501,7 +484,7 @@ class MultiAgentPolicy:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
         # Greedy decoding samples nothing: its log-probs follow the policy temperature, uncut.
         dist_temp, dist_k, dist_p = (
-            (temp, top_k, top_p) if do_sample else (self.temperature, 0, 1.0)
+            (temp, settings.top_k, settings.top_p) if do_sample else (self.temperature, 0, 1.0)
         )
         adapter = self._binding(agent).adapter
         with contextlib.ExitStack() as stack:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from pettingzoo import AECEnv
 
-from marft_algos.protocols import GeneratingPolicy
+from marft_algos.protocols import GeneratingPolicy, GenerationLike, GenerationSettings
 from marft_envs.core.env import FlexPOMDPEnv
 
 __all__ = [
@@ -30,32 +30,6 @@ __all__ = [
     "ProgramFailures",
     "RolloutCollector",
 ]
-
-
-@dataclass(frozen=True)
-class GenerationSettings:
-    """Sampling settings for rollouts.
-
-    Attributes:
-        max_new_tokens: Longest action in tokens.
-        max_new_tokens_per_agent: Per-agent overrides of ``max_new_tokens`` (e.g. a reasoner that
-            writes steps needs more than an actor that writes ``\\boxed{}``).
-        temperature: Softmax temperature (log-probs are of the temperature-scaled distribution).
-        top_p: Nucleus sampling threshold (1 disables).
-        top_k: Top-k sampling (0 disables).
-        do_sample: False for greedy decoding (evaluation).
-    """
-
-    max_new_tokens: int = 512
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    do_sample: bool = True
-    max_new_tokens_per_agent: Mapping[str, int] | None = None
-
-    def tokens_for(self, agent: str) -> int:
-        """The length cap of ``agent``'s actions."""
-        return int((self.max_new_tokens_per_agent or {}).get(agent, self.max_new_tokens))
 
 
 @dataclass
@@ -131,12 +105,22 @@ class EpisodeRequest:
     group: int | None = None
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """An action of the round in progress; it becomes a :class:`Decision` when the round ends."""
+
+    agent: str
+    generation: GenerationLike
+    messages: Sequence[Mapping[str, Any]]
+
+
 def _unwrapped(env: AECEnv) -> FlexPOMDPEnv:
     base = env.unwrapped
     if not isinstance(base, FlexPOMDPEnv):
         raise TypeError(
-            f"RolloutCollector needs environments built on marft_envs.FlexPOMDPEnv (it reads the "
-            f"round structure), got {type(base).__name__}."
+            f"RolloutCollector needs environments built on marft_envs.FlexPOMDPEnv (it reads each "
+            f"finished round from env.unwrapped.last_round), got {type(base).__name__}. Subclass "
+            f"FlexPOMDPEnv (docs/tutorial_custom_env.md); wrappers around one are fine."
         )
     return base
 
@@ -150,13 +134,24 @@ def _over_at_reset(env: AECEnv) -> bool:
     return bool(env.terminations.get(agent) or env.truncations.get(agent))
 
 
+def _check_unseeded(settings: GenerationSettings) -> None:
+    if settings.seed is not None:
+        raise ValueError(
+            f"RolloutCollector seeds sampling from its own seed, so its GenerationSettings take no "
+            f"seed (got seed={settings.seed}); leave it None and pass RolloutCollector(seed=...)."
+        )
+
+
 class RolloutCollector:
     """Runs episodes on env copies with a multi-agent policy, batching generation per agent.
 
     Args:
-        policy: Anything with ``generate(agent, messages_batch, **settings) -> [Generation]``.
-        envs: The env copies (or a factory and a count via :meth:`from_factory`).
-        settings: Sampling settings.
+        policy: Anything with ``generate(agent, messages_batch, settings, *, generator)``
+            returning one :class:`~marft_algos.protocols.GenerationLike` record per observation.
+        envs: The env copies (or a factory and a count via :meth:`from_factory`): PettingZoo
+            envs built on :class:`~marft_envs.FlexPOMDPEnv`, wrapped or not (``marft_envs.make``
+            builds them so); any other AEC env is refused.
+        settings: Sampling settings (without a seed: ``seed`` seeds the sampling).
         seed: Seeds episode resets and sampling.
     """
 
@@ -175,6 +170,7 @@ class RolloutCollector:
         self.policy = policy
         self.envs = list(envs)
         self.settings = settings or GenerationSettings()
+        _check_unseeded(self.settings)
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)
         #: Called with each episode as it finishes (progress displays); None: nothing is called.
@@ -210,13 +206,14 @@ class RolloutCollector:
             settings: Overrides the collector's sampling settings (e.g. greedy for evaluation).
         """
         settings = settings or self.settings
+        _check_unseeded(settings)
         requests = self.requests(episodes) if isinstance(episodes, int) else list(episodes)
         results: list[Episode] = [
             Episode(seed=r.seed, options=dict(r.options or {}), group=r.group) for r in requests
         ]
         queue = deque(enumerate(requests))
         running: dict[int, int] = {}  # env index -> episode index
-        round_buffer: dict[int, list[Decision]] = defaultdict(list)
+        round_buffer: dict[int, list[_Pending]] = defaultdict(list)
 
         def start(env_index: int) -> None:
             while queue:
@@ -243,14 +240,7 @@ class RolloutCollector:
             for agent, env_indices in waiting.items():
                 messages = [self.envs[i].observe(agent)["messages"] for i in env_indices]
                 generations = self.policy.generate(
-                    agent,
-                    messages,
-                    max_new_tokens=settings.tokens_for(agent),
-                    temperature=settings.temperature,
-                    top_p=settings.top_p,
-                    top_k=settings.top_k,
-                    do_sample=settings.do_sample,
-                    generator=self.generator,
+                    agent, messages, settings, generator=self.generator
                 )
                 for env_index, generation in zip(env_indices, generations, strict=True):
                     base = _unwrapped(self.envs[env_index])
@@ -299,55 +289,62 @@ class RolloutCollector:
         env_index: int,
         episode_index: int,
         agent: str,
-        generation: Any,
+        generation: GenerationLike,
         messages: Sequence[Mapping[str, Any]],
         results: list[Episode],
-        round_buffer: dict[int, list[Decision]],
+        round_buffer: dict[int, list[_Pending]],
     ) -> bool:
         """Apply one generated action; returns True when the env's episode is over."""
         env = self.envs[env_index]
         base = _unwrapped(env)
-        rounds_before = len(base.history)
-        decision = Decision(
-            episode=episode_index,
-            timestep=base.timestep,
-            turn=len(base.round_state.actions),
-            agent=agent,
-            prompt_ids=list(generation.prompt_ids),
-            action_ids=list(generation.action_ids),
-            log_probs=list(generation.log_probs),
-            text=generation.text,
-            finished=bool(generation.finished),
-            messages=[dict(m) for m in messages],
-        )
+        before = base.last_round
         env.step(generation.text)
-        buffer = round_buffer[env_index]
-        buffer.append(decision)
-        if len(base.history) == rounds_before:
+        pending = round_buffer[env_index]
+        pending.append(_Pending(agent, generation, messages))
+        record = base.last_round
+        if record is None or record is before:
             return False
 
-        record = base.history[-1]
+        # The round's actions, in order, are exactly the ones buffered since it began.
+        decisions = [
+            _decision(episode_index, record.timestep, turn, p, record.rewards[p.agent])
+            for turn, p in enumerate(pending)
+        ]
+        pending.clear()
         episode = results[episode_index]
-        for d in buffer:
-            d.reward = record.rewards[d.agent]
-        _credit_idle_agents(record.rewards, buffer, episode.decisions, record.timestep)
-        buffer[-1].round_end = True
-        episode.decisions.extend(buffer)
+        _credit_idle_agents(record.rewards, decisions, episode.decisions, record.timestep)
+        decisions[-1].round_end = True
+        episode.decisions.extend(decisions)
         episode.team_return += record.team_reward
         for a, r in record.rewards.items():
             episode.agent_returns[a] = episode.agent_returns.get(a, 0.0) + r
-        buffer.clear()
 
         if env.agents and not any(env.terminations[a] or env.truncations[a] for a in env.agents):
             return False
         truncated = any(env.truncations.values())
-        for d in episode.decisions:
-            if d.timestep == record.timestep:
-                d.done, d.truncated = True, truncated
+        for d in decisions:
+            d.done, d.truncated = True, truncated
         episode.info = dict(record.info)
         while env.agents:  # retire every agent so the env is ready for the next reset
             env.step(None)
         return True
+
+
+def _decision(episode: int, timestep: int, turn: int, pending: _Pending, reward: float) -> Decision:
+    g = pending.generation
+    return Decision(
+        episode=episode,
+        timestep=timestep,
+        turn=turn,
+        agent=pending.agent,
+        prompt_ids=list(g.prompt_ids),
+        action_ids=list(g.action_ids),
+        log_probs=list(g.log_probs),
+        text=g.text,
+        finished=bool(g.finished),
+        reward=reward,
+        messages=[dict(m) for m in pending.messages],
+    )
 
 
 def _credit_idle_agents(

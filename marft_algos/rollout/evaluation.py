@@ -14,12 +14,10 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from marft_algos.rollout.collector import (
-    Episode,
-    EpisodeRequest,
-    GenerationSettings,
-    RolloutCollector,
-)
+import torch
+
+from marft_algos.protocols import GenerationSettings, Messages
+from marft_algos.rollout.collector import Episode, EpisodeRequest, RolloutCollector
 
 __all__ = [
     "EVAL_SEED_OFFSET",
@@ -163,7 +161,7 @@ def greedy(settings: GenerationSettings) -> GenerationSettings:
 class NoisyMessages:
     """A policy whose chosen agents' messages reach the env as seeded noise (an ablation).
 
-    Wraps anything with the policy's ``generate(agent, messages_batch, **kwargs)``. For the agents
+    Wraps anything with the policy's ``generate(agent, messages_batch, settings, *, generator)``. For the agents
     in ``agents`` every generated message keeps its length, but each character is drawn from
     ``charset`` (by default digits, spaces, ``+ - =`` and newlines: text shaped like worked steps
     that carries nothing). The token ids and log-probs are left as generated: only what the env
@@ -200,9 +198,16 @@ class NoisyMessages:
         self.charset = charset
         self.rng = random.Random(seed)
 
-    def generate(self, agent: str, messages_batch: Sequence[Any], **kwargs: Any) -> list[Any]:
+    def generate(
+        self,
+        agent: str,
+        messages_batch: Sequence[Messages],
+        settings: GenerationSettings,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> list[Any]:
         """The wrapped policy's generations, with noise for the text of the chosen agents."""
-        out = list(self.policy.generate(agent, messages_batch, **kwargs))
+        out = list(self.policy.generate(agent, messages_batch, settings, generator=generator))
         if agent not in self.agents:
             return out
         return [

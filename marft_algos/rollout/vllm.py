@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from marft_algos.policy.multi_agent import Generation
+from marft_algos.protocols import GenerationSettings, Messages
 
 if TYPE_CHECKING:
     from marft_algos.policy.multi_agent import MultiAgentPolicy
@@ -329,9 +330,10 @@ class VLLMRolloutBackend:
         """
         prompts = [policy.render(a, m) for a in agents for m in PROBE_MESSAGES]
         owners = [a for a in agents for _ in PROBE_MESSAGES]
-        generations = self.generate_mixed(
-            owners, prompts, max_new_tokens=self.settings.probe_tokens, temperature=1.0, seed=1234
+        probe = GenerationSettings(
+            max_new_tokens=self.settings.probe_tokens, temperature=1.0, seed=1234
         )
+        generations = self.generate_mixed(owners, prompts, probe)
         differences: dict[str, float] = {}
         for agent in agents:
             mine = [g for g in generations if g.agent == agent]
@@ -368,45 +370,46 @@ class VLLMRolloutBackend:
     def generate(
         self,
         agent: str,
-        messages_batch: Sequence[Sequence[Mapping[str, Any]] | Mapping[str, Any]],
-        **settings: Any,
+        messages_batch: Sequence[Messages],
+        settings: GenerationSettings,
+        *,
+        generator: torch.Generator | None = None,
     ) -> list[Generation]:
-        """:meth:`MultiAgentPolicy.generate`, on the engine with the agent's adapter (the settings
-        are :meth:`generate_mixed`'s)."""
+        """:meth:`MultiAgentPolicy.generate`, on the engine with the agent's adapter (see
+        :meth:`generate_mixed`)."""
         prompts = [self.policy.render(agent, m) for m in messages_batch]
-        return self.generate_mixed([agent] * len(prompts), prompts, **settings)
+        return self.generate_mixed([agent] * len(prompts), prompts, settings, generator=generator)
 
     def generate_from_ids(
-        self, agent: str, prompt_ids: Sequence[Sequence[int]], **settings: Any
+        self,
+        agent: str,
+        prompt_ids: Sequence[Sequence[int]],
+        settings: GenerationSettings,
+        *,
+        generator: torch.Generator | None = None,
     ) -> list[Generation]:
         """:meth:`generate` from already-rendered prompt token ids."""
-        return self.generate_mixed([agent] * len(prompt_ids), prompt_ids, **settings)
+        return self.generate_mixed(
+            [agent] * len(prompt_ids), prompt_ids, settings, generator=generator
+        )
 
     def generate_mixed(
         self,
         agents: Sequence[str],
         prompt_ids: Sequence[Sequence[int]],
+        settings: GenerationSettings,
         *,
-        max_new_tokens: int,
-        temperature: float | None = None,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        do_sample: bool = True,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
     ) -> list[Generation]:
         """One engine call for prompts of several agents, each under its own adapter.
 
         Args:
             agents: The acting agent of each prompt.
             prompt_ids: Rendered prompt ids, one list per agent entry.
-            max_new_tokens: Length cap of an action.
-            temperature: Sampling temperature (default: the policy's).
-            top_p: Nucleus threshold (1: off).
-            top_k: Top-k cut (0: off).
-            do_sample: False for greedy decoding.
+            settings: How to sample, as in :meth:`MultiAgentPolicy.generate`; each prompt is capped
+                at its agent's length (:meth:`GenerationSettings.tokens_for`), and with
+                ``settings.seed`` request ``i`` is seeded with ``seed + i``.
             generator: Seeds the sampling with one draw (same state, same samples).
-            seed: Same as ``generator`` with an explicit seed; each request gets ``seed + i``.
 
         Returns:
             One :class:`Generation` per prompt, in order.
@@ -419,33 +422,36 @@ class VLLMRolloutBackend:
                 f"agents and prompt_ids must have one entry per prompt, got {len(agents)} and "
                 f"{len(prompt_ids)}."
             )
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
+        caps = [settings.tokens_for(a) for a in agents]
+        if caps and min(caps) < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {min(caps)}.")
+        seed = settings.seed
         if generator is not None and seed is not None:
-            raise ValueError("Pass either generator or seed, not both.")
+            raise ValueError(
+                f"Pass either a generator or settings.seed (got seed={seed}), not both."
+            )
+        do_sample, top_p, top_k = settings.do_sample, settings.top_p, settings.top_k
         prompts = [list(map(int, p)) for p in prompt_ids]
         if not prompts:
             return []
         if any(not p for p in prompts):
             raise ValueError("Every prompt needs at least one token; got an empty prompt.")
         policy_temp = self.policy.temperature
-        temp = policy_temp if temperature is None else float(temperature)
+        temp = policy_temp if settings.temperature is None else float(settings.temperature)
         if do_sample and temp <= 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temp}.")
         if generator is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
         eos = list(self._backbone.eos_ids)
-        common: dict[str, Any] = {
-            "max_tokens": max_new_tokens,
-            "logprobs": 0,
-            "stop_token_ids": eos,
-        }
+        common: dict[str, Any] = {"logprobs": 0, "stop_token_ids": eos}
         if do_sample:
             common.update(temperature=temp, top_p=top_p, top_k=top_k)
         else:
             common.update(temperature=0.0)
         params = [
-            SamplingParams(**common, seed=None if seed is None else (seed + i) % 2**63)
+            SamplingParams(
+                **common, max_tokens=caps[i], seed=None if seed is None else (seed + i) % 2**63
+            )
             for i in range(len(prompts))
         ]
         loras = [self.lora_request(a) for a in agents]

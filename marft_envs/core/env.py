@@ -267,6 +267,15 @@ class FlexPOMDPEnv(AECEnv):
     def close(self) -> None:
         pass
 
+    @property
+    def last_round(self) -> RoundRecord | None:
+        """The episode's latest finished round (None until the first round ends).
+
+        A new record appears each time a round ends, so a caller that steps the env learns that
+        the round ended, and what it paid, from this one property.
+        """
+        return self.history[-1] if self.history else None
+
     # ------------------------------------------------------------------ internals
     @property
     def round_state(self) -> RoundState:

@@ -23,6 +23,7 @@ import marft_envs  # noqa: E402
 from marft_algos.cli import ALGORITHMS, build_trainer  # noqa: E402
 from marft_algos.cli.main import main  # noqa: E402
 from marft_algos.policy import AgentSpec, MultiAgentPolicy  # noqa: E402
+from marft_algos.protocols import GenerationSettings  # noqa: E402
 from marft_algos.rollout.vllm import AdapterSyncError, VLLMRolloutBackend  # noqa: E402
 
 AGENTS = ["alice", "bob", "carol", "dave"]
@@ -82,11 +83,9 @@ def test_engine_log_probs_equal_the_policys(team, temperature, top_p, top_k):
     gens = backend.generate(
         "bob",
         MESSAGES,
-        max_new_tokens=24,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        seed=3,
+        GenerationSettings(
+            max_new_tokens=24, temperature=temperature, top_p=top_p, top_k=top_k, seed=3
+        ),
     )
     for g, m in zip(gens, MESSAGES, strict=True):
         assert g.prompt_ids == policy.render("bob", m)  # exactly what the policy renders
@@ -97,7 +96,9 @@ def test_engine_log_probs_equal_the_policys(team, temperature, top_p, top_k):
     assert max_gap(policy, gens) < 1e-3
     # Equal seeds give equal samples.
     again = backend.generate(
-        "bob", MESSAGES, max_new_tokens=24, temperature=temperature, top_p=top_p, seed=3
+        "bob",
+        MESSAGES,
+        GenerationSettings(max_new_tokens=24, temperature=temperature, top_p=top_p, seed=3),
     )
     assert [g.action_ids for g in again] == [g.action_ids for g in gens]
 
@@ -106,7 +107,9 @@ def test_two_agents_in_one_call_get_their_own_adapters(team):
     policy, backend = team
     agents = ["alice", "bob", "dave", "carol"]
     prompt = policy.render("alice", MESSAGES[0])
-    gens = backend.generate_mixed(agents, [prompt] * 4, max_new_tokens=16, seed=5)
+    gens = backend.generate_mixed(
+        agents, [prompt] * 4, GenerationSettings(max_new_tokens=16, seed=5)
+    )
     assert [g.agent for g in gens] == agents
     assert max_gap(policy, gens) < 1e-3
     # Each row was generated with its agent's adapter, not another's: under the other trained
@@ -125,7 +128,7 @@ def test_sync_serves_the_updated_weights_and_never_stale_ones(team):
     before = backend.lora_request("alice")
     version = backend.version
     nudge(policy, "alice", 0.05, seed=7)  # an update the engine has not seen
-    gens = backend.generate("alice", MESSAGES, max_new_tokens=16, seed=9)
+    gens = backend.generate("alice", MESSAGES, GenerationSettings(max_new_tokens=16, seed=9))
     assert max_gap(policy, gens) > 1e-2  # the engine still serves the old weights...
     with pytest.raises(AdapterSyncError, match="'alice'"):
         backend.probe(policy, ["alice"])  # ...and the probe names the agent
@@ -135,7 +138,7 @@ def test_sync_serves_the_updated_weights_and_never_stale_ones(team):
     assert after.lora_name == f"alice@v{version + 1}"
     assert after.lora_int_id != before.lora_int_id
     assert engine.list_loras() == {backend.lora_request(a).lora_int_id for a in ("alice", "bob")}
-    gens = backend.generate("alice", MESSAGES, max_new_tokens=16, seed=9)
+    gens = backend.generate("alice", MESSAGES, GenerationSettings(max_new_tokens=16, seed=9))
     assert max_gap(policy, gens) < 1e-3  # log-probs moved as the policy's did
     assert backend.probe_differences["alice"] < 1e-3
 
@@ -143,14 +146,16 @@ def test_sync_serves_the_updated_weights_and_never_stale_ones(team):
     nudge(policy, "alice", 0.05, seed=8)
     backend.sync_adapters(policy, version + 1)
     assert backend.lora_request("alice").lora_int_id not in (before.lora_int_id, after.lora_int_id)
-    gens = backend.generate("alice", MESSAGES, max_new_tokens=16, seed=9)
+    gens = backend.generate("alice", MESSAGES, GenerationSettings(max_new_tokens=16, seed=9))
     assert max_gap(policy, gens) < 1e-3
 
 
 def test_greedy_generation_matches_the_policys(team):
     policy, backend = team
-    engine = backend.generate("bob", MESSAGES, max_new_tokens=12, do_sample=False)
-    local = policy.generate("bob", MESSAGES, max_new_tokens=12, do_sample=False)
+    engine = backend.generate(
+        "bob", MESSAGES, GenerationSettings(max_new_tokens=12, do_sample=False)
+    )
+    local = policy.generate("bob", MESSAGES, GenerationSettings(max_new_tokens=12, do_sample=False))
     assert [g.action_ids for g in engine] == [g.action_ids for g in local]
     for e, g in zip(engine, local, strict=True):
         assert max(abs(a - b) for a, b in zip(e.log_probs, g.log_probs, strict=True)) < 1e-3

@@ -11,6 +11,7 @@ import torch
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.decoding import sample_categorical
 from marft_algos.policy.forward import log_probs_and_entropy
+from marft_algos.protocols import GenerationSettings
 
 #: Rollout log-probs vs. recomputation in a differently laid out batch (float32 on CPU).
 LOGP_TOL = 1e-5
@@ -29,7 +30,7 @@ def _policy(path, agents=("agent",)) -> MultiAgentPolicy:
 def _trained(path) -> MultiAgentPolicy:
     """A policy whose adapter has moved off the identity (LoRA B != 0)."""
     policy = _policy(path)
-    gens = policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=6, seed=0)
+    gens = policy.generate("agent", [OBS_A, OBS_B], GenerationSettings(max_new_tokens=6, seed=0))
     opt = torch.optim.Adam(policy.trainable_parameters("agent"), lr=5e-2)
     logp = policy.token_log_probs(
         "agent", [g.prompt_ids for g in gens], [g.action_ids for g in gens]
@@ -79,9 +80,13 @@ def test_inverse_cdf_takes_unnormalised_weights():
 def test_merged_adapter_generation_equals_the_unmerged_one(tiny_path, temperature, top_k, top_p):
     policy = _trained(tiny_path)
     settings = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
-    merged = policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=8, seed=3, **settings)
+    merged = policy.generate(
+        "agent", [OBS_A, OBS_B], GenerationSettings(max_new_tokens=8, seed=3, **settings)
+    )
     policy.merge_adapters_for_generation = False
-    unmerged = policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=8, seed=3, **settings)
+    unmerged = policy.generate(
+        "agent", [OBS_A, OBS_B], GenerationSettings(max_new_tokens=8, seed=3, **settings)
+    )
     recomputed = _recomputed(policy, merged, **settings)
     for m, u, r in zip(merged, unmerged, recomputed, strict=True):
         assert m.action_ids == u.action_ids and m.finished == u.finished
@@ -97,7 +102,7 @@ def test_merged_generation_leaves_the_weights_and_flags_bitwise_unchanged(tiny_p
     model = policy.backbone("agent").model
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     flags = {n: p.requires_grad for n, p in model.named_parameters()}
-    policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=5, seed=0)
+    policy.generate("agent", [OBS_A, OBS_B], GenerationSettings(max_new_tokens=5, seed=0))
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
     assert flags == {n: p.requires_grad for n, p in model.named_parameters()}
     # The merge was real: inside it the base weights carry the adapter.
@@ -122,7 +127,7 @@ def test_each_distinct_prompt_is_prefilled_once_and_rows_share_it(tiny_path):
     )
     try:
         observations = [OBS_A, OBS_B, OBS_A, OBS_A, OBS_B]
-        gens = policy.generate("agent", observations, max_new_tokens=6, seed=1)
+        gens = policy.generate("agent", observations, GenerationSettings(max_new_tokens=6, seed=1))
     finally:
         hook.remove()
     len_a, len_b = len(gens[0].prompt_ids), len(gens[1].prompt_ids)
@@ -139,7 +144,9 @@ def test_kv_cache_grows_in_place_past_its_first_capacity(tiny_path):
     width = max(len(policy.render("agent", o)) for o in (OBS_A, OBS_B))
     eos, backbone.eos_ids = backbone.eos_ids, []
     try:
-        gens = policy.generate("agent", [OBS_A, OBS_B], max_new_tokens=2 * width + 5, seed=2)
+        gens = policy.generate(
+            "agent", [OBS_A, OBS_B], GenerationSettings(max_new_tokens=2 * width + 5, seed=2)
+        )
     finally:
         backbone.eos_ids = eos
     assert all(len(g.action_ids) == 2 * width + 5 for g in gens)
@@ -149,7 +156,9 @@ def test_kv_cache_grows_in_place_past_its_first_capacity(tiny_path):
 
 def test_update_with_shared_prompts_equals_the_padded_update(tiny_path):
     policy = _trained(tiny_path)
-    gens = policy.generate("agent", [OBS_A, OBS_A, OBS_B, OBS_A], max_new_tokens=7, seed=4)
+    gens = policy.generate(
+        "agent", [OBS_A, OBS_A, OBS_B, OBS_A], GenerationSettings(max_new_tokens=7, seed=4)
+    )
     results = []
     for share in (True, False):
         policy.share_prompts_in_update = share
@@ -196,7 +205,9 @@ def test_models_without_full_attention_prefill_the_padded_batch(tiny_path, monke
 
     monkeypatch.setattr(decoding, "full_attention_only", lambda _config: False)
     policy = _trained(tiny_path)
-    gens = policy.generate("agent", [OBS_A, OBS_B, OBS_A], max_new_tokens=6, seed=5)
+    gens = policy.generate(
+        "agent", [OBS_A, OBS_B, OBS_A], GenerationSettings(max_new_tokens=6, seed=5)
+    )
     policy.share_prompts_in_update = False
     for g, r in zip(gens, _recomputed(policy, gens), strict=True):
         torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)

@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from marft_algos.policy import AgentSpec, LoraSettings, MultiAgentPolicy
 from marft_algos.policy.forward import left_pad
+from marft_algos.protocols import GenerationSettings
 
 #: Observations of mixed lengths, as an env would emit them.
 OBSERVATIONS = [
@@ -62,7 +63,7 @@ def policy(tiny_path) -> MultiAgentPolicy:
 
 @pytest.fixture(scope="module")
 def gens(policy):
-    return policy.generate("reasoner", OBSERVATIONS, max_new_tokens=10, seed=0)
+    return policy.generate("reasoner", OBSERVATIONS, GenerationSettings(max_new_tokens=10, seed=0))
 
 
 def test_generation_fields(policy, gens):
@@ -104,7 +105,9 @@ def test_log_probs_are_recorded_while_decoding_without_a_second_forward(tiny_pat
         lambda _m, _a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True
     )
     try:
-        gens = policy.generate("reasoner", OBSERVATIONS, max_new_tokens=8, seed=5)
+        gens = policy.generate(
+            "reasoner", OBSERVATIONS, GenerationSettings(max_new_tokens=8, seed=5)
+        )
     finally:
         hook.remove()
     steps = max(len(g.action_ids) for g in gens)
@@ -122,7 +125,7 @@ def test_log_probs_match_the_sampling_distribution(tiny_path):
     # such as top_k=50); the reported log-probs are of exactly that distribution.
     policy = _policy(tiny_path, temperature=0.7)
     backbone = policy.backbone("actor")
-    gens = policy.generate("actor", OBSERVATIONS, max_new_tokens=6, seed=3)
+    gens = policy.generate("actor", OBSERVATIONS, GenerationSettings(max_new_tokens=6, seed=3))
     ids, mask = left_pad([g.prompt_ids for g in gens], backbone.pad_id, "cpu")
     with policy.acting("actor") as model, torch.no_grad(), torch.random.fork_rng():
         torch.manual_seed(0)
@@ -149,33 +152,45 @@ def test_log_probs_match_the_sampling_distribution(tiny_path):
 
 
 def test_seeded_sampling_is_reproducible(policy):
-    a = policy.generate("actor", OBSERVATIONS, max_new_tokens=8, seed=11)
-    b = policy.generate("actor", OBSERVATIONS, max_new_tokens=8, seed=11)
+    a = policy.generate("actor", OBSERVATIONS, GenerationSettings(max_new_tokens=8, seed=11))
+    b = policy.generate("actor", OBSERVATIONS, GenerationSettings(max_new_tokens=8, seed=11))
     c = policy.generate(
-        "actor", OBSERVATIONS, max_new_tokens=8, generator=torch.Generator().manual_seed(5)
+        "actor",
+        OBSERVATIONS,
+        GenerationSettings(max_new_tokens=8),
+        generator=torch.Generator().manual_seed(5),
     )
     d = policy.generate(
-        "actor", OBSERVATIONS, max_new_tokens=8, generator=torch.Generator().manual_seed(5)
+        "actor",
+        OBSERVATIONS,
+        GenerationSettings(max_new_tokens=8),
+        generator=torch.Generator().manual_seed(5),
     )
     assert [g.action_ids for g in a] == [g.action_ids for g in b]
     assert [g.action_ids for g in c] == [g.action_ids for g in d]
     assert [g.action_ids for g in a] != [g.action_ids for g in c]
     torch.manual_seed(2)
-    e = policy.generate("actor", OBSERVATIONS, max_new_tokens=8)
+    e = policy.generate("actor", OBSERVATIONS, GenerationSettings(max_new_tokens=8))
     torch.manual_seed(2)
-    f = policy.generate("actor", OBSERVATIONS, max_new_tokens=8)
+    f = policy.generate("actor", OBSERVATIONS, GenerationSettings(max_new_tokens=8))
     assert [g.action_ids for g in e] == [g.action_ids for g in f]
 
 
 def test_greedy_generation_is_deterministic(policy):
-    a = policy.generate("actor", OBSERVATIONS, max_new_tokens=8, do_sample=False)
-    b = policy.generate("actor", OBSERVATIONS[::-1], max_new_tokens=8, do_sample=False)
+    a = policy.generate(
+        "actor", OBSERVATIONS, GenerationSettings(max_new_tokens=8, do_sample=False)
+    )
+    b = policy.generate(
+        "actor", OBSERVATIONS[::-1], GenerationSettings(max_new_tokens=8, do_sample=False)
+    )
     assert [g.action_ids for g in a] == [g.action_ids for g in b[::-1]]
 
 
 def test_entropy_and_gradients_reach_only_the_agents_adapter(tiny_path):
     policy = _policy(tiny_path)
-    gens = policy.generate("reasoner", OBSERVATIONS[:2], max_new_tokens=5, seed=0)
+    gens = policy.generate(
+        "reasoner", OBSERVATIONS[:2], GenerationSettings(max_new_tokens=5, seed=0)
+    )
     logp, entropy, mask = policy.token_log_probs(
         "reasoner", [g.prompt_ids for g in gens], [g.action_ids for g in gens], with_entropy=True
     )
@@ -191,14 +206,18 @@ def test_entropy_and_gradients_reach_only_the_agents_adapter(tiny_path):
 
 def test_adapter_isolation(tiny_path):
     policy = _policy(tiny_path)
-    gens = policy.generate("reasoner", OBSERVATIONS, max_new_tokens=6, seed=1)
+    gens = policy.generate("reasoner", OBSERVATIONS, GenerationSettings(max_new_tokens=6, seed=1))
     before_a = _logp(policy, "reasoner", gens)
     before_b = _logp(policy, "actor", gens)
-    greedy_b = policy.generate("actor", OBSERVATIONS, max_new_tokens=6, do_sample=False)
+    greedy_b = policy.generate(
+        "actor", OBSERVATIONS, GenerationSettings(max_new_tokens=6, do_sample=False)
+    )
     _train_step(policy, "reasoner", gens)
     assert (_logp(policy, "reasoner", gens) - before_a).abs().max() > 1e-3
     assert torch.equal(_logp(policy, "actor", gens), before_b)
-    again_b = policy.generate("actor", OBSERVATIONS, max_new_tokens=6, do_sample=False)
+    again_b = policy.generate(
+        "actor", OBSERVATIONS, GenerationSettings(max_new_tokens=6, do_sample=False)
+    )
     assert [g.action_ids for g in again_b] == [g.action_ids for g in greedy_b]
 
 
@@ -209,7 +228,7 @@ def test_shared_adapter_shares_parameters(tiny_path):
     assert pr and all(a is b for a, b in zip(pr, pa, strict=True)) and len(pr) == len(pa)
     assert len(policy.parameters()) == len(pr)
     assert policy.adapter_groups() == {(str(tiny_path), "team"): ["reasoner", "actor"]}
-    gens = policy.generate("reasoner", OBSERVATIONS, max_new_tokens=5, seed=0)
+    gens = policy.generate("reasoner", OBSERVATIONS, GenerationSettings(max_new_tokens=5, seed=0))
     before = _logp(policy, "actor", gens)
     _train_step(policy, "reasoner", gens)
     assert torch.allclose(_logp(policy, "actor", gens), _logp(policy, "reasoner", gens))
@@ -237,8 +256,8 @@ def test_heterogeneous_agents_with_different_tokenizers(tiny_path, tiny_path_b):
     assert len(policy.backbones) == 2
     obs = OBSERVATIONS[1]
     assert policy.render("reasoner", obs) != policy.render("actor", obs)
-    gr = policy.generate("reasoner", OBSERVATIONS, max_new_tokens=5, seed=0)
-    ga = policy.generate("actor", OBSERVATIONS, max_new_tokens=5, seed=0)
+    gr = policy.generate("reasoner", OBSERVATIONS, GenerationSettings(max_new_tokens=5, seed=0))
+    ga = policy.generate("actor", OBSERVATIONS, GenerationSettings(max_new_tokens=5, seed=0))
     assert all(max(g.action_ids) < len(tok_a) for g in ga)
     assert all(
         g.prompt_ids == policy.render("actor", o) for g, o in zip(ga, OBSERVATIONS, strict=True)
@@ -257,7 +276,7 @@ def test_heterogeneous_agents_with_different_tokenizers(tiny_path, tiny_path_b):
 
 def test_reference_is_the_base_model_without_adapters(tiny_path):
     policy = _policy(tiny_path)
-    gens = policy.generate("reasoner", OBSERVATIONS, max_new_tokens=6, seed=2)
+    gens = policy.generate("reasoner", OBSERVATIONS, GenerationSettings(max_new_tokens=6, seed=2))
     ref = _logp(policy, "reasoner", gens, reference=True)
     # LoRA B starts at zero: before any update the policy is the reference.
     assert (_logp(policy, "reasoner", gens) - ref).abs().max() < LOGP_TOL
@@ -279,7 +298,7 @@ def test_reference_is_the_base_model_without_adapters(tiny_path):
 def test_frozen_agents_act_but_never_train(tiny_path, tmp_path):
     # Save a non-trivial adapter to start a frozen agent from it.
     donor = _policy(tiny_path, agents=["donor"])
-    donor_gens = donor.generate("donor", OBSERVATIONS, max_new_tokens=5, seed=0)
+    donor_gens = donor.generate("donor", OBSERVATIONS, GenerationSettings(max_new_tokens=5, seed=0))
     _train_step(donor, "donor", donor_gens)
     donor.save_adapters(tmp_path / "donor")
     specs = {
@@ -301,11 +320,11 @@ def test_frozen_agents_act_but_never_train(tiny_path, tmp_path):
     ).abs().max() > 1e-3
     snapshot = [p.detach().clone() for p in judge_params]
     frozen_before = _logp(policy, "critic_agent", donor_gens)
-    gens = policy.generate("reasoner", OBSERVATIONS, max_new_tokens=5, seed=0)
+    gens = policy.generate("reasoner", OBSERVATIONS, GenerationSettings(max_new_tokens=5, seed=0))
     for _ in range(3):
         _train_step(policy, "reasoner", gens)
         # Frozen agents still act, and their forward passes build no graph.
-        policy.generate("judge", OBSERVATIONS[:1], max_new_tokens=3, seed=0)
+        policy.generate("judge", OBSERVATIONS[:1], GenerationSettings(max_new_tokens=3, seed=0))
         assert not policy.token_log_probs(
             "judge", [gens[0].prompt_ids], [gens[0].action_ids]
         ).log_probs.requires_grad
@@ -314,7 +333,9 @@ def test_frozen_agents_act_but_never_train(tiny_path, tmp_path):
     assert torch.equal(_logp(policy, "critic_agent", donor_gens), frozen_before)
     # The adapter-less frozen agent generates exactly like the plain base model.
     base = AutoModelForCausalLM.from_pretrained(tiny_path).eval()
-    greedy = policy.generate("critic_agent", OBSERVATIONS[:1], max_new_tokens=6, do_sample=False)[0]
+    greedy = policy.generate(
+        "critic_agent", OBSERVATIONS[:1], GenerationSettings(max_new_tokens=6, do_sample=False)
+    )[0]
     ids = torch.tensor([greedy.prompt_ids])
     tok = policy.tokenizer("critic_agent")
     with torch.no_grad():
@@ -330,11 +351,11 @@ def test_frozen_agents_act_but_never_train(tiny_path, tmp_path):
 
 def test_save_and_load_adapters(tiny_path, tmp_path):
     policy = _policy(tiny_path)
-    gens = policy.generate("reasoner", OBSERVATIONS, max_new_tokens=6, seed=0)
+    gens = policy.generate("reasoner", OBSERVATIONS, GenerationSettings(max_new_tokens=6, seed=0))
     _train_step(policy, "reasoner", gens)
     _train_step(policy, "actor", gens)
     greedy = {
-        a: policy.generate(a, OBSERVATIONS, max_new_tokens=8, do_sample=False)
+        a: policy.generate(a, OBSERVATIONS, GenerationSettings(max_new_tokens=8, do_sample=False))
         for a in policy.agents
     }
     policy.save_adapters(tmp_path / "adapters")
@@ -343,7 +364,9 @@ def test_save_and_load_adapters(tiny_path, tmp_path):
     fresh = _policy(tiny_path, seed=123)
     fresh.load_adapters(tmp_path / "adapters")
     for agent in policy.agents:
-        again = fresh.generate(agent, OBSERVATIONS, max_new_tokens=8, do_sample=False)
+        again = fresh.generate(
+            agent, OBSERVATIONS, GenerationSettings(max_new_tokens=8, do_sample=False)
+        )
         assert [g.action_ids for g in again] == [g.action_ids for g in greedy[agent]]
         assert torch.equal(_logp(fresh, agent, gens), _logp(policy, agent, gens))
 
@@ -366,3 +389,10 @@ def test_load_adapters_rejects_other_lora_settings(tiny_path, tmp_path):
     other = _policy(tiny_path, lora=LoraSettings(r=4, target_modules=["q_proj", "v_proj"]))
     with pytest.raises(ValueError, match="does not match"):
         other.load_adapters(tmp_path / "a")
+
+
+def test_settings_cap_each_agent_and_refuse_two_seeds(policy):
+    settings = GenerationSettings(max_new_tokens=8, max_new_tokens_per_agent={"actor": 2}, seed=0)
+    assert all(len(g.action_ids) <= 2 for g in policy.generate("actor", OBSERVATIONS, settings))
+    with pytest.raises(ValueError, match=r"generator or settings\.seed \(got seed=0\)"):
+        policy.generate("actor", OBSERVATIONS, settings, generator=torch.Generator())

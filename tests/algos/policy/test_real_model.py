@@ -21,6 +21,7 @@ from marft_algos.policy import gguf as gguf_module
 from marft_algos.policy.backbone import load_backbone
 from marft_algos.policy.pretrained import resolve_model
 from marft_algos.policy.rendering import render_prompt_text
+from marft_algos.protocols import GenerationSettings
 from marft_algos.runs.checkpoint import load_checkpoint, save_checkpoint
 
 NAME = "smollm2-135m-instruct"
@@ -104,7 +105,9 @@ def test_env_system_prompt_replaces_the_templates_default(policy):
 def test_generation_stops_at_im_end_and_counts_its_log_prob_once(policy):
     # Greedy, the model answers this in 8 tokens, "<|im_end|>" included.
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    gens = policy.generate("actor", [messages] * 3, max_new_tokens=24, do_sample=False)
+    gens = policy.generate(
+        "actor", [messages] * 3, GenerationSettings(max_new_tokens=24, do_sample=False)
+    )
     im_end = policy.tokenizer("actor").convert_tokens_to_ids("<|im_end|>")
     for gen in gens:
         assert gen.finished and gen.action_ids[-1] == im_end
@@ -113,7 +116,9 @@ def test_generation_stops_at_im_end_and_counts_its_log_prob_once(policy):
         assert gen.text == "The capital of France is Paris."
     # Rollout log-probs (off the sampling logits, KV cache) equal one full forward's, end token
     # included: the first PPO ratio is 1 up to float32 round-off.
-    sampled = gens + policy.generate("actor", [messages] * 4, max_new_tokens=16, seed=0)
+    sampled = gens + policy.generate(
+        "actor", [messages] * 4, GenerationSettings(max_new_tokens=16, seed=0)
+    )
     logp, _, mask = policy.token_log_probs(
         "actor", [g.prompt_ids for g in sampled], [g.action_ids for g in sampled]
     )

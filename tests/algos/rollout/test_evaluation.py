@@ -7,7 +7,10 @@ from typing import Any
 import pytest
 
 from marft_algos.policy.multi_agent import Generation
+from marft_algos.protocols import GenerationSettings
 from marft_algos.rollout.evaluation import NoisyMessages
+
+SETTINGS = GenerationSettings(max_new_tokens=8)
 
 
 class EchoPolicy:
@@ -15,7 +18,14 @@ class EchoPolicy:
 
     agents = ("reasoner", "actor")
 
-    def generate(self, agent: str, messages_batch: list[Any], **kwargs: Any) -> list[Generation]:
+    def generate(
+        self,
+        agent: str,
+        messages_batch: list[Any],
+        settings: GenerationSettings,
+        *,
+        generator: Any = None,
+    ) -> list[Generation]:
         text = "7 \\times 8 = 56\n56 + 3 = 59" if agent == "reasoner" else "\\boxed{59}"
         return [
             Generation([1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], text, True, agent)
@@ -26,8 +36,8 @@ class EchoPolicy:
 def test_replaces_only_the_chosen_agents_text() -> None:
     policy = EchoPolicy()
     noisy = NoisyMessages(policy, ["reasoner"], seed=0)
-    original = policy.generate("reasoner", [[], []])[0]
-    out = noisy.generate("reasoner", [[], []])
+    original = policy.generate("reasoner", [[], []], SETTINGS)[0]
+    out = noisy.generate("reasoner", [[], []], SETTINGS)
     for g in out:
         assert g.text != original.text
         assert len(g.text) == len(original.text)
@@ -38,7 +48,7 @@ def test_replaces_only_the_chosen_agents_text() -> None:
             original.log_probs,
             True,
         )
-    assert noisy.generate("actor", [[]])[0].text == "\\boxed{59}"
+    assert noisy.generate("actor", [[]], SETTINGS)[0].text == "\\boxed{59}"
     # Anything else is the wrapped policy's.
     assert noisy.agents == frozenset({"reasoner"})
     assert noisy.policy.agents == ("reasoner", "actor")
@@ -47,15 +57,21 @@ def test_replaces_only_the_chosen_agents_text() -> None:
 def test_noise_repeats_with_the_seed_and_differs_across_seeds() -> None:
     first = [
         g.text
-        for g in NoisyMessages(EchoPolicy(), ["reasoner"], seed=3).generate("reasoner", [[]] * 4)
+        for g in NoisyMessages(EchoPolicy(), ["reasoner"], seed=3).generate(
+            "reasoner", [[]] * 4, SETTINGS
+        )
     ]
     again = [
         g.text
-        for g in NoisyMessages(EchoPolicy(), ["reasoner"], seed=3).generate("reasoner", [[]] * 4)
+        for g in NoisyMessages(EchoPolicy(), ["reasoner"], seed=3).generate(
+            "reasoner", [[]] * 4, SETTINGS
+        )
     ]
     other = [
         g.text
-        for g in NoisyMessages(EchoPolicy(), ["reasoner"], seed=4).generate("reasoner", [[]] * 4)
+        for g in NoisyMessages(EchoPolicy(), ["reasoner"], seed=4).generate(
+            "reasoner", [[]] * 4, SETTINGS
+        )
     ]
     assert first == again
     assert first != other

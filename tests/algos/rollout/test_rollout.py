@@ -25,7 +25,7 @@ class ScriptedPolicy:
         self.calls: list[tuple[str, int]] = []
         self.reply = reply or (lambda agent, messages: messages[-1]["content"])
 
-    def generate(self, agent, messages_batch, **settings):
+    def generate(self, agent, messages_batch, settings, *, generator=None):
         self.calls.append((agent, len(messages_batch)))
         out = []
         for messages in messages_batch:
@@ -110,13 +110,14 @@ def test_settings_reach_the_policy():
     seen = {}
 
     class Recording(ScriptedPolicy):
-        def generate(self, agent, messages_batch, **settings):
-            seen.update(settings)
-            return super().generate(agent, messages_batch)
+        def generate(self, agent, messages_batch, settings, *, generator=None):
+            seen.update(settings=settings, generator=generator)
+            return super().generate(agent, messages_batch, settings, generator=generator)
 
     collector = RolloutCollector.from_factory(Recording(), lambda: marft_envs.make("relay-v0"), 1)
-    collector.collect(1, GenerationSettings(max_new_tokens=7, do_sample=False, temperature=0.5))
-    assert seen["max_new_tokens"] == 7 and seen["do_sample"] is False and seen["temperature"] == 0.5
+    settings = GenerationSettings(max_new_tokens=7, do_sample=False, temperature=0.5)
+    collector.collect(1, settings)
+    assert seen["settings"] is settings and seen["generator"] is collector.generator
 
 
 def test_non_flex_envs_are_rejected_clearly():
@@ -127,3 +128,12 @@ def test_non_flex_envs_are_rejected_clearly():
 
     with pytest.raises(TypeError, match="FlexPOMDPEnv"):
         RolloutCollector(ScriptedPolicy(), [Plain()])
+
+
+def test_settings_with_a_seed_are_refused_naming_the_collector_seed():
+    factory = lambda: marft_envs.make("relay-v0")  # noqa: E731
+    with pytest.raises(ValueError, match=r"seed=5.*RolloutCollector\(seed=\.\.\.\)"):
+        RolloutCollector.from_factory(ScriptedPolicy(), factory, 1, GenerationSettings(seed=5))
+    collector = RolloutCollector.from_factory(ScriptedPolicy(), factory, 1)
+    with pytest.raises(ValueError, match="seed=5"):
+        collector.collect(1, GenerationSettings(seed=5))

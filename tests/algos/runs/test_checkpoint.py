@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from marft_algos.policy import AgentSpec, Critic, MultiAgentPolicy
+from marft_algos.protocols import GenerationSettings
 from marft_algos.runs.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -44,7 +45,7 @@ def _setup(path, seed=0, agents=("reasoner", "actor"), specs=None):
 
 
 def _train(policy, critic, opts):
-    gens = policy.generate("reasoner", OBS, max_new_tokens=6, seed=0)
+    gens = policy.generate("reasoner", OBS, GenerationSettings(max_new_tokens=6, seed=0))
     prompts, actions = [g.prompt_ids for g in gens], [g.action_ids for g in gens]
     for agent in policy.agents:
         lp = policy.token_log_probs(agent, prompts, actions).log_probs
@@ -59,7 +60,7 @@ def test_round_trip_restores_everything(tiny_path, tmp_path):
     policy, critic, opts = _setup(tiny_path)
     _train(policy, critic, opts)
     _train(policy, critic, opts)
-    greedy = {a: policy.generate(a, OBS, max_new_tokens=8, do_sample=False) for a in policy.agents}
+    greedy = {a: policy.generate(a, OBS, GenerationSettings(max_new_tokens=8, do_sample=False)) for a in policy.agents}
     values = critic.action_values([[1, 2, 3]]).detach()
     random.seed(1)
     np.random.seed(2)
@@ -87,7 +88,7 @@ def test_round_trip_restores_everything(tiny_path, tmp_path):
     }
     assert (random.random(), np.random.rand(), torch.rand(1)) == expected_rng
     for agent in policy.agents:
-        again = fresh.generate(agent, OBS, max_new_tokens=8, do_sample=False)
+        again = fresh.generate(agent, OBS, GenerationSettings(max_new_tokens=8, do_sample=False))
         assert [g.action_ids for g in again] == [g.action_ids for g in greedy[agent]]
     assert torch.equal(fresh_critic.action_values([[1, 2, 3]]).detach(), values)
     for name, opt in opts.items():

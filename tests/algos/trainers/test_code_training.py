@@ -78,7 +78,7 @@ class ReferencePolicy:
     def __init__(self, envs):
         self.envs = envs
 
-    def generate(self, agent, messages_batch, **settings):
+    def generate(self, agent, messages_batch, settings, *, generator=None):
         out = []
         for messages in messages_batch:
             if agent == "coder":

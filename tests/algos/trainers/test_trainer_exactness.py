@@ -19,6 +19,7 @@ from marft_algos.policy import AgentSpec, MultiAgentPolicy, tiny_model_path
 from marft_algos.policy.critic import Critic
 from marft_algos.policy.forward import action_logits, pack
 from marft_algos.policy.rendering import render_prompt_ids
+from marft_algos.protocols import GenerationSettings
 from marft_algos.rollout.collector import RolloutCollector
 from marft_algos.trainers.action_marft import ActionMARFTConfig, ActionMARFTTrainer
 from marft_algos.trainers.token_marft import TokenMARFTConfig, TokenMARFTTrainer
@@ -68,11 +69,9 @@ def test_rollout_log_probs_are_those_of_the_sampled_distribution(
     gens = policy.generate(
         "agent",
         MESSAGES,
-        max_new_tokens=6,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=1,
+        GenerationSettings(
+            max_new_tokens=6, temperature=temperature, top_k=top_k, top_p=top_p, seed=1
+        ),
     )
     batch = pack(
         [g.prompt_ids for g in gens],
@@ -107,10 +106,12 @@ def test_rollout_log_probs_are_those_of_the_sampled_distribution(
 
 def test_unmerged_path_agrees_with_the_merged_one(tiny_path):
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["agent"], seed=0)
-    kept = policy.generate("agent", MESSAGES, max_new_tokens=5, temperature=0.6, top_k=6, seed=4)
+    kept = policy.generate(
+        "agent", MESSAGES, GenerationSettings(max_new_tokens=5, temperature=0.6, top_k=6, seed=4)
+    )
     policy.merge_adapters_for_generation = False  # the adapter through peft's LoRA layers
     recomputed = policy.generate(
-        "agent", MESSAGES, max_new_tokens=5, temperature=0.6, top_k=6, seed=4
+        "agent", MESSAGES, GenerationSettings(max_new_tokens=5, temperature=0.6, top_k=6, seed=4)
     )
     for a, b in zip(kept, recomputed, strict=True):
         assert a.action_ids == b.action_ids

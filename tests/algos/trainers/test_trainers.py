@@ -381,9 +381,9 @@ def test_a_rollout_backend_generates_and_is_synced_after_every_update(tiny_path)
         def __init__(self):
             self.calls, self.synced = 0, []
 
-        def generate(self, agent, messages_batch, **kwargs):
+        def generate(self, agent, messages_batch, settings, *, generator=None):
             self.calls += 1
-            return policy.generate(agent, messages_batch, **kwargs)
+            return policy.generate(agent, messages_batch, settings, generator=generator)
 
         def sync_adapters(self, policy, version):
             self.synced.append(version)

@@ -160,3 +160,22 @@ def test_task_can_reward_agents_directly():
     # The team reward of a mapping is the mean of its values (the sum counted a success paid to
     # every agent several times); Transition(team_reward=...) sets it explicitly.
     assert env.infos["a"]["team_reward"] == -0.25
+
+
+def test_last_round_is_the_latest_finished_round():
+    env = marft_envs.make("relay-v0", horizon=2)
+    env.reset(seed=0)
+    base = env.unwrapped
+    assert base.last_round is None  # no round has ended yet
+    env.step("no idea")
+    assert base.last_round is None  # the round is still in progress
+    env.step("no idea")
+    first = base.last_round
+    assert first is not None and first.timestep == 0
+    assert [agent for agent, _ in first.actions] == list(base.possible_agents)
+    env.step("still no idea")
+    assert base.last_round is first  # unchanged until the next round ends
+    env.step("still no idea")
+    assert base.last_round is not first and base.last_round.timestep == 1
+    env.reset(seed=1)
+    assert base.last_round is None

