@@ -189,6 +189,7 @@ class ProgramEnv(FlexPOMDPEnv):
         self.split = split
         self.transport = transport
         self._server: Any = None
+        self._http: Any = None
         self._episode_url: str | None = None
         source = test_tasks if split == "test" and test_tasks is not None else tasks
         if callable(source):
@@ -213,6 +214,7 @@ class ProgramEnv(FlexPOMDPEnv):
         self._run: ProgramRun | None = None
         self._event: Event | None = None
         self._usage: tuple[int, int, bool] = (0, 0, True)
+        self._answered: str | None = None
         self.task: Any = None
         self._latest: dict[str, list[dict[str, Any]]] = {}
 
@@ -264,12 +266,30 @@ class ProgramEnv(FlexPOMDPEnv):
     def note_generation(self, prompt_tokens: int, completion_tokens: int, finished: bool) -> None:
         self._usage = (int(prompt_tokens), int(completion_tokens), bool(finished))
 
+    def prepare_step(self, action: str) -> None:
+        """Hand the reply to the program now, so that the programs of all env copies run on to
+        their next calls at once (the collector steps the copies one after another)."""
+        if self._run is not None and self._pending_call() is not None and self._answered is None:
+            self._answer(action)
+
+    def _answer(self, text: str) -> None:
+        assert self._run is not None
+        prompt_tokens, completion_tokens, finished = self._usage
+        self._usage = (0, 0, True)
+        self._answered = text
+        self._run.answer((text, finished, prompt_tokens, completion_tokens))
+
     def _transition(self, actions: Mapping[str, str]) -> Transition:
         assert self._run is not None
         ((_, text),) = actions.items()
-        prompt_tokens, completion_tokens, finished = self._usage
-        self._usage = (0, 0, True)
-        self._run.answer((text, finished, prompt_tokens, completion_tokens))
+        if self._answered is None:
+            self._answer(text)
+        elif self._answered != text:
+            raise RuntimeError(
+                "step() got another action than prepare_step() announced for this call; the program "
+                "already received the announced one. Step the action you prepared."
+            )
+        self._answered = None
         self._event = self._run.next_event()
         if self._event.kind == "call":
             if self.timestep + 1 >= self.horizon:
@@ -372,7 +392,11 @@ class ProgramEnv(FlexPOMDPEnv):
             self._server = shared_server()
         url, counts = self._server.open(tuple(self.possible_agents), send)
         self._episode_url = url
-        client = openai.OpenAI(base_url=url, api_key="marft", max_retries=0, timeout=None)
+        if self._http is None:  # one connection pool per env copy, kept across its episodes
+            self._http = openai.DefaultHttpxClient(timeout=None)
+        client = openai.OpenAI(
+            base_url=url, api_key="marft", max_retries=0, timeout=None, http_client=self._http
+        )
         client.rng, client.counts, client.agents = rng, counts, tuple(self.possible_agents)  # type: ignore[attr-defined]
         return client
 
@@ -386,6 +410,9 @@ class ProgramEnv(FlexPOMDPEnv):
     def close(self) -> None:
         """End the episode in progress; the last env using the endpoint stops it."""
         self._stop()
+        if self._http is not None:
+            self._http.close()
+            self._http = None
         if self._server is not None:
             from marft_envs.programs.server import release_server
 
