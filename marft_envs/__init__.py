@@ -37,6 +37,7 @@ from marft_envs.registration import (
     make,
     pprint_registry,
     register,
+    register_program,
     registry,
     spec,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "make_gymnasium",
     "pprint_registry",
     "register",
+    "register_program",
     "registry",
     "spec",
 ]

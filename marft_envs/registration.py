@@ -51,6 +51,7 @@ __all__ = [
     "make",
     "pprint_registry",
     "register",
+    "register_program",
     "registry",
     "retire",
     "retired",
@@ -213,6 +214,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
         return {k: _jsonable(v) for k, v in value.items()}
+    if callable(value) and hasattr(value, "__qualname__"):
+        return {"callable": _qualname(value)}  # stable across processes, unlike its repr
     return {"repr": repr(value)[:200]}
 
 
@@ -328,6 +331,75 @@ def register(
     )
     registry[id] = new
     return new
+
+
+def register_program(
+    id: str,
+    program: Callable[..., Any],
+    *,
+    agents: Any,
+    tasks: Any,
+    test_tasks: Any = None,
+    description: str = "",
+    **kwargs: Any,
+) -> EnvSpec:
+    """Register an agent program as an env id (see :mod:`marft_envs.programs`).
+
+    ``program(task, client)`` runs one episode of the team with
+    ``client.chat.completions.create(model=AGENT, messages=...)`` (the ``openai`` client surface)
+    and returns its reward: a number, or named parts such as ``{"success": 1.0, "cost": -0.15}``.
+
+    Args:
+        id: Versioned id, e.g. ``"helpdesk-v0"``; bump it when the program, its prompts, tasks or
+            reward change.
+        program: The team, as a function or ``async def`` of ``(task, client)``.
+        agents: The agent names the program passes as ``model`` (or their profiles).
+        tasks: Training tasks: a list, a ``.json``/``.jsonl`` file of rows, or a function of a numpy
+            generator.
+        test_tasks: Held-out tasks for evaluation (default: a seeded share of a ``tasks`` list).
+        description: One line for :func:`pprint_registry`.
+        **kwargs: More :class:`~marft_envs.programs.ProgramEnv` arguments (``reward_weights``,
+            ``credit``, ``max_calls``, ``episode_timeout``, ``error_reward``, ...).
+    """
+    if not callable(program):
+        raise TypeError(
+            f"program of {id!r} must be a function program(task, client), got {program!r:.80}."
+        )
+    return register(
+        id,
+        "marft_envs.programs.env:ProgramEnv",
+        kwargs={
+            "program": program,
+            "agents": list(agents),
+            "tasks": _task_source(tasks, "tasks"),
+            "test_tasks": _task_source(test_tasks, "test_tasks"),
+            **kwargs,
+        },
+        description=description or f"agent program {getattr(program, '__qualname__', program)!r}",
+    )
+
+
+def _task_source(tasks: Any, name: str) -> Any:
+    """Tasks as the env takes them: a file path becomes its rows."""
+    import json
+    import os
+    from pathlib import Path
+
+    if tasks is None or callable(tasks) or not isinstance(tasks, (str, os.PathLike)):
+        return tasks
+    path = Path(tasks)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{name}={str(tasks)!r} is not a file; pass a list, a .json/.jsonl file or a function."
+        )
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        rows = json.loads(text)
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{name}={str(tasks)!r} holds no list of tasks.")
+    return rows
 
 
 _plugins_loaded = False

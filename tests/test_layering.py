@@ -36,6 +36,7 @@ LAYERS = {
         "code": 1,
         "puzzles": 1,
         "toy": 1,
+        "programs": 1,
         "tools": 2,  # calls the sandbox and grades with math
         "debate": 2,  # grades with math
         "gym_bridge": 4,

@@ -22,7 +22,14 @@ from pettingzoo import AECEnv
 from marft_algos.protocols import GeneratingPolicy, GenerationLike, GenerationSettings
 from marft_envs.core.env import FlexPOMDPEnv
 
-__all__ = ["Decision", "Episode", "EpisodeRequest", "GenerationSettings", "RolloutCollector"]
+__all__ = [
+    "Decision",
+    "Episode",
+    "EpisodeRequest",
+    "GenerationSettings",
+    "ProgramFailures",
+    "RolloutCollector",
+]
 
 
 @dataclass
@@ -118,6 +125,15 @@ def _unwrapped(env: AECEnv) -> FlexPOMDPEnv:
     return base
 
 
+class ProgramFailures(RuntimeError):
+    """Too many episodes of one rollout ended with a program error (the message has the first)."""
+
+
+def _over_at_reset(env: AECEnv) -> bool:
+    agent = env.agent_selection
+    return bool(env.terminations.get(agent) or env.truncations.get(agent))
+
+
 def _check_unseeded(settings: GenerationSettings) -> None:
     if settings.seed is not None:
         raise ValueError(
@@ -200,11 +216,19 @@ class RolloutCollector:
         round_buffer: dict[int, list[_Pending]] = defaultdict(list)
 
         def start(env_index: int) -> None:
-            if not queue:
-                return
-            episode_index, request = queue.popleft()
-            self.envs[env_index].reset(seed=request.seed, options=dict(request.options or {}))
-            running[env_index] = episode_index
+            while queue:
+                episode_index, request = queue.popleft()
+                env = self.envs[env_index]
+                env.reset(seed=request.seed, options=dict(request.options or {}))
+                if not _over_at_reset(env):
+                    running[env_index] = episode_index
+                    return
+                # Nothing to decide (e.g. a program that ended before its first call).
+                results[episode_index].info = dict(env.infos[env.agent_selection])
+                while env.agents:
+                    env.step(None)
+                if self.on_episode is not None:
+                    self.on_episode(results[episode_index])
 
         for env_index in range(len(self.envs)):
             start(env_index)
@@ -219,8 +243,12 @@ class RolloutCollector:
                     agent, messages, settings, generator=self.generator
                 )
                 for env_index, generation in zip(env_indices, generations, strict=True):
+                    base = _unwrapped(self.envs[env_index])
+                    base.note_generation(
+                        len(generation.prompt_ids), len(generation.action_ids), generation.finished
+                    )
                     # Lets slow transitions (e.g. sandboxed programs) of all copies run in parallel.
-                    _unwrapped(self.envs[env_index]).prepare_step(generation.text)
+                    base.prepare_step(generation.text)
                 for env_index, generation, observed in zip(
                     env_indices, generations, messages, strict=True
                 ):
@@ -238,7 +266,23 @@ class RolloutCollector:
                             self.on_episode(results[running[env_index]])
                         del running[env_index]
                         start(env_index)
+        self._check_failures(results)
         return results
+
+    def _check_failures(self, results: Sequence[Episode]) -> None:
+        """Stop when more episodes failed than the env allows (``max_error_share``, e.g. agent
+        programs that raise), with the first failure's traceback."""
+        limit = getattr(_unwrapped(self.envs[0]), "max_error_share", None)
+        failed = [e for e in results if "program_error" in e.info]
+        if limit is None or not failed or len(failed) <= limit * len(results):
+            return
+        first = failed[0].info["program_error"]
+        raise ProgramFailures(
+            f"{len(failed)} of {len(results)} episodes ended with a program error, more than "
+            f"max_error_share={limit:g} allows. The first (episode seed {failed[0].seed}, agent "
+            f"{first.get('agent')!r}, call {first.get('call')}): {first.get('type')}: "
+            f"{first.get('message')}\n{first.get('traceback', '')}"
+        )
 
     def _step(
         self,

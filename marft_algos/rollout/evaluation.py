@@ -123,6 +123,7 @@ def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, An
             per_agent.setdefault(agent, []).append(bool(ok))
     for agent, oks in sorted(per_agent.items()):
         metrics[f"{prefix}/accuracy/{agent}"] = sum(oks) / len(oks)
+    metrics.update(_program_metrics(episodes, prefix))
     decisions = [d for e in episodes for d in e.decisions]
     if decisions:
         metrics[f"{prefix}/action_tokens_mean"] = sum(len(d.action_ids) for d in decisions) / len(
@@ -131,6 +132,24 @@ def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, An
         metrics[f"{prefix}/action_cut_fraction"] = sum(not d.finished for d in decisions) / len(
             decisions
         )
+    return metrics
+
+
+def _program_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:
+    """Named reward parts (mean per episode), model calls per agent and program errors, for envs
+    that report them (agent programs: ``info["reward_parts"]``, ``info["calls"]``)."""
+    n = len(episodes)
+    metrics: dict[str, Any] = {}
+    parts = sorted({k for e in episodes for k in e.info.get("reward_parts", {})})
+    for part in parts:
+        total = sum(e.info.get("reward_parts", {}).get(part, 0.0) for e in episodes)
+        metrics[f"{prefix}/reward/{part}"] = total / n
+    if any("calls" in e.info or "program_error" in e.info for e in episodes):
+        agents = sorted({a for e in episodes for a in e.info.get("calls", {})})
+        for agent in agents:
+            calls = sum(e.info.get("calls", {}).get(agent, 0) for e in episodes)
+            metrics[f"{prefix}/calls/{agent}"] = calls / n
+        metrics[f"{prefix}/program_errors"] = sum("program_error" in e.info for e in episodes)
     return metrics
 
 

@@ -175,6 +175,13 @@ class FlexPOMDPEnv(AECEnv):
         transition is slow (e.g. running a program) can start the work for all copies at once.
         """
 
+    def note_generation(self, prompt_tokens: int, completion_tokens: int, finished: bool) -> None:
+        """What the policy read and wrote for the action about to be stepped (default: ignored).
+
+        Collectors call it before :meth:`step`, so a task can count tokens (e.g. a cost per token)
+        or tell a reply cut at the token budget from a finished one.
+        """
+
     def _route_context(self) -> Mapping[str, Any]:
         """State exposed to dependency functions as ``RoundState.context`` (default: nothing)."""
         return {}

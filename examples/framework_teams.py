@@ -1,0 +1,141 @@
+"""Train a team written with an agent framework, over marft's OpenAI-compatible endpoint.
+
+    pip install 'marft[agents]'
+    python examples/framework_teams.py --env helpdesk-langgraph-v0
+    python examples/framework_teams.py --env helpdesk-agents-sdk-v0 --algo grpo --num-generations 4
+
+The help desk of ``examples/program_team.py`` (planner -> math or writing specialist -> critic,
+reward: success minus 0.02 per call), twice more, as the frameworks' users write it:
+
+- ``helpdesk-langgraph-v0``: a LangGraph graph whose nodes call ``ChatOpenAI``;
+- ``helpdesk-agents-sdk-v0``: OpenAI Agents SDK agents run one after the other by ``Runner``.
+
+Both are registered with ``transport="http"``: each episode's program gets an ``openai.OpenAI``
+client whose ``base_url`` is the episode's own URL on a local endpoint, and builds the framework's
+client from it; ``model`` names the agent, so each agent's calls reach its own adapter.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TypedDict
+
+import marft_envs
+from marft_envs.math import grade_answer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from program_team import CRITIC, PLANNER, SPECIALISTS, helpdesk_tasks
+
+AGENTS = ["planner", "math", "writer", "critic"]
+
+
+class Ticket(TypedDict):
+    request: str
+    route: str
+    answer: str
+    verdict: str
+
+
+def langgraph_team(task: dict[str, Any], client: Any) -> dict[str, float]:
+    """The help desk as a LangGraph graph."""
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import END, START, StateGraph
+
+    def llm(agent: str) -> ChatOpenAI:
+        return ChatOpenAI(
+            model=agent, base_url=str(client.base_url), api_key="marft", max_retries=0
+        )
+
+    def planner(state: Ticket) -> dict[str, str]:
+        reply = llm("planner").invoke([("system", PLANNER), ("user", state["request"])])
+        return {"route": "math" if "math" in str(reply.content).lower() else "writer"}
+
+    def specialist(state: Ticket) -> dict[str, str]:
+        prompt = state["request"]
+        if state["verdict"]:
+            prompt += f"\n\nA reviewer sent your answer back: {state['verdict']}"
+        reply = llm(state["route"]).invoke(
+            [("system", SPECIALISTS[state["route"]]), ("user", prompt)]
+        )
+        return {"answer": str(reply.content)}
+
+    def critic(state: Ticket) -> dict[str, str]:
+        user = f"Request: {state['request']}\nAnswer: {state['answer']}"
+        return {"verdict": str(llm("critic").invoke([("system", CRITIC), ("user", user)]).content)}
+
+    def sent_back(state: Ticket) -> str:
+        first_review = sum(client.counts.calls.get(a, 0) for a in ("math", "writer")) == 1
+        return "specialist" if first_review and "REVISE" in state["verdict"].upper() else END
+
+    graph = StateGraph(Ticket)
+    graph.add_node("planner", planner)
+    graph.add_node("specialist", specialist)
+    graph.add_node("critic", critic)
+    graph.add_edge(START, "planner")
+    graph.add_edge("planner", "specialist")
+    graph.add_edge("specialist", "critic")
+    graph.add_conditional_edges("critic", sent_back)
+    start: Ticket = {"request": task["request"], "route": "", "answer": "", "verdict": ""}
+    final = graph.compile().invoke(start)
+    calls = sum(client.counts.calls.values())
+    return {"success": float(grade_answer(final["answer"], task["answer"])), "cost": -0.02 * calls}
+
+
+async def agents_sdk_team(task: dict[str, Any], client: Any) -> dict[str, float]:
+    """The help desk with the OpenAI Agents SDK (chat completions, tracing off: nothing leaves
+    the machine)."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    api = AsyncOpenAI(base_url=str(client.base_url), api_key="marft", max_retries=0)
+
+    def agent(name: str, instructions: str) -> Agent:
+        model = OpenAIChatCompletionsModel(model=name, openai_client=api)
+        return Agent(name=name, instructions=instructions, model=model)
+
+    route = (await Runner.run(agent("planner", PLANNER), task["request"])).final_output
+    specialist = "math" if "math" in str(route).lower() else "writer"
+    expert = agent(specialist, SPECIALISTS[specialist])
+    answer = str((await Runner.run(expert, task["request"])).final_output)
+    review = f"Request: {task['request']}\nAnswer: {answer}"
+    verdict = str((await Runner.run(agent("critic", CRITIC), review)).final_output)
+    if "REVISE" in verdict.upper():
+        retry = f"{task['request']}\n\nA reviewer sent your answer back: {verdict}"
+        answer = str((await Runner.run(expert, retry)).final_output)
+    calls = sum(client.counts.calls.values())
+    return {"success": float(grade_answer(answer, task["answer"])), "cost": -0.02 * calls}
+
+
+for env_id, program, framework in (
+    ("helpdesk-langgraph-v0", langgraph_team, "LangGraph"),
+    ("helpdesk-agents-sdk-v0", agents_sdk_team, "OpenAI Agents SDK"),
+):
+    marft_envs.register_program(
+        env_id,
+        program,
+        agents=AGENTS,
+        tasks=helpdesk_tasks("train"),
+        test_tasks=helpdesk_tasks("test"),
+        transport="http",
+        description=f"The help desk written with the {framework}, over the local endpoint.",
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from marft_algos.cli import train
+    from marft_algos.cli.main import configure_logging, quiet_third_party
+
+    quiet_third_party()
+    configure_logging()
+    args = sys.argv[1:] if argv is None else argv
+    if not any(a == "--env" or a.startswith("--env=") for a in args):
+        args = ["--env", "helpdesk-langgraph-v0", *args]
+    return train.main(args, defaults={"output_dir": "runs/framework_team"})
+
+
+if __name__ == "__main__":
+    from marft_algos.cli.main import guarded
+
+    guarded(main, sys.argv[1:], "framework_teams.py")

@@ -1,0 +1,421 @@
+"""An agent program as a Flex-POMDP: the program's control flow is the dependency function.
+
+==================  ===========================================================================
+Agents              the ``agents`` given at registration (the ``model`` names the program uses)
+Observation         exactly the messages the program sent for the pending call (system prompt
+                    included); the policy renders them with its chat template
+Action              the agent's reply, handed back to the program as the call's response
+Round               one model call: the agent the call names acts once
+Reward              what the program returns when it ends (a float, or named parts combined by
+                    ``reward_weights``), paid under ``credit`` (default ``"team"``: every agent
+                    that acted); 0 in the rounds before
+Termination         the program returned, raised, or ran out of its time budget
+Truncation          ``max_calls`` calls without an end
+Version history     programs are versioned by the id they are registered under
+==================  ===========================================================================
+
+Each call is one AEC step of the agent named by ``model``. Between steps the program runs, in
+its own thread, until its next call or its end; the env waits for it at most ``episode_timeout``
+seconds in total per episode (model time not counted). A program that raises, or returns a reward
+that is not a finite number (or a mapping of them), ends its episode with ``error_reward`` and the
+error in ``info["program_error"]``; the run goes on. The task comes from the env's seeded rng and
+the program's own randomness from ``client.rng``, so a seeded episode repeats.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from marft_envs.core.data import held_out_rows
+from marft_envs.core.dependency import DependencyFunction, RoundState, Turn
+from marft_envs.core.env import FlexPOMDPEnv, Transition
+from marft_envs.core.profiles import AgentProfile
+from marft_envs.programs.client import CallRecord, ProgramClient
+from marft_envs.programs.runner import Event, ProgramRun
+
+__all__ = ["ProgramEnv", "ProgramTurns", "combine_reward", "split_tasks"]
+
+logger = logging.getLogger(__name__)
+
+TaskSource = Sequence[Any] | Callable[[np.random.Generator], Any]
+
+
+class ProgramTurns(DependencyFunction):
+    """The program decides: each round, the agent its pending call names acts, seeing its messages."""
+
+    def next_turn(self, state: RoundState) -> Turn | None:
+        if state.actions:
+            return None  # one call per round
+        return Turn(agent=str(state.context["agent"]))
+
+
+def combine_reward(value: Any, weights: Mapping[str, float]) -> tuple[float, dict[str, float]]:
+    """The team reward and its named parts from what a program returned.
+
+    A number is the team reward itself (parts: ``{}``). A mapping of named parts gives
+    ``Σ weights.get(name, 1) · part``.
+
+    Raises:
+        TypeError / ValueError: Anything else, or a part that is not a finite number.
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"the program returned reward {value}; return a finite number.")
+        return float(value), {}
+    if isinstance(value, Mapping) and value:
+        parts: dict[str, float] = {}
+        for name, part in value.items():
+            if not isinstance(name, str):
+                raise TypeError(f"reward part names must be strings, got {name!r}.")
+            if isinstance(part, bool) or not isinstance(part, numbers.Real):
+                raise TypeError(f"reward part {name!r} must be a number, got {part!r:.80}.")
+            if not math.isfinite(float(part)):
+                raise ValueError(f"reward part {name!r} is {part}; return finite numbers.")
+            parts[name] = float(part)
+        return sum(weights.get(name, 1.0) * part for name, part in parts.items()), parts
+    raise TypeError(
+        f"the program returned {value!r:.80}; return the episode's reward: a number, or a mapping "
+        f"of named parts such as {{'success': 1.0, 'cost': -0.15}}."
+    )
+
+
+def split_tasks(
+    tasks: Sequence[Any],
+    test_tasks: Sequence[Any] | None,
+    split: str,
+    *,
+    test_size: float,
+    seed: int,
+) -> list[Any]:
+    """The tasks of one split: ``test_tasks`` as the test split, or a seeded held-out share of
+    ``tasks`` (no task text on both sides) when none is given."""
+    if split == "all":
+        return list(tasks) + list(test_tasks or [])
+    if test_tasks is not None:
+        return list(tasks if split == "train" else test_tasks)
+    held = held_out_rows([repr(t) for t in tasks], test_size, seed=seed)
+    return [t for i, t in enumerate(tasks) if (i in held) == (split == "test")]
+
+
+class ProgramEnv(FlexPOMDPEnv):
+    """A team written as a program, as a PettingZoo AEC env (see the module notes).
+
+    Args:
+        program: ``program(task, client)`` (a function or ``async def``) that runs one episode with
+            ``client.chat.completions.create(model=AGENT, messages=...)`` and returns its reward.
+        agents: The agents, as names or :class:`~marft_envs.AgentProfile` (``graded`` matters for
+            ``credit="graded"``; system prompts come from the program's own messages).
+        tasks: A list of tasks, or a function of a ``numpy`` generator that draws one.
+        test_tasks: Held-out tasks for evaluation (a list or a function); default: a seeded
+            ``test_size`` share of ``tasks`` when it is a list.
+        split: ``"train"``, ``"test"`` or ``"all"``.
+        reward_weights: Weight of each named reward part (default 1 each).
+        credit: Credit rule for the program's reward (default ``"team"``: every agent that acted).
+        max_calls: Model calls per episode before it is truncated.
+        episode_timeout: Seconds the env waits, in total per episode, for the program between its
+            calls (model time excluded); past it the episode ends with ``error_reward``.
+        error_reward: The reward of an episode whose program failed or timed out.
+        max_error_share: Share of one rollout's episodes that may fail before the run stops with
+            the first failure's traceback (1 never stops).
+        test_size: Held-out share (or count) of ``tasks`` when ``test_tasks`` is not given.
+        split_seed: Seed of that split.
+        transport: ``"inprocess"``: the program gets a :class:`~marft_envs.programs.ProgramClient`;
+            ``"http"``: it gets ``openai.OpenAI`` on the episode's own URL of a local
+            OpenAI-compatible endpoint (:mod:`marft_envs.programs.server`), for frameworks.
+        render_mode: As for every :class:`~marft_envs.FlexPOMDPEnv`.
+    """
+
+    metadata = {**FlexPOMDPEnv.metadata, "name": "program_v0"}
+    program: Callable[..., Any]
+    reward_weights: dict[str, float]
+    episode_timeout: float
+    error_reward: float
+    max_error_share: float
+    transport: str
+
+    def __init__(
+        self,
+        program: Callable[..., Any],
+        agents: Iterable[str | AgentProfile | Mapping[str, Any]],
+        tasks: TaskSource,
+        *,
+        test_tasks: TaskSource | None = None,
+        split: str = "train",
+        reward_weights: Mapping[str, float] | None = None,
+        credit: str = "team",
+        max_calls: int = 32,
+        episode_timeout: float = 60.0,
+        error_reward: float = 0.0,
+        max_error_share: float = 0.5,
+        test_size: float = 0.1,
+        split_seed: int = 0,
+        transport: str = "inprocess",
+        render_mode: str | None = None,
+    ) -> None:
+        if not callable(program):
+            raise TypeError(
+                f"program must be a function program(task, client), got {program!r:.80}."
+            )
+        profiles = [AgentProfile(role=a) if isinstance(a, str) else a for a in agents]
+        super().__init__(
+            profiles,
+            ProgramTurns(),
+            horizon=max_calls,
+            credit=credit,
+            credit_scope="episode",
+            render_mode=render_mode,
+        )
+        if split not in ("train", "test", "all"):
+            raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}.")
+        if not (isinstance(episode_timeout, numbers.Real) and episode_timeout > 0):
+            raise ValueError(
+                f"episode_timeout must be a positive number of seconds, got {episode_timeout!r}."
+            )
+        if transport not in ("inprocess", "http"):
+            raise ValueError(f"transport must be 'inprocess' or 'http', got {transport!r}.")
+        if not 0 < max_error_share <= 1:
+            raise ValueError(f"max_error_share must be in (0, 1], got {max_error_share!r}.")
+        self.program = program
+        self.reward_weights = {str(k): float(v) for k, v in (reward_weights or {}).items()}
+        self.episode_timeout = float(episode_timeout)
+        self.error_reward = float(error_reward)
+        self.max_error_share = float(max_error_share)
+        self.split = split
+        self.transport = transport
+        self._server: Any = None
+        self._http: Any = None
+        self._episode_url: str | None = None
+        source = test_tasks if split == "test" and test_tasks is not None else tasks
+        if callable(source):
+            self.draw_task: Callable[[np.random.Generator], Any] | None = source
+            self.dataset: list[Any] | None = None
+        else:
+            if callable(test_tasks):
+                raise TypeError("give test_tasks as a list when tasks is a list.")
+            if isinstance(source, (str, bytes)) or not isinstance(source, Sequence) or not source:
+                raise TypeError(
+                    f"tasks must be a non-empty list of tasks or a function of a numpy generator, got "
+                    f"{source!r:.80}."
+                )
+            self.draw_task = None
+            self.dataset = split_tasks(
+                tasks,
+                test_tasks,
+                split,
+                test_size=test_size,
+                seed=split_seed,  # type: ignore[arg-type]
+            )
+        self._run: ProgramRun | None = None
+        self._event: Event | None = None
+        self._usage: tuple[int, int, bool] = (0, 0, True)
+        self._answered: str | None = None
+        self.task: Any = None
+        self._latest: dict[str, list[dict[str, Any]]] = {}
+
+    # ------------------------------------------------------------------ task hooks
+    def _reset_task(self, options: Mapping[str, Any] | None) -> None:
+        self._stop()
+        options = options or {}
+        if self.dataset is not None:
+            index = (
+                int(options["index"])
+                if "index" in options
+                else int(self.np_random.integers(len(self.dataset)))
+            )
+            if not 0 <= index < len(self.dataset):
+                raise IndexError(
+                    f"options['index']={index} is outside the {len(self.dataset)} tasks."
+                )
+            self.task = self.dataset[index]
+        else:
+            assert self.draw_task is not None
+            self.task = self.draw_task(self.np_random)
+        program_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
+        self._latest = {}
+        make_client: Callable[[Callable[[CallRecord], Any]], Any]
+        if self.transport == "http":
+            make_client = lambda send: self._http_client(send, program_rng)  # noqa: E731
+        else:
+            make_client = lambda send: ProgramClient(self.possible_agents, send, program_rng)  # noqa: E731
+        self._run = ProgramRun(self.program, self.task, make_client, self.episode_timeout)
+        self._event = self._run.next_event()
+
+    def _route_context(self) -> Mapping[str, Any]:
+        call = self._event.call if self._event is not None else None
+        return {"agent": call.agent if call is not None else None}
+
+    def _observation(self, agent: str) -> str:  # pragma: no cover - rollout_messages is overridden
+        return ""
+
+    def rollout_messages(self, agent: str) -> list[dict[str, str]]:
+        """Exactly the messages the program sent for the agent's pending call; for an agent that
+        is not called now, those of its latest call this episode ([] before its first)."""
+        if agent not in self.profiles:
+            raise KeyError(f"Unknown agent {agent!r}; the team is {self.possible_agents}.")
+        call = self._pending_call()
+        if call is not None and call.agent == agent:
+            self._latest[agent] = call.messages
+        return [dict(m) for m in self._latest.get(agent, [])]
+
+    def note_generation(self, prompt_tokens: int, completion_tokens: int, finished: bool) -> None:
+        self._usage = (int(prompt_tokens), int(completion_tokens), bool(finished))
+
+    def prepare_step(self, action: str) -> None:
+        """Hand the reply to the program now, so that the programs of all env copies run on to
+        their next calls at once (the collector steps the copies one after another)."""
+        if self._run is not None and self._pending_call() is not None and self._answered is None:
+            self._answer(action)
+
+    def _answer(self, text: str) -> None:
+        assert self._run is not None
+        prompt_tokens, completion_tokens, finished = self._usage
+        self._usage = (0, 0, True)
+        self._answered = text
+        self._run.answer((text, finished, prompt_tokens, completion_tokens))
+
+    def _transition(self, actions: Mapping[str, str]) -> Transition:
+        assert self._run is not None
+        ((_, text),) = actions.items()
+        if self._answered is None:
+            self._answer(text)
+        elif self._answered != text:
+            raise RuntimeError(
+                "step() got another action than prepare_step() announced for this call; the program "
+                "already received the announced one. Step the action you prepared."
+            )
+        self._answered = None
+        self._event = self._run.next_event()
+        if self._event.kind == "call":
+            if self.timestep + 1 >= self.horizon:
+                self._stop()
+                return Transition(
+                    reward=self.error_reward,
+                    info={**self._counts(), "program_failure": "max_calls"},
+                )
+            return Transition(reward=0.0)
+        return self._final(self._event)
+
+    # ------------------------------------------------------------------ episode end
+    def _start_round(self) -> None:
+        if self._event is not None and self._event.kind != "call" and not self.history:
+            self._end_without_calls(self._final(self._event))
+            return
+        super()._start_round()
+
+    def _end_without_calls(self, result: Transition) -> None:
+        """A program that ended before its first call: the episode is over at reset, with no
+        decision to train on."""
+        logger.warning(
+            "The program ended its episode without a model call (%s); it gives no decisions to "
+            "train on.",
+            result.info.get("program_error", {}).get("type", "returned")
+            if result.info
+            else "returned",
+        )
+        for agent in self.agents:
+            self.terminations[agent] = True
+            self.infos[agent] = {**result.info, "team_reward": 0.0, "no_calls": True}
+        self._round_result = dict(self.infos[self.agents[0]])
+        self.agent_selection = self.agents[0]
+
+    def _final(self, event: Event) -> Transition:
+        self._stop()
+        if event.kind == "return":
+            try:
+                reward, parts = combine_reward(event.value, self.reward_weights)
+            except (TypeError, ValueError) as err:
+                return self._failed(type(err).__name__, str(err), "")
+            info: dict[str, Any] = {**self._counts(), "reward_parts": parts}
+            if "success" in parts:
+                info["correct"] = parts["success"] > 0
+            return Transition(reward=reward, terminated=True, info=info)
+        if event.kind == "timeout":
+            return self._failed(
+                "Timeout",
+                f"the program neither called a model nor returned within episode_timeout="
+                f"{self.episode_timeout:g} s",
+                "",
+            )
+        assert event.error is not None
+        return self._failed(type(event.error).__name__, str(event.error), event.traceback)
+
+    def _failed(self, kind: str, message: str, trace: str) -> Transition:
+        call = self._last_call()
+        error = {
+            "type": kind,
+            "message": message,
+            "agent": call.agent if call else None,
+            "call": call.index if call else None,
+            "traceback": trace,
+        }
+        return Transition(
+            reward=self.error_reward,
+            terminated=True,
+            info={**self._counts(), "program_error": error},
+        )
+
+    def _counts(self) -> dict[str, Any]:
+        if self._run is None:
+            return {}
+        counts = self._run.client.counts
+        return {
+            "calls": dict(counts.calls),
+            "prompt_tokens": dict(counts.prompt_tokens),
+            "completion_tokens": dict(counts.completion_tokens),
+        }
+
+    def _pending_call(self) -> CallRecord | None:
+        return self._event.call if self._event is not None and self._event.kind == "call" else None
+
+    def _last_call(self) -> CallRecord | None:
+        if self._event is not None and self._event.call is not None:
+            return self._event.call
+        return self._run.last_call if self._run is not None else None
+
+    def _http_client(self, send: Callable[[CallRecord], Any], rng: np.random.Generator) -> Any:
+        """``openai.OpenAI`` on a fresh episode URL of the shared local endpoint."""
+        from marft_envs.programs.server import shared_server
+
+        try:
+            import openai
+        except ImportError:
+            raise ImportError(
+                "transport='http' needs the openai package: pip install 'marft[agents]'."
+            ) from None
+        if self._server is None:
+            self._server = shared_server()
+        url, counts = self._server.open(tuple(self.possible_agents), send)
+        self._episode_url = url
+        if self._http is None:  # one connection pool per env copy, kept across its episodes
+            self._http = openai.DefaultHttpxClient(timeout=None)
+        client = openai.OpenAI(
+            base_url=url, api_key="marft", max_retries=0, timeout=None, http_client=self._http
+        )
+        client.rng, client.counts, client.agents = rng, counts, tuple(self.possible_agents)  # type: ignore[attr-defined]
+        return client
+
+    def _stop(self) -> None:
+        if self._run is not None:
+            self._run.close()
+        if self._server is not None and self._episode_url is not None:
+            self._server.release(self._episode_url)
+            self._episode_url = None
+
+    def close(self) -> None:
+        """End the episode in progress; the last env using the endpoint stops it."""
+        self._stop()
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        if self._server is not None:
+            from marft_envs.programs.server import release_server
+
+            self._server = None
+            release_server()
+        super().close()

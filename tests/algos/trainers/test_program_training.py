@@ -1,0 +1,187 @@
+"""Agent programs under the trainers: the same token ids as the native env, exact first updates,
+and a rollout that stops when too many programs fail."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+import marft_envs
+from marft_algos import (
+    ActionMARFTConfig,
+    ActionMARFTTrainer,
+    Critic,
+    GRPOConfig,
+    GRPOTrainer,
+    MultiAgentPolicy,
+)
+from marft_algos.rollout.collector import (
+    EpisodeRequest,
+    GenerationSettings,
+    ProgramFailures,
+    RolloutCollector,
+)
+from marft_envs.programs import ProgramEnv
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def example():
+    """examples/program_team.py, imported (it registers helpdesk-v0 and program-math-dual-v0)."""
+    spec = importlib.util.spec_from_file_location(
+        "program_team", ROOT / "examples" / "program_team.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _collect(policy, env_id, n, settings, **kwargs):
+    collector = RolloutCollector.from_factory(
+        policy, lambda: marft_envs.make(env_id, **kwargs), 2, settings, seed=0
+    )
+    requests = [EpisodeRequest(seed=i, options={"index": i}) for i in range(n)]
+    return collector.collect(requests)
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_the_program_and_the_native_env_give_identical_token_ids(example, tiny_path, do_sample):
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["reasoner", "actor"], seed=0)
+    settings = GenerationSettings(max_new_tokens=8, do_sample=do_sample)
+    native = _collect(policy, "math-dual-v3", 6, settings)
+    program = _collect(policy, "program-math-dual-v0", 6, settings, split="train")
+    for a, b in zip(native, program, strict=True):
+        assert [d.agent for d in a.decisions] == [d.agent for d in b.decisions]
+        for x, y in zip(a.decisions, b.decisions, strict=True):
+            assert x.prompt_ids == y.prompt_ids
+            assert x.action_ids == y.action_ids
+            assert x.messages == y.messages
+        assert a.team_return == b.team_return
+
+
+def terse_team(task, client):
+    """Planner -> specialist; rewarded for answers of even length (a reward that varies from the start)."""
+    route = client.chat.completions.create(
+        model="planner", messages=[{"role": "user", "content": f"Route: {task}"}]
+    )
+    specialist = "math" if "1" in (route.choices[0].message.content or "") else "writer"
+    answer = client.chat.completions.create(
+        model=specialist, messages=[{"role": "user", "content": f"Answer: {task}"}]
+    )
+    text = answer.choices[0].message.content or ""
+    return {"success": float(len(text) % 2 == 0), "cost": -0.01 * sum(client.counts.calls.values())}
+
+
+@pytest.mark.parametrize("algo", ["action-marft", "grpo"])
+def test_a_program_team_trains_with_exact_first_updates(tiny_path, algo):
+    agents = ["planner", "math", "writer"]
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, agents, seed=0)
+    small = dict(
+        iterations=1,
+        episodes_per_iteration=8,
+        rollout_threads=4,
+        max_new_tokens=8,
+        learning_rate=1e-3,
+        eval_episodes=2,
+        seed=0,
+    )
+    tasks = [f"{a} + {b}" for a in range(10) for b in range(10)]
+    env_fn = lambda: ProgramEnv(terse_team, agents, tasks)  # noqa: E731
+    eval_fn = lambda: ProgramEnv(terse_team, agents, tasks, split="test")  # noqa: E731
+    if algo == "grpo":
+        config = GRPOConfig(num_generations=4, **small)
+        trainer = GRPOTrainer(policy, env_fn, config, eval_env_fn=eval_fn)
+    else:
+        config = ActionMARFTConfig(critic_learning_rate=1e-3, **small)
+        trainer = ActionMARFTTrainer(
+            policy, env_fn, config, critic=Critic(policy, seed=0), eval_env_fn=eval_fn
+        )
+    before = [p.detach().clone() for a in agents for p in policy.trainable_parameters(a)]
+    last = trainer.train()[-1]
+    after = [p.detach() for a in agents for p in policy.trainable_parameters(a)]
+    assert any(not (x == y).all() for x, y in zip(before, after, strict=True))
+    assert math.isfinite(last["train/policy_loss"])
+    assert abs(last["train/approx_kl"]) < 1e-3
+    assert last["rollout/calls/planner"] == 1.0  # every request is routed once
+    assert last["rollout/reward/cost"] == pytest.approx(-0.02)
+    assert 0 <= last["rollout/reward/success"] <= 1
+    assert last["rollout/program_errors"] == 0
+
+
+def test_the_help_desk_example_trains(example, tiny_path):
+    policy = MultiAgentPolicy.from_pretrained(
+        tiny_path, ["planner", "math", "writer", "critic"], seed=0
+    )
+    config = ActionMARFTConfig(
+        iterations=1, episodes_per_iteration=2, rollout_threads=2, max_new_tokens=6, eval_episodes=2
+    )
+    trainer = ActionMARFTTrainer(
+        policy,
+        lambda: marft_envs.make("helpdesk-v0"),
+        config,
+        critic=Critic(policy, seed=0),
+        eval_env_fn=lambda: marft_envs.make("helpdesk-v0", split="test"),
+    )
+    last = trainer.train()[-1]
+    assert math.isfinite(last["train/policy_loss"])
+    assert last["rollout/calls/planner"] == 1.0
+    assert "eval/reward/success" in last
+
+
+def test_too_many_failed_programs_stop_the_rollout_with_the_first_traceback(tiny_path):
+    def fails(task, client):
+        client.chat.completions.create(model="solo", messages=[{"role": "user", "content": "hi"}])
+        raise KeyError("no such field")
+
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["solo"], seed=0)
+    collector = RolloutCollector.from_factory(
+        policy,
+        lambda: ProgramEnv(fails, ["solo"], list(range(10)), max_error_share=0.5),
+        2,
+        GenerationSettings(max_new_tokens=4),
+        seed=0,
+    )
+    with pytest.raises(ProgramFailures, match="no such field") as caught:
+        collector.collect(4)
+    assert "4 of 4 episodes" in str(caught.value) and "Traceback" in str(caught.value)
+
+
+def test_failures_within_the_share_are_episodes_with_the_error_reward(tiny_path):
+    def sometimes(task, client):
+        client.chat.completions.create(model="solo", messages=[{"role": "user", "content": "hi"}])
+        if task == 0:
+            raise ValueError("bad task")
+        return 1.0
+
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["solo"], seed=0)
+    collector = RolloutCollector.from_factory(
+        policy,
+        lambda: ProgramEnv(
+            sometimes, ["solo"], [0, 1, 1, 1], test_tasks=[0, 1, 1, 1], error_reward=-0.5
+        ),
+        2,
+        GenerationSettings(max_new_tokens=4),
+        seed=0,
+    )
+    episodes = collector.collect([EpisodeRequest(seed=i, options={"index": i}) for i in range(4)])
+    assert [e.team_return for e in episodes] == [-0.5, 1.0, 1.0, 1.0]
+    assert episodes[0].info["program_error"]["message"] == "bad task"
+    assert [len(e.decisions) for e in episodes] == [1, 1, 1, 1]
+
+
+def test_a_program_without_calls_gives_an_episode_without_decisions(tiny_path):
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["solo"], seed=0)
+    collector = RolloutCollector.from_factory(
+        policy,
+        lambda: ProgramEnv(lambda task, client: 1.0, ["solo"], [1, 2, 3]),
+        2,
+        GenerationSettings(max_new_tokens=4),
+        seed=0,
+    )
+    episodes = collector.collect(3)
+    assert [len(e.decisions) for e in episodes] == [0, 0, 0]
+    assert all(e.info["no_calls"] for e in episodes)
