@@ -31,7 +31,7 @@ import marft_envs  # noqa: E402
 from marft_algos import MultiAgentPolicy  # noqa: E402
 from marft_algos.policy import tiny_model_path  # noqa: E402
 from marft_algos.policy.pretrained import resolve_model  # noqa: E402
-from marft_algos.rollout import EpisodeRequest, GenerationSettings, RolloutCollector  # noqa: E402
+from marft_algos.rollout.collector import EpisodeRequest, GenerationSettings, RolloutCollector  # noqa: E402
 
 
 def load_examples() -> object:

@@ -95,11 +95,11 @@ def _check_belongs_to_run(folder: Path, checkpoint: Path) -> None:
     """Refuse a run folder's checkpoint that another run wrote (copied in), as --resume does.
 
     The checkpoint's config must agree with the folder's ``config.json`` on every field that
-    makes a different run (:data:`~marft_algos.run_dir.RESUMABLE_CHANGES` may differ), and on
+    makes a different run (:data:`~marft_algos.runs.folder.RESUMABLE_CHANGES` may differ), and on
     the env and model.
     """
-    from marft_algos.policy.checkpoint import read_manifest, read_state
-    from marft_algos.run_dir import RESUMABLE_CHANGES, RunDirectory
+    from marft_algos.runs.checkpoint import read_manifest, read_state
+    from marft_algos.runs.folder import RESUMABLE_CHANGES, RunDirectory
 
     try:
         recorded = RunDirectory(folder).read_config()
@@ -135,7 +135,7 @@ def open_checkpoint(path: str | Path, attempts: int = 5) -> Iterator[Path]:
     A run that is still training prunes its older checkpoints; the one found may go before it is
     pinned, and then the newest is found again.
     """
-    from marft_algos.run_dir import reading_checkpoint
+    from marft_algos.runs.folder import reading_checkpoint
 
     for _ in range(attempts):
         checkpoint = find_checkpoint(path)

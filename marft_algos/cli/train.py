@@ -507,6 +507,7 @@ def _train(
     try:
         records = trainer.train(progress=False if args.progress == "off" else args.progress)
     finally:
+        trainer.close()
         if backend is not None:
             backend.close()
     evals = [r for r in trainer.logger.records if "eval/accuracy" in r]

@@ -176,6 +176,11 @@ class RolloutCollector:
         #: Called with each episode as it finishes (progress displays); None: nothing is called.
         self.on_episode: Callable[[Episode], None] | None = None
 
+    def close(self) -> None:
+        """Close every env copy (an env may hold threads or a local server, e.g. agent programs)."""
+        for env in self.envs:
+            env.close()
+
     @classmethod
     def from_factory(
         cls,

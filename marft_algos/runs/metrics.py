@@ -199,6 +199,24 @@ class MetricsLogger:
                 ) from None
         return records
 
+    def warn_missing(self, iteration: int) -> None:
+        """Say so when ``metrics.jsonl`` lacks records of iterations 1..``iteration`` (a resumed
+        run whose file was deleted or replaced)."""
+        if self.path is None:
+            return
+        have = {r.get("iteration") for r in self.read()} if self.path.is_file() else set()
+        lost = [i for i in range(1, iteration + 1) if i not in have]
+        if lost:
+            logger.warning(
+                "%s lacks the records of %d of the %d iterations before the checkpoint (%s); the "
+                "run continues and its table, plots and learning curve will miss them. Restore "
+                "the file from a backup to keep them.",
+                self.path,
+                len(lost),
+                iteration,
+                "missing" if not self.path.is_file() else f"first lost: {lost[0]}",
+            )
+
     def truncate_after(self, step: int) -> None:
         """Keep only records up to ``step`` (a resumed run rewrites the iterations after its
         checkpoint); the file is replaced atomically and :attr:`records` reloaded from it."""

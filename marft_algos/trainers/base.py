@@ -37,23 +37,18 @@ from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout.collector import Episode, RolloutCollector
-from marft_algos.rollout.evaluation import (
-    evaluation_requests,
-    greedy,
-    no_signal_reason,
-    summarize_episodes,
-)
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, TrainingDiverged
 from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.runs.progress import TrainingProgress
-from marft_algos.runs.samples import transcripts_markdown, trim_samples, write_samples
+from marft_algos.runs.samples import trim_samples
 from marft_algos.trainers.checkpointer import (
     Checkpointer,
     env_spec_json,
     random_states,
     restore_random_states,
 )
-from marft_algos.trainers.config import TrainerConfig
+from marft_algos.trainers.config import TrainerConfig, check_agents, check_world_size
+from marft_algos.trainers.evaluator import Evaluator, flag_no_signal, summarize
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers, clip_and_step
 from marft_algos.trainers.policy_gradient import Objective, PolicyGradient
@@ -103,13 +98,7 @@ class Trainer(ABC):
         self.config = config
         self.critic = critic
         self.dist = distributed if distributed is not None else DistributedContext.current()
-        if self.dist.world_size > self.shards_per_iteration():
-            raise ValueError(
-                f"{self.dist.world_size} processes share {self.shards_per_iteration()} "
-                f"{'groups' if self.shards_per_iteration() != config.episodes_per_iteration else 'episodes'} "
-                f"per iteration, so some would have nothing to run; collect at least one per process "
-                f"(raise episodes_per_iteration) or launch fewer processes."
-            )
+        check_world_size(self.dist.world_size, self.shards_per_iteration(), config)
         torch.manual_seed(config.seed)
         # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
         # on the world size); sampling uses a per-rank generator derived from the run seed.
@@ -124,25 +113,11 @@ class Trainer(ABC):
         self.collector.generator.manual_seed(self.dist.rank_seed(config.seed))
         self.agents: list[str] = list(self.collector.envs[0].possible_agents)
         self.check_team(self.agents)
-        missing = [a for a in self.agents if a not in policy.agents]
-        if missing:
-            raise ValueError(
-                f"The policy has no entry for env agent(s) {missing}; it covers {list(policy.agents)}. "
-                f"Build the policy with the env's agents: MultiAgentPolicy.from_pretrained(model, env.possible_agents)."
-            )
-        self.eval_collector = (
-            RolloutCollector.from_factory(
-                policy, eval_env_fn, config.rollout_threads, config.generation, seed=config.seed
-            )
-            if eval_env_fn is not None
-            else None
+        check_agents(config, self.agents, list(policy.agents))
+        self.evaluator = (
+            Evaluator(policy, eval_env_fn, config, self.dist) if eval_env_fn is not None else None
         )
-        unknown_caps = sorted(set(config.max_new_tokens_per_agent or {}) - set(self.agents))
-        if unknown_caps:
-            raise ValueError(
-                f"max_new_tokens_per_agent names agent(s) {unknown_caps} that the env does not have; its "
-                f"agents are {self.agents}. Name only those (e.g. {{{self.agents[-1]!r}: 16}})."
-            )
+        """Held-out evaluation (None without an ``eval_env_fn``)."""
         self.rng = np.random.default_rng(config.seed)
         self.optimizers, self._optimizer_of = adapter_optimizers(
             policy, self.agents, config.learning_rate, config.adam_eps
@@ -289,34 +264,21 @@ class Trainer(ABC):
         share = self.dist.shard(len(requests))
         return self.collector.collect([requests[i] for i in share]), {}
 
+    @property
+    def eval_collector(self) -> RolloutCollector | None:
+        """The held-out env copies' collector (None without an ``eval_env_fn``)."""
+        return self.evaluator.collector if self.evaluator is not None else None
+
     def summarize(self, episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:
         """:func:`summarize_episodes` over every rank's episodes (this process's alone if one)."""
-        if not self.dist.enabled:
-            return summarize_episodes(episodes, prefix)
-        gathered = self.dist.gather([_light(e) for e in episodes])
-        return summarize_episodes([e for part in gathered for e in part], prefix)
+        return summarize(episodes, prefix, self.dist)
 
     def evaluate(self) -> dict[str, Any]:
         """Greedy held-out evaluation, plus a sampled one with ``eval_sampled`` (empty when no
-        ``eval_env_fn`` was given). With several processes each runs a share of the pinned
-        episodes and the metrics cover all of them."""
-        if self.eval_collector is None:
+        ``eval_env_fn`` was given; see :class:`~marft_algos.trainers.evaluator.Evaluator`)."""
+        if self.evaluator is None:
             return {}
-        requests = evaluation_requests(self.eval_collector, self.config.eval_episodes)
-        requests = [requests[i] for i in self.dist.shard(len(requests))]
-        self._phase("eval", len(requests))
-        episodes = self.eval_collector.collect(requests, greedy(self.config.generation))
-        metrics = self.summarize(episodes, "eval")
-        if self.run_dir is not None and self.dist.is_main and self.config.eval_samples:
-            rows = write_samples(
-                self.run_dir.path, self.iteration, episodes, self.config.eval_samples
-            )
-            self.logger.log_text("eval/samples", transcripts_markdown(rows), self.iteration)
-        if self.config.eval_sampled:
-            self._phase("eval (sampled)", len(requests))
-            episodes = self.eval_collector.collect(requests, self.config.generation)
-            metrics.update(self.summarize(episodes, "eval_sampled"))
-        return metrics
+        return self.evaluator.evaluate(self.iteration, self.run_dir, self.logger, self._phase)
 
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
@@ -335,7 +297,7 @@ class Trainer(ABC):
         metrics["time/update_s"] = time.perf_counter() - start_update
         self.guards.check_entropy(metrics, self.iteration)
         self.guards.check_nonfinite(self.iteration)
-        self._warn_if_nothing_to_learn(episodes, metrics)
+        flag_no_signal(episodes, metrics, self.iteration + 1, self.dist)
         # After the guards, which may roll the adapters back: the engine serves what trains next.
         self.sync_rollout_backend(self.iteration + 1)
         self.iteration += 1
@@ -345,20 +307,6 @@ class Trainer(ABC):
         """Hand the policy's current adapters to the rollout backend, if there is one."""
         if self.rollout_backend is not None:
             self.rollout_backend.sync_adapters(self.policy, version)
-
-    def _warn_if_nothing_to_learn(
-        self, episodes: Sequence[Episode], metrics: dict[str, Any]
-    ) -> None:
-        """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal."""
-        rewards = [d.reward for e in episodes for d in e.decisions]
-        spread = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
-        if self.dist.enabled:
-            parts = self.dist.gather(spread)
-            spread = (min(p[0] for p in parts), max(p[1] for p in parts))
-        why = no_signal_reason(spread, metrics, self.iteration + 1)
-        metrics["rollout/nothing_to_learn"] = int(why is not None)
-        if why is not None:
-            logger.warning(why)
 
     def train(self, *, progress: bool | str = False) -> list[dict[str, Any]]:
         """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).
@@ -526,39 +474,18 @@ class Trainer(ABC):
         directory = directory if directory is not None else self.checkpointer.newest()
         if directory is not None:
             self.load_checkpoint(directory, allow_config_change=allow_config_change)
-            self._warn_missing_metrics()
+            if self.dist.is_main:
+                self.logger.warn_missing(self.iteration)
             self.logger.truncate_after(self.iteration)
             logger.info("Resumed from %s at iteration %d.", directory, self.iteration)
         self.checkpointer.continuing = True
 
-    def _warn_missing_metrics(self) -> None:
-        """Say so when metrics.jsonl lacks iterations the checkpoint reached (deleted, replaced)."""
-        if self.run_dir is None or not self.dist.is_main:
-            return
-        path = self.run_dir.metrics_path
-        have = {r.get("iteration") for r in self.logger.read()} if path.is_file() else set()
-        lost = [i for i in range(1, self.iteration + 1) if i not in have]
-        if lost:
-            logger.warning(
-                "%s lacks the records of %d of the %d iterations before the checkpoint (%s); the "
-                "run continues and its table, plots and learning curve will miss them. Restore "
-                "the file from a backup to keep them.",
-                path,
-                len(lost),
-                self.iteration,
-                "missing" if not path.is_file() else f"first lost: {lost[0]}",
-            )
-
     def close(self) -> None:
-        """Release the run folder's lock and close TensorBoard (the process's exit does both too)."""
+        """Release the run folder's lock, close TensorBoard and the env copies (the process's exit
+        does all of it too)."""
         self.logger.close()
+        for collector in (self.collector, self.eval_collector):
+            if collector is not None:
+                collector.close()
         if self.run_dir is not None:
             self.run_dir.release()
-
-
-def _light(episode: Episode) -> Episode:
-    """An episode without prompts, log-probs or messages: what the metrics read, cheap to gather."""
-    decisions = [
-        dataclasses.replace(d, prompt_ids=[], log_probs=[], messages=[]) for d in episode.decisions
-    ]
-    return dataclasses.replace(episode, decisions=decisions)

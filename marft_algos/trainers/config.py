@@ -192,3 +192,30 @@ def check_num_minibatches(num_minibatches: int, episodes_per_iteration: int) -> 
             f"num_minibatches={num_minibatches} exceeds episodes_per_iteration="
             f"{episodes_per_iteration}; lower num_minibatches or collect more episodes."
         )
+
+
+def check_world_size(world_size: int, shards: int, config: TrainerConfig) -> None:
+    """Refuse more processes than an iteration has units of work (episodes; GRPO: groups)."""
+    if world_size > shards:
+        unit = "groups" if shards != config.episodes_per_iteration else "episodes"
+        raise ValueError(
+            f"{world_size} processes share {shards} {unit} per iteration, so some would have "
+            f"nothing to run; collect at least one per process (raise episodes_per_iteration) or "
+            f"launch fewer processes."
+        )
+
+
+def check_agents(config: TrainerConfig, agents: list[str], policy_agents: list[str]) -> None:
+    """Refuse a policy without every env agent, and token caps for agents the env lacks."""
+    missing = [a for a in agents if a not in policy_agents]
+    if missing:
+        raise ValueError(
+            f"The policy has no entry for env agent(s) {missing}; it covers {policy_agents}. "
+            f"Build the policy with the env's agents: MultiAgentPolicy.from_pretrained(model, env.possible_agents)."
+        )
+    unknown_caps = sorted(set(config.max_new_tokens_per_agent or {}) - set(agents))
+    if unknown_caps:
+        raise ValueError(
+            f"max_new_tokens_per_agent names agent(s) {unknown_caps} that the env does not have; its "
+            f"agents are {agents}. Name only those (e.g. {{{agents[-1]!r}: 16}})."
+        )

@@ -297,7 +297,7 @@ def test_a_grading_time_limit_that_is_no_limit(value):
 
 
 def test_code_env_limits_as_json_are_sandbox_limits():
-    from marft_envs.code.sandbox import SandboxLimits
+    from marft_envs.sandbox.runner import SandboxLimits
 
     import marft_envs
     from marft_envs.code.env import _sandbox_limits

@@ -249,7 +249,7 @@ def test_a_resume_says_which_metrics_records_are_gone(straight, tiny_path, tmp_p
 def test_an_invalid_config_json_is_named(straight, tiny_path, tmp_path):
     import shutil
 
-    from marft_algos.run_dir import RunDirectoryError
+    from marft_algos.runs.folder import RunDirectoryError
 
     run = tmp_path / "run"
     shutil.copytree(straight, run)

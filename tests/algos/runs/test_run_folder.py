@@ -231,7 +231,7 @@ def test_pruning_a_linked_checkpoint_removes_the_link_and_keeps_its_target(tmp_p
 
 def test_torch_saves_short_write_is_a_full_disk(tmp_path):
     # torch.save of optimizer state on a full disk: its zip writer's own words, not an OSError.
-    from marft_algos.run_dir import DiskFullError, disk_full_error
+    from marft_algos.runs.folder import DiskFullError, disk_full_error
 
     raw = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4736 vs 4624")
     full = disk_full_error(raw, tmp_path)

@@ -1,0 +1,98 @@
+"""The trainer's held-out evaluation and its statistics over every rank's episodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from marft_algos.distributed import DistributedContext
+from marft_algos.rollout.collector import Episode, RolloutCollector
+from marft_algos.rollout.evaluation import (
+    evaluation_requests,
+    greedy,
+    no_signal_reason,
+    summarize_episodes,
+)
+from marft_algos.runs.folder import RunDirectory
+from marft_algos.runs.metrics import MetricsLogger
+from marft_algos.runs.samples import transcripts_markdown, write_samples
+from marft_algos.trainers.config import TrainerConfig
+
+__all__ = ["Evaluator", "flag_no_signal", "summarize"]
+
+logger = logging.getLogger("marft_algos.trainers.base")
+
+
+def summarize(episodes: Sequence[Episode], prefix: str, dist: DistributedContext) -> dict[str, Any]:
+    """:func:`summarize_episodes` over every rank's episodes (this process's alone if one)."""
+    if not dist.enabled:
+        return summarize_episodes(episodes, prefix)
+    gathered = dist.gather([_light(e) for e in episodes])
+    return summarize_episodes([e for part in gathered for e in part], prefix)
+
+
+def flag_no_signal(
+    episodes: Sequence[Episode], metrics: dict[str, Any], iteration: int, dist: DistributedContext
+) -> None:
+    """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal."""
+    rewards = [d.reward for e in episodes for d in e.decisions]
+    spread = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
+    if dist.enabled:
+        parts = dist.gather(spread)
+        spread = (min(p[0] for p in parts), max(p[1] for p in parts))
+    why = no_signal_reason(spread, metrics, iteration)
+    metrics["rollout/nothing_to_learn"] = int(why is not None)
+    if why is not None:
+        logger.warning(why)
+
+
+class Evaluator:
+    """Greedy held-out evaluation on pinned episodes, plus a sampled one with ``eval_sampled``.
+
+    With several processes each runs a share of the pinned episodes and the metrics cover all of
+    them; rank 0 writes the transcripts (``samples.jsonl``) and their TensorBoard text.
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        env_fn: Callable[[], Any],
+        config: TrainerConfig,
+        dist: DistributedContext,
+    ) -> None:
+        self.config = config
+        self.dist = dist
+        self.collector = RolloutCollector.from_factory(
+            policy, env_fn, config.rollout_threads, config.generation, seed=config.seed
+        )
+
+    def evaluate(
+        self,
+        iteration: int,
+        run_dir: RunDirectory | None,
+        metrics_logger: MetricsLogger,
+        phase: Callable[[str, int], None],
+    ) -> dict[str, Any]:
+        requests = evaluation_requests(self.collector, self.config.eval_episodes)
+        requests = [requests[i] for i in self.dist.shard(len(requests))]
+        phase("eval", len(requests))
+        episodes = self.collector.collect(requests, greedy(self.config.generation))
+        metrics = summarize(episodes, "eval", self.dist)
+        if run_dir is not None and self.dist.is_main and self.config.eval_samples:
+            rows = write_samples(run_dir.path, iteration, episodes, self.config.eval_samples)
+            metrics_logger.log_text("eval/samples", transcripts_markdown(rows), iteration)
+        if self.config.eval_sampled:
+            phase("eval (sampled)", len(requests))
+            episodes = self.collector.collect(requests, self.config.generation)
+            metrics.update(summarize(episodes, "eval_sampled", self.dist))
+        return metrics
+
+
+def _light(episode: Episode) -> Episode:
+    """An episode without prompts, log-probs or messages: what the metrics read, cheap to gather."""
+    decisions = [
+        dataclasses.replace(d, prompt_ids=[], log_probs=[], messages=[]) for d in episode.decisions
+    ]
+    return dataclasses.replace(episode, decisions=decisions)
