@@ -33,6 +33,9 @@ METRICS: dict[str, str] = {
     "rollout/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
     "rollout/action_tokens_mean": "generated tokens per decision, mean over the decisions",
     "rollout/action_cut_fraction": "share of decisions cut at their token cap (`max_new_tokens`)",
+    "rollout/reward/<name>": "agent programs: mean of the named reward part over those episodes (before its weight)",
+    "rollout/calls/<agent>": "agent programs: the agent's model calls per episode",
+    "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward or timed out",
     "rollout/nothing_to_learn": "1 when the rewards carry no signal (every critic-free group "
     "flat, or every decision rewarded alike); a warning says so",
     "rollout/zero_std_fraction": "critic-free, `num_generations` ≥ 2: share of (episode, agent) "
@@ -46,6 +49,9 @@ METRICS: dict[str, str] = {
     "eval/reward_mean": "mean team return of those episodes",
     "eval/accuracy": "share of those episodes the team solved",
     "eval/accuracy_se": "binomial standard error of `eval/accuracy`, √(p(1−p)/n)",
+    "eval/reward/<name>": "agent programs: as `rollout/reward/<name>`, on the held-out episodes",
+    "eval/calls/<agent>": "agent programs: as `rollout/calls/<agent>`, on the held-out episodes",
+    "eval/program_errors": "agent programs: as `rollout/program_errors`, on the held-out episodes",
     "eval/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
     "eval/action_tokens_mean": "generated tokens per decision of those episodes",
     "eval/action_cut_fraction": "share of their decisions cut at the token cap",
@@ -82,8 +88,7 @@ METRICS: dict[str, str] = {
     "minibatches",
     "train/entropy_blowup": "1 when `train/entropy` exceeds `entropy_blowup_factor` × its early "
     "average (the entropy guard)",
-    "train/rolled_back": "1 when the guard restored the last good iteration "
-    "(`rollback_on_blowup`)",
+    "train/rolled_back": "1 when the guard restored the last good iteration (`rollback_on_blowup`)",
     "time/rollout_s": "wall time of the rollouts, seconds",
     "time/update_s": "wall time of the update, seconds",
 }

@@ -297,10 +297,9 @@ def test_a_grading_time_limit_that_is_no_limit(value):
 
 
 def test_code_env_limits_as_json_are_sandbox_limits():
-    from marft_envs.sandbox.runner import SandboxLimits
-
     import marft_envs
     from marft_envs.code.env import _sandbox_limits
+    from marft_envs.sandbox.runner import SandboxLimits
 
     limits = _sandbox_limits({"cpu_seconds": 5})
     assert limits == SandboxLimits(cpu_seconds=5)

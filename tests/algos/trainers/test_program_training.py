@@ -24,6 +24,7 @@ from marft_algos.rollout.collector import (
     ProgramFailures,
     RolloutCollector,
 )
+from marft_algos.runs.metrics import is_documented
 from marft_envs.programs import ProgramEnv
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -110,6 +111,8 @@ def test_a_program_team_trains_with_exact_first_updates(tiny_path, algo):
     assert last["rollout/reward/cost"] == pytest.approx(-0.02)
     assert 0 <= last["rollout/reward/success"] <= 1
     assert last["rollout/program_errors"] == 0
+    undocumented = [name for name in last if name != "iteration" and not is_documented(name)]
+    assert undocumented == []
 
 
 def test_the_help_desk_example_trains(example, tiny_path):
