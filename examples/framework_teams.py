@@ -25,6 +25,7 @@ import marft_envs
 from marft_envs.math import grade_answer
 
 sys.path.insert(0, str(Path(__file__).parent))
+import program_team
 from program_team import CRITIC, PLANNER, SPECIALISTS, helpdesk_tasks
 
 AGENTS = ["planner", "math", "writer", "critic"]
@@ -124,15 +125,7 @@ for env_id, program, framework in (
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from marft_algos.cli import train
-    from marft_algos.cli.main import configure_logging, quiet_third_party
-
-    quiet_third_party()
-    configure_logging()
-    args = sys.argv[1:] if argv is None else argv
-    if not any(a == "--env" or a.startswith("--env=") for a in args):
-        args = ["--env", "helpdesk-langgraph-v0", *args]
-    return train.main(args, defaults={"output_dir": "runs/framework_team"})
+    return program_team.main(argv, env="helpdesk-langgraph-v0", output_dir="runs/framework_team")
 
 
 if __name__ == "__main__":

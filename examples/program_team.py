@@ -113,7 +113,13 @@ marft_envs.register_program(
 )
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(
+    argv: list[str] | None = None,
+    *,
+    env: str = "helpdesk-v0",
+    output_dir: str = "runs/program_team",
+) -> dict:
+    """``marft train`` on ``env`` unless ``--env`` names another, writing to ``output_dir``."""
     from marft_algos.cli import train
     from marft_algos.cli.main import configure_logging, quiet_third_party
 
@@ -121,8 +127,8 @@ def main(argv: list[str] | None = None) -> dict:
     configure_logging()
     args = sys.argv[1:] if argv is None else argv
     if not any(a == "--env" or a.startswith("--env=") for a in args):
-        args = ["--env", "helpdesk-v0", *args]
-    return train.main(args, defaults={"output_dir": "runs/program_team"})
+        args = ["--env", env, *args]
+    return train.main(args, defaults={"output_dir": output_dir})
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import pytest
 for package in ("openai", "uvicorn", "starlette", "langgraph", "langchain_openai", "agents"):
     pytest.importorskip(package, reason=f"the framework examples need the agents extra ({package})")
 
+from test_trainers import SMALL  # noqa: E402
+
 import marft_envs  # noqa: E402
 from marft_algos import ActionMARFTConfig, ActionMARFTTrainer, Critic, MultiAgentPolicy  # noqa: E402
 from marft_envs.programs import server  # noqa: E402
@@ -33,14 +35,7 @@ def framework_teams():
 def test_a_framework_team_trains_over_the_endpoint(framework_teams, tiny_path, env_id):
     agents = framework_teams.AGENTS
     policy = MultiAgentPolicy.from_pretrained(tiny_path, agents, seed=0)
-    config = ActionMARFTConfig(
-        iterations=1,
-        episodes_per_iteration=4,
-        rollout_threads=2,
-        max_new_tokens=6,
-        learning_rate=1e-3,
-        eval_episodes=2,
-    )
+    config = ActionMARFTConfig(**{**SMALL, "iterations": 1})
     trainer = ActionMARFTTrainer(
         policy,
         lambda: marft_envs.make(env_id),
@@ -52,8 +47,7 @@ def test_a_framework_team_trains_over_the_endpoint(framework_teams, tiny_path, e
         last = trainer.train()[-1]
         port = server._shared.port
     finally:
-        for env in trainer.collector.envs + trainer.eval_collector.envs:
-            env.close()
+        trainer.close()
     assert math.isfinite(last["train/policy_loss"])
     assert abs(last["train/approx_kl"]) < 1e-3
     assert last["rollout/program_errors"] == 0

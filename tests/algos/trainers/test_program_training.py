@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from test_trainers import SMALL
 
 import marft_envs
 from marft_algos import (
@@ -81,15 +82,8 @@ def terse_team(task, client):
 def test_a_program_team_trains_with_exact_first_updates(tiny_path, algo):
     agents = ["planner", "math", "writer"]
     policy = MultiAgentPolicy.from_pretrained(tiny_path, agents, seed=0)
-    small = dict(
-        iterations=1,
-        episodes_per_iteration=8,
-        rollout_threads=4,
-        max_new_tokens=8,
-        learning_rate=1e-3,
-        eval_episodes=2,
-        seed=0,
-    )
+    small = {**SMALL, "iterations": 1, "episodes_per_iteration": 8, "max_new_tokens": 8}
+    del small["critic_learning_rate"]
     tasks = [f"{a} + {b}" for a in range(10) for b in range(10)]
     env_fn = lambda: ProgramEnv(terse_team, agents, tasks)  # noqa: E731
     eval_fn = lambda: ProgramEnv(terse_team, agents, tasks, split="test")  # noqa: E731
@@ -97,7 +91,7 @@ def test_a_program_team_trains_with_exact_first_updates(tiny_path, algo):
         config = GRPOConfig(num_generations=4, **small)
         trainer = GRPOTrainer(policy, env_fn, config, eval_env_fn=eval_fn)
     else:
-        config = ActionMARFTConfig(critic_learning_rate=1e-3, **small)
+        config = ActionMARFTConfig(critic_learning_rate=SMALL["critic_learning_rate"], **small)
         trainer = ActionMARFTTrainer(
             policy, env_fn, config, critic=Critic(policy, seed=0), eval_env_fn=eval_fn
         )
@@ -119,9 +113,7 @@ def test_the_help_desk_example_trains(example, tiny_path):
     policy = MultiAgentPolicy.from_pretrained(
         tiny_path, ["planner", "math", "writer", "critic"], seed=0
     )
-    config = ActionMARFTConfig(
-        iterations=1, episodes_per_iteration=2, rollout_threads=2, max_new_tokens=6, eval_episodes=2
-    )
+    config = ActionMARFTConfig(**{**SMALL, "iterations": 1, "episodes_per_iteration": 2})
     trainer = ActionMARFTTrainer(
         policy,
         lambda: marft_envs.make("helpdesk-v0"),

@@ -70,6 +70,7 @@ def play(env, reply, seed=0, options=None):
             continue
         messages = env.observe(agent)["messages"]
         seen.append((agent, messages))
+        env.unwrapped.note_generation(7, 3, True)  # as a collector reports the policy's tokens
         env.step(reply(agent, messages))
     return seen
 

@@ -11,6 +11,7 @@ pytest.importorskip("uvicorn", reason="the HTTP transport needs the agents extra
 pytest.importorskip("starlette", reason="the HTTP transport needs the agents extra (starlette)")
 
 import openai
+from test_program_env import play
 
 from marft_envs.programs import ProgramEnv
 from marft_envs.programs import server as server_module
@@ -39,20 +40,6 @@ def team(task, client):
     }
 
 
-def play(env, reply, seed=0):
-    env.reset(seed=seed)
-    seen = []
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent] or env.truncations[agent]:
-            env.step(None)
-            continue
-        seen.append((agent, env.observe(agent)["messages"]))
-        env.note_generation(7, 3, True)
-        env.step(reply(agent))
-    return seen
-
-
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -60,7 +47,7 @@ def _listening(port: int) -> bool:
 
 def test_a_program_over_http_is_the_same_env_as_in_process():
     env = ProgramEnv(team, AGENTS, ["task a", "task b"], transport="http")
-    seen = play(env, lambda agent: "ok")
+    seen = play(env, lambda agent, messages: "ok")
     assert [a for a, _ in seen] == ["planner", "solver"]
     assert seen[0][1] == [
         {"role": "system", "content": "Route."},
@@ -93,7 +80,7 @@ def test_an_unknown_model_gets_404_naming_the_agents():
 
     env = ProgramEnv(lost, AGENTS, ["t"], transport="http")
     try:
-        play(env, lambda agent: "x")
+        play(env, lambda agent, messages: "x")
     finally:
         env.close()
     assert caught["error"].status_code == 404
