@@ -33,7 +33,7 @@ from marft_envs.programs.client import (
     completion,
 )
 
-__all__ = ["EpisodeServer", "shared_server"]
+__all__ = ["EpisodeServer", "release_server", "running_server", "shared_server"]
 
 
 class _Episode:
@@ -69,7 +69,6 @@ class EpisodeServer:
         self._episodes: dict[str, _Episode] = {}
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self.users = 0
         app = Starlette(
             routes=[
                 Route("/episodes/{episode}/v1/chat/completions", self._chat, methods=["POST"]),
@@ -160,36 +159,43 @@ class EpisodeServer:
         return JSONResponse(asdict(reply))
 
 
-_shared: EpisodeServer | None = None
-_shared_lock = threading.Lock()
+class _Shared:
+    """The process's one endpoint, counted out to the envs that serve programs over HTTP."""
+
+    def __init__(self) -> None:
+        self.server: EpisodeServer | None = None
+        self.users = 0
+        self.lock = threading.Lock()
+
+    def acquire(self) -> EpisodeServer:
+        with self.lock:
+            if self.server is None:
+                self.server = EpisodeServer()
+            self.users += 1
+            return self.server
+
+    def release(self, *, all_users: bool = False) -> None:
+        with self.lock:
+            self.users = 0 if all_users else self.users - 1
+            if self.users <= 0 and self.server is not None:
+                self.server.stop()
+                self.server = None
+
+
+_SHARED = _Shared()
+atexit.register(_SHARED.release, all_users=True)
 
 
 def shared_server() -> EpisodeServer:
     """The process's endpoint, started on first use; every caller must :func:`release_server`."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = EpisodeServer()
-        _shared.users += 1
-        return _shared
+    return _SHARED.acquire()
 
 
 def release_server() -> None:
     """One user fewer; the last one stops the server (no port of ours stays open)."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            return
-        _shared.users -= 1
-        if _shared.users <= 0:
-            _shared.stop()
-            _shared = None
+    _SHARED.release()
 
 
-@atexit.register
-def _stop_at_exit() -> None:
-    global _shared
-    with _shared_lock:
-        if _shared is not None:
-            _shared.stop()
-            _shared = None
+def running_server() -> EpisodeServer | None:
+    """The endpoint while one runs in this process (None otherwise)."""
+    return _SHARED.server

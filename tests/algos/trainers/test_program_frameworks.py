@@ -45,7 +45,7 @@ def test_a_framework_team_trains_over_the_endpoint(framework_teams, tiny_path, e
     )
     try:
         last = trainer.train()[-1]
-        port = server._shared.port
+        port = server.running_server().port
     finally:
         trainer.close()
     assert math.isfinite(last["train/policy_loss"])

@@ -147,22 +147,24 @@ def _one_call(client, agent="planner"):
     client.chat.completions.create(model=agent, messages=[{"role": "user", "content": "hi"}])
 
 
-def test_a_call_for_an_unknown_agent_names_the_team():
-    caught = {}
+def calls_an_unknown_agent(error_type, caught):
+    """A program that calls agent "mathh", keeps the error it gets, and goes on."""
 
-    def lost(task, client):
+    def program(task, client):
         try:
-            client.chat.completions.create(
-                model="mathh", messages=[{"role": "user", "content": "x"}]
-            )
-        except UnknownAgentError as err:
-            caught["message"] = str(err)
+            _one_call(client, "mathh")
+        except error_type as err:
+            caught["error"] = err
         _one_call(client)
         return 1.0
 
-    env = make(lost)
-    play(env, lambda a, m: "x")
-    assert "'mathh'" in caught["message"] and "planner" in caught["message"]
+    return program
+
+
+def test_a_call_for_an_unknown_agent_names_the_team():
+    caught = {}
+    play(make(calls_an_unknown_agent(UnknownAgentError, caught)), lambda a, m: "x")
+    assert "'mathh'" in str(caught["error"]) and "planner" in str(caught["error"])
 
 
 @pytest.mark.parametrize(

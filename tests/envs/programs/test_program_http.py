@@ -11,7 +11,7 @@ pytest.importorskip("uvicorn", reason="the HTTP transport needs the agents extra
 pytest.importorskip("starlette", reason="the HTTP transport needs the agents extra (starlette)")
 
 import openai
-from test_program_env import play
+from test_program_env import calls_an_unknown_agent, play
 
 from marft_envs.programs import ProgramEnv
 from marft_envs.programs import server as server_module
@@ -59,7 +59,7 @@ def test_a_program_over_http_is_the_same_env_as_in_process():
     )
     assert info["calls"] == {"planner": 1, "solver": 1}
     assert info["completion_tokens"] == {"planner": 3, "solver": 3}
-    port = server_module._shared.port
+    port = server_module.running_server().port
     assert _listening(port)
     env.close()
     assert not _listening(port)  # the last env using it stopped the endpoint
@@ -67,24 +67,15 @@ def test_a_program_over_http_is_the_same_env_as_in_process():
 
 def test_an_unknown_model_gets_404_naming_the_agents():
     caught = {}
-
-    def lost(task, client):
-        try:
-            client.chat.completions.create(
-                model="nobody", messages=[{"role": "user", "content": "x"}]
-            )
-        except openai.NotFoundError as err:
-            caught["error"] = err
-        client.chat.completions.create(model="solver", messages=[{"role": "user", "content": "x"}])
-        return 0.0
-
-    env = ProgramEnv(lost, AGENTS, ["t"], transport="http")
+    env = ProgramEnv(
+        calls_an_unknown_agent(openai.NotFoundError, caught), AGENTS, ["t"], transport="http"
+    )
     try:
         play(env, lambda agent, messages: "x")
     finally:
         env.close()
     assert caught["error"].status_code == 404
-    assert "planner" in str(caught["error"]) and "'nobody'" in str(caught["error"])
+    assert "planner" in str(caught["error"]) and "'mathh'" in str(caught["error"])
 
 
 def test_concurrent_episodes_never_mix():
@@ -102,4 +93,4 @@ def test_concurrent_episodes_never_mix():
     finally:
         for env in envs:
             env.close()
-    assert server_module._shared is None
+    assert server_module.running_server() is None
