@@ -104,7 +104,7 @@ class CodeEnv(FlexPOMDPEnv):
             raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}.")
         if sandbox is not None and not isinstance(sandbox, Sandbox):
             raise TypeError(
-                f"sandbox must be a marft_envs.sandbox.runner.Sandbox, got {type(sandbox).__name__}."
+                f"sandbox must be a marft_envs.sandbox.Sandbox, got {type(sandbox).__name__}."
             )
         limits = _sandbox_limits(limits)
         kwargs.setdefault("horizon", max_attempts)

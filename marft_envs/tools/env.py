@@ -106,7 +106,7 @@ class ToolMathEnv(MathEnv):
             raise ValueError(f"max_calls must be a non-negative integer, got {max_calls!r}.")
         if sandbox is not None and not isinstance(sandbox, Sandbox):
             raise TypeError(
-                f"sandbox must be a marft_envs.sandbox.runner.Sandbox, got {type(sandbox).__name__}."
+                f"sandbox must be a marft_envs.sandbox.Sandbox, got {type(sandbox).__name__}."
             )
         team = named_team(profiles, TOOL_TEAMS, "tool-math")
         if dependency is None and profiles == "dual":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_budget import TINY
+from budgets import TINY
 
 import marft_envs
 from marft_algos.cli.main import main

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_budget import TINY
+from budgets import TINY
 
 from marft_algos.cli.main import main
 from marft_algos.cli.parsing import UsageError
@@ -310,7 +310,7 @@ def test_code_env_limits_as_json_are_sandbox_limits():
 
 
 def test_negative_resample_rounds():
-    with pytest.raises(ValueError, match=r"max_resample_rounds must be >= 0 .*got -1"):
+    with pytest.raises(ValueError, match=r"--max-resample-rounds must be >= 0 .*got -1"):
         train("--algo", "grpo", "--max-resample-rounds", "-1", "--model", MISSING_MODEL)
 
 

@@ -15,13 +15,30 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_budget import TINY
+from budgets import TINY
 
 from marft_algos.cli.main import main
 from marft_algos.runs.folder import RunInUseError
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET = [*TINY, "--eval-every", "1", "--no-plot", "--progress", "plain"]
+
+
+def train(run, tiny_path, iterations, *extra):
+    """``marft train`` on the tiny model with the suite's budget, into ``run``."""
+    return main(
+        [
+            "train",
+            "--output-dir",
+            str(run),
+            "--model",
+            tiny_path,
+            "--iterations",
+            str(iterations),
+            *BUDGET,
+            *extra,
+        ]
+    )
 
 
 def records(run: Path) -> list[dict]:
@@ -104,38 +121,17 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
     with pytest.raises(
         ValueError, match=r"learning_rate: checkpoint 2e-05 vs now 0.5.*--allow-config-change"
     ):
-        main(
-            [
-                "train",
-                "--output-dir",
-                str(run),
-                "--model",
-                tiny_path,
-                "--iterations",
-                "2",
-                *BUDGET,
-                "--learning-rate",
-                "0.5",
-                "--resume",
-            ]
-        )
+        train(run, tiny_path, 2, "--learning-rate", "0.5", "--resume")
     with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v4' vs now 'math-trio-v4'"):
-        main(
-            [
-                "train",
-                "--output-dir",
-                str(run),
-                "--model",
-                tiny_path,
-                "--iterations",
-                "2",
-                *BUDGET,
-                "--env",
-                "math-trio-v4",
-                "--max-new-tokens-per-agent",
-                "{}",
-                "--resume",
-            ]
+        train(
+            run,
+            tiny_path,
+            2,
+            "--env",
+            "math-trio-v4",
+            "--max-new-tokens-per-agent",
+            "{}",
+            "--resume",
         )
     # The dtype and the thread count change what the remaining iterations compute.
     for flags, message in (
@@ -143,34 +139,9 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
         (["--threads", "2"], r"threads: run 1 vs now 2"),
     ):
         with pytest.raises(ValueError, match=message):
-            main(
-                [
-                    "train",
-                    "--output-dir",
-                    str(run),
-                    "--model",
-                    tiny_path,
-                    "--iterations",
-                    "2",
-                    *BUDGET,
-                    *flags,
-                    "--resume",
-                ]
-            )
+            train(run, tiny_path, 2, *flags, "--resume")
     assert (run / "config.json").read_bytes() == before
-    main(
-        [
-            "train",
-            "--output-dir",
-            str(run),
-            "--model",
-            tiny_path,
-            "--iterations",
-            "1",
-            *BUDGET,
-            "--overwrite",
-        ]
-    )
+    train(run, tiny_path, 1, "--overwrite")
     assert [r["iteration"] for r in records(run)] == [0, 1]
 
 
@@ -208,20 +179,7 @@ def test_export_adapters_and_merged_models(tiny_path, tmp_path):
     from marft_algos.runs.checkpoint import policy_from_checkpoint
 
     run = tmp_path / "run"
-    main(
-        [
-            "train",
-            "--output-dir",
-            str(run),
-            "--model",
-            tiny_path,
-            "--iterations",
-            "1",
-            *BUDGET,
-            "--learning-rate",
-            "0.05",
-        ]
-    )
+    train(run, tiny_path, 1, "--learning-rate", "0.05")
     index = main(["export", str(run), "--merge"])
     policy = policy_from_checkpoint(str(run / "checkpoint-1"))
     ids = torch.tensor([[1, 5, 9, 14, 3]])

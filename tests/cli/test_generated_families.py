@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_budget import TINY
+from budgets import TINY
 
 from marft_algos.cli.main import main
 from marft_algos.cli.train import plan_env

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_budget import TINY
+from budgets import TINY
 
 from marft_algos.cli.evaluate import find_checkpoint
 from marft_algos.cli.main import main

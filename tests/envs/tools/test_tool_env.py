@@ -129,7 +129,7 @@ def test_dual_answerer_is_routed_to_when_no_calls_are_left():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="max_calls must be a non-negative integer"):
         marft_envs.make("tool-math-single-v3", max_calls=-1)
-    with pytest.raises(TypeError, match=r"sandbox must be a marft_envs\.code\.sandbox\.Sandbox"):
+    with pytest.raises(TypeError, match=r"sandbox must be a marft_envs\.sandbox\.Sandbox"):
         marft_envs.make("tool-math-single-v3", sandbox="local")
     with pytest.raises(ValueError, match="ToolRouter names agent"):
         marft_envs.make("tool-math-single-v3", dependency=ToolRouter())

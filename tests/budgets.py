@@ -1,4 +1,5 @@
-"""Budgets shared by the command-line tests (a module of its own: ``conftest`` names clash)."""
+"""Budgets shared by the command-line and example tests (a module of its own: ``conftest`` names
+clash; importable from every test folder, as tests/ is on the path of its conftest)."""
 
 from __future__ import annotations
 
