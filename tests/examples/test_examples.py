@@ -40,6 +40,22 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess:
     return result
 
 
+def run_once(script: str, model: str, out, *extra: str) -> subprocess.CompletedProcess:
+    """``script`` for one iteration on the tiny budget, into ``out``, without a plot."""
+    return run(
+        script,
+        "--model",
+        model,
+        "--iterations",
+        "1",
+        "--output-dir",
+        str(out),
+        "--no-plot",
+        *TINY,
+        *extra,
+    )
+
+
 @pytest.fixture(scope="module")
 def model_path():
     from marft_algos.policy import tiny_model_path
@@ -126,19 +142,7 @@ def test_stop_resume_and_evaluate(model_path, tmp_path):
 
 def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     out = tmp_path / "single"
-    run(
-        "train_math.py",
-        "--env",
-        "math-single-v4",
-        "--model",
-        model_path,
-        "--iterations",
-        "1",
-        "--output-dir",
-        str(out),
-        "--no-plot",
-        *TINY,
-    )
+    run_once("train_math.py", model_path, out, "--env", "math-single-v4")
     result = launch(
         str(ROOT / "examples" / "evaluate.py"),
         str(out / "checkpoint-1"),
@@ -237,34 +241,14 @@ def test_real_model_trains_on_gsm8k_with_its_own_preset_and_evaluates(
 
 def test_other_models_do_not_get_the_builtin_models_preset(model_path, tmp_path):
     out = tmp_path / "other"
-    result = run(
-        "train_math.py",
-        "--model",
-        model_path,
-        "--iterations",
-        "1",
-        "--output-dir",
-        str(out),
-        "--no-plot",
-        *TINY,
-    )
+    result = run_once("train_math.py", model_path, out)
     assert "preset pretrained" in result.stdout
     assert json.loads((out / "config.json").read_text())["learning_rate"] == 2e-5
 
 
 def test_program_team_example_trains_the_help_desk(model_path, tmp_path):
     out = tmp_path / "program"
-    result = run(
-        "program_team.py",
-        "--model",
-        model_path,
-        "--iterations",
-        "1",
-        "--output-dir",
-        str(out),
-        "--no-plot",
-        *TINY,
-    )
+    result = run_once("program_team.py", model_path, out)
     assert "held-out accuracy" in result.stdout
     record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["rollout/calls/planner"] == 1.0 and "rollout/reward/cost" in record
