@@ -6,6 +6,7 @@ import math
 from typing import NamedTuple
 
 import pytest
+from test_trainers import SMALL as TRAINER_BUDGET
 
 import marft_envs
 from marft_algos.policy import MultiAgentPolicy
@@ -20,14 +21,11 @@ pytestmark = pytest.mark.skipif(
     available_isolation() is None, reason="no code sandbox can run here"
 )
 
-SMALL = dict(
-    iterations=1,
-    episodes_per_iteration=4,
-    rollout_threads=2,
-    max_new_tokens=6,
-    learning_rate=5e-3,
-    eval_episodes=2,
-)
+#: The trainer tests' budget, one iteration, without the critic's rate (the critic-free configs).
+SMALL = {k: v for k, v in TRAINER_BUDGET.items() if k != "critic_learning_rate"} | {
+    "iterations": 1,
+    "eval_episodes": 2,
+}
 
 
 def env_fn():

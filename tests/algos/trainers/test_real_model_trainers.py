@@ -12,20 +12,20 @@ import math
 
 import pytest
 import torch
+from test_trainers import SMALL as TRAINER_BUDGET
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
 from marft_algos.policy import MultiAgentPolicy
 from marft_envs.math.data import load_dataset
 
-SMALL = dict(
-    iterations=2,
-    episodes_per_iteration=2,
-    rollout_threads=2,
-    max_new_tokens=8,
-    learning_rate=1e-4,
-    eval_episodes=2,
-)
+#: The trainer tests' budget with a real model's rate, fewer episodes and longer messages.
+SMALL = {k: v for k, v in TRAINER_BUDGET.items() if k != "critic_learning_rate"} | {
+    "episodes_per_iteration": 2,
+    "max_new_tokens": 8,
+    "learning_rate": 1e-4,
+    "eval_episodes": 2,
+}
 
 
 @pytest.fixture(scope="module")
