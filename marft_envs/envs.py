@@ -168,7 +168,12 @@ for _name in ("tool-math-single", "tool-math-dual"):
         f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
     )
     deprecate(f"{_name}-v1", f"{_name}-v3", f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4}")
-    deprecate(f"{_name}-v2", f"{_name}-v3", GRADER_FIX_V4)
+    deprecate(
+        f"{_name}-v2",
+        f"{_name}-v3",
+        f"{GRADER_FIX_V4[:-1]}; and a call past its time limit names both limits (CPU and "
+        f"wall) instead of 'the 2-second limit'.",
+    )
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(

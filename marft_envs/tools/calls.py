@@ -154,8 +154,11 @@ def read_result(result: SandboxResult) -> ToolResult:
             value = value[:MAX_OUTPUT_CHARS] + " ... (cut)"
         return ToolResult(True, value)
     if result.failure == "timeout":
+        # Which limit stopped it (CPU time, or the wall clock) the verdict does not always tell.
         return ToolResult(
-            False, f"Error: the expression ran past the {TOOL_LIMITS.cpu_seconds}-second limit."
+            False,
+            f"Error: the expression ran past its time limit ({TOOL_LIMITS.cpu_seconds} s of CPU "
+            f"time, {TOOL_LIMITS.wall_seconds:g} s in all).",
         )
     if result.failure == "memory":
         return ToolResult(False, "Error: the expression ran out of memory.")

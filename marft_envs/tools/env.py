@@ -8,7 +8,7 @@
 | Action | any text; ``<python>EXPR</python>`` calls the tool (first call of a text); a graded agent's ``\\boxed{}`` is its final answer |
 | Reward | 1 when the final ``\\boxed{}`` answer is equivalent to the gold answer, else 0 (credit ``graded``); tool calls earn nothing themselves |
 | Termination | when a graded agent answers with ``\\boxed{}``, or a round has neither an answer nor a call that can run; at most ``max_calls + 1`` rounds |
-| Versions | v0: initial release (out of date: ``make`` builds v3 and warns); v1: graded by the math grader of math-*-v2 (out of date: ``make`` builds v3 and warns); v2: graded by the math grader of math-*-v3 (out of date: ``make`` builds v3 and warns); v3: graded by the math grader of math-*-v4 (see ``marft_envs/math/env.py``) |
+| Versions | v0: initial release (out of date: ``make`` builds v3 and warns); v1: graded by the math grader of math-*-v2 (out of date: ``make`` builds v3 and warns); v2: graded by the math grader of math-*-v3 (out of date: ``make`` builds v3 and warns); v3: graded by the math grader of math-*-v4 (see ``marft_envs/math/env.py``), and a call past its time limit names both limits (2 s of CPU time, 5 s in all) instead of "the 2-second limit" |
 
 A round in which a tool agent's text holds a call (and no ``\\boxed{}`` answer from a graded agent)
 runs the expression in the code family's sandbox (:mod:`marft_envs.tools.calls`) and shows the

@@ -84,7 +84,10 @@ def test_long_outputs_are_cut():
 @pytest.mark.parametrize(
     ("expression", "error"),
     [
-        ("sum(range(10 ** 12))", "ran past the 2-second limit"),  # CPU time
+        (
+            "sum(range(10 ** 12))",
+            "ran past its time limit (2 s of CPU time, 5 s in all)",
+        ),  # CPU time
         ("[0] * (10 ** 10)", "ran out of memory"),  # address space
         ("__import__('os').kill(1, 9)", "Error:"),  # signal the host's init
         ("__import__('sys').exit(0)", "Error:"),
@@ -121,3 +124,16 @@ def test_a_tool_call_cannot_write_on_the_host(tmp_path):
     private = f"/tmp/marft-tool-escape-{os.getpid()}"
     run_expression(f"open({private!r}, 'w').write('escaped')")
     assert not Path(private).exists()
+
+
+def test_a_timeout_names_both_limits_whichever_stopped_it():
+    # The verdict is "timeout" for CPU time and for the wall clock alike; the text must not
+    # claim the one that did not apply (a 5 s wall timeout once read "the 2-second limit").
+    from marft_envs.sandbox.runner import SandboxResult
+    from marft_envs.tools.calls import read_result
+
+    for detail in ("the program used up its CPU time", "the program ran past the time limit"):
+        text = read_result(SandboxResult((False,), "timeout", detail)).output
+        assert (
+            text == "Error: the expression ran past its time limit (2 s of CPU time, 5 s in all)."
+        )
