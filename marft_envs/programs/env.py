@@ -85,6 +85,14 @@ def combine_reward(value: Any, weights: Mapping[str, float]) -> tuple[float, dic
     )
 
 
+def _finite(value: Any) -> bool:
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
 def split_tasks(
     tasks: Sequence[Any],
     test_tasks: Sequence[Any] | None,
@@ -173,10 +181,13 @@ class ProgramEnv(FlexPOMDPEnv):
         )
         if split not in ("train", "test", "all"):
             raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}.")
-        if not (isinstance(episode_timeout, numbers.Real) and episode_timeout > 0):
+        if not (_finite(episode_timeout) and episode_timeout > 0):
             raise ValueError(
-                f"episode_timeout must be a positive number of seconds, got {episode_timeout!r}."
+                f"episode_timeout must be a positive, finite number of seconds, got {episode_timeout!r}."
             )
+        for name, value in {"error_reward": error_reward, **(reward_weights or {})}.items():
+            if not _finite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}.")
         if transport not in ("inprocess", "http"):
             raise ValueError(f"transport must be 'inprocess' or 'http', got {transport!r}.")
         if not 0 < max_error_share <= 1:
@@ -204,13 +215,13 @@ class ProgramEnv(FlexPOMDPEnv):
                     f"{source!r:.80}."
                 )
             self.draw_task = None
-            self.dataset = split_tasks(
-                tasks,
-                test_tasks,
-                split,
-                test_size=test_size,
-                seed=split_seed,  # type: ignore[arg-type]
-            )
+            if split == "test" and test_tasks is not None:
+                self.dataset = list(source)  # the held-out list (tasks may be a function)
+            else:
+                assert not callable(tasks)  # a function of an rng is drawn from, not split
+                self.dataset = split_tasks(
+                    tasks, test_tasks, split, test_size=test_size, seed=split_seed
+                )
         self._run: ProgramRun | None = None
         self._event: Event | None = None
         self._usage: tuple[int, int, bool] = (0, 0, True)
@@ -237,7 +248,7 @@ class ProgramEnv(FlexPOMDPEnv):
             assert self.draw_task is not None
             self.task = self.draw_task(self.np_random)
         program_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
-        self._latest = {}
+        self._latest, self._answered, self._usage = {}, None, (0, 0, True)
         make_client: Callable[[Callable[[CallRecord], Any]], Any]
         if self.transport == "http":
             make_client = lambda send: self._http_client(send, program_rng)  # noqa: E731

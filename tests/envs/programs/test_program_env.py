@@ -294,3 +294,31 @@ def test_pettingzoo_api_and_seed_tests():
 
     api_test(make(seeded), num_cycles=30)
     seed_test(lambda: make(seeded), num_cycles=30)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"episode_timeout": float("inf")},
+        {"episode_timeout": True},
+        {"episode_timeout": 0},
+        {"error_reward": float("nan")},
+        {"reward_weights": {"cost": float("nan")}},
+        {"max_error_share": float("nan")},
+        {"split": "validation"},
+        {"transport": "grpc"},
+    ],
+)
+def test_bad_settings_are_refused_by_name(kwargs):
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match="cost" if name == "reward_weights" else name):
+        make(**kwargs)
+
+
+def test_drawn_training_tasks_with_a_held_out_list():
+    draw = lambda rng: {"q": f"q{rng.integers(10)}", "gold": "0"}  # noqa: E731
+    train = make(tasks=draw, test_tasks=[{"q": "held", "gold": "1"}])
+    test = make(tasks=draw, test_tasks=[{"q": "held", "gold": "1"}], split="test")
+    assert train.dataset is None and test.dataset == [{"q": "held", "gold": "1"}]
+    train.reset(seed=3)
+    assert train.task["q"].startswith("q")
