@@ -17,11 +17,12 @@ per second and an ETA for the whole run:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from marft_algos.rollout.evaluation import format_accuracy
@@ -159,6 +160,22 @@ class TrainingProgress:
                 info=self._phase_info(),
                 visible=True,
             )
+
+    @contextlib.contextmanager
+    def counting(self, collectors: Iterable[Any]) -> Iterator[None]:
+        """Count every episode the collectors finish (and its tokens) while the block runs."""
+        chosen = list(collectors)
+
+        def done(episode: Any) -> None:
+            self.episode(sum(len(d.action_ids) for d in episode.decisions))
+
+        for collector in chosen:
+            collector.on_episode = done
+        try:
+            yield
+        finally:
+            for collector in chosen:
+                collector.on_episode = None
 
     def episode(self, tokens: int) -> None:
         """An episode of the current phase finished, having generated ``tokens`` tokens."""

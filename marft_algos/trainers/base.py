@@ -2,26 +2,18 @@
 
 A trainer is built from explicit objects — ``Trainer(policy, env_fn, config, critic=...,
 eval_env_fn=...)`` — and implements one method, :meth:`Trainer.update`, which turns a batch of
-finished episodes into optimizer steps and returns its metrics. Everything else lives here:
-
-- rollouts over ``config.rollout_threads`` env copies (:class:`~marft_algos.rollout.collector.RolloutCollector`);
-- ``metrics.jsonl`` (one record per iteration) and the config beside it, optional TensorBoard;
-- held-out evaluation with greedy decoding before training and every ``eval_every`` iterations;
-- checkpoints every ``checkpoint_every`` iterations (default: every one, the newest
-  ``keep_checkpoints`` kept) and at the end; :meth:`Trainer.resume`, which refuses a changed
-  config and continues with the metrics an uninterrupted run would log;
-- a locked run folder (:class:`~marft_algos.runs.folder.RunDirectory`): a second process on it, or
-  a fresh run over an earlier one without ``overwrite``, is refused;
-- a guard that skips an update whose loss or gradients are not finite, and says so; a run whose
-  updates are all skipped for ``max_nonfinite_iterations`` iterations in a row stops with
-  :class:`TrainingDiverged`;
-- detection of entropy blow-ups (the paper's §5.2 collapse) with optional rollback to the last
-  good state.
+finished episodes into optimizer steps and returns its metrics. The loop here runs rollouts over
+``config.rollout_threads`` env copies, logs ``metrics.jsonl`` (and TensorBoard), evaluates held
+out (:class:`~marft_algos.trainers.evaluator.Evaluator`) before training and every
+``eval_every`` iterations, and checkpoints into a locked run folder that :meth:`Trainer.resume`
+continues exactly (:class:`~marft_algos.trainers.checkpointer.Checkpointer`). Non-finite updates
+are skipped, ``max_nonfinite_iterations`` of them in a row stop the run with
+:class:`TrainingDiverged`, and entropy blow-ups (the paper's §5.2 collapse) are flagged and
+optionally rolled back (:class:`~marft_algos.trainers.guards.Guards`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -43,9 +35,9 @@ from marft_algos.runs.progress import TrainingProgress
 from marft_algos.runs.samples import trim_samples
 from marft_algos.trainers.checkpointer import (
     Checkpointer,
-    env_spec_json,
-    random_states,
-    restore_random_states,
+    load_trainer_state,
+    run_description,
+    trainer_state,
 )
 from marft_algos.trainers.config import TrainerConfig, check_agents, check_world_size
 from marft_algos.trainers.evaluator import Evaluator, flag_no_signal, summarize
@@ -123,15 +115,9 @@ class Trainer(ABC):
             policy, self.agents, config.learning_rate, config.adam_eps
         )
         self.iteration = 0
-        self.run_info: dict[str, Any] = {}
+        self.run_info = run_description(self.collector, self.eval_collector, config, self.dist)
         """What the run is beyond the config (env spec, policy layout, data sources), written into
         ``config.json`` and every checkpoint's state; callers may add entries before training."""
-        self.run_info["env"] = env_spec_json(self.collector.envs[0])
-        if self.eval_collector is not None:
-            self.run_info["eval_env"] = env_spec_json(self.eval_collector.envs[0])
-        self.run_info["generation"] = dataclasses.asdict(config.generation)
-        if self.dist.enabled:
-            self.run_info["world_size"] = self.dist.world_size
         # Every rank reads the run folder (resume); rank 0 alone locks and writes it.
         self.run_dir = RunDirectory(config.output_dir) if config.output_dir is not None else None
         if self.run_dir is not None and self.dist.is_main:
@@ -141,14 +127,8 @@ class Trainer(ABC):
         )
         self.checkpointer = Checkpointer(self.algorithm, config, self.run_dir, self.dist)
         """Saves and loads this run's checkpoints; guards its run folder."""
-        self.guards = Guards(
-            policy.trainable_parameters,
-            self._optimizer_of,
-            self.checkpointed_optimizers,
-            critic.parameters if critic is not None else None,
-            entropy_blowup_factor=config.entropy_blowup_factor,
-            rollback_on_blowup=config.rollback_on_blowup,
-            max_nonfinite_iterations=config.max_nonfinite_iterations,
+        self.guards = Guards.of(
+            policy, critic, self._optimizer_of, self.checkpointed_optimizers, config
         )
         """Snapshots, the entropy blow-up check and the non-finite stop."""
         self._progress: TrainingProgress | None = None
@@ -180,11 +160,8 @@ class Trainer(ABC):
     # ------------------------------------------------------------------ the policy step
     def rollout_batch(self, episodes: Sequence[Episode]) -> RolloutBatch:
         """Every decision of ``episodes`` padded once (:func:`build_rollout_batch`)."""
-        return build_rollout_batch(
-            episodes,
-            token_caps=self.config.max_new_tokens_per_agent,
-            default_cap=self.config.max_new_tokens,
-        )
+        caps, cap = self.config.max_new_tokens_per_agent, self.config.max_new_tokens
+        return build_rollout_batch(episodes, token_caps=caps, default_cap=cap)
 
     def objective(self) -> Objective:
         """The policy loss this trainer minimises."""
@@ -213,13 +190,9 @@ class Trainer(ABC):
         *,
         active: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """Backward, guards and optimizer step for one batch of the given agents' decisions.
-
-        A non-finite loss or gradient skips the step, and a step that leaves a weight non-finite
-        is undone (both counted in ``skipped_nonfinite``). With a trust region
-        (:attr:`trust_region_kl`), the KL to the rollout policy is measured on ``batch`` after
-        the step; a step that exceeds it is undone (``skipped_trust_region``).
-        """
+        """Backward, guards and optimizer step for one batch of the given agents' decisions
+        (:meth:`~marft_algos.trainers.guards.Guards.step`: non-finite steps are skipped or undone;
+        with :attr:`trust_region_kl`, a step past it on ``batch`` is undone)."""
         result = step.backward(batch, active=active, agents=agents)
         return self.guards.step(
             result,
@@ -234,11 +207,8 @@ class Trainer(ABC):
         )
 
     def step_policy(self, agents: Sequence[str]) -> tuple[float, bool]:
-        """Clip and apply the gradients of the given agents' adapters.
-
-        Returns:
-            ``(total grad norm, applied)``; nothing is applied when a norm is not finite.
-        """
+        """Clip and apply the gradients of the given agents' adapters: ``(total grad norm,
+        applied)``; nothing is applied when a norm is not finite."""
         keys = sorted({self._optimizer_of[a] for a in agents if a in self._optimizer_of})
         applied = clip_and_step([self.optimizers[k] for k in keys], self.config.max_grad_norm)
         self.zero_grad()
@@ -269,10 +239,6 @@ class Trainer(ABC):
         """The held-out env copies' collector (None without an ``eval_env_fn``)."""
         return self.evaluator.collector if self.evaluator is not None else None
 
-    def summarize(self, episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:
-        """:func:`summarize_episodes` over every rank's episodes (this process's alone if one)."""
-        return summarize(episodes, prefix, self.dist)
-
     def evaluate(self) -> dict[str, Any]:
         """Greedy held-out evaluation, plus a sampled one with ``eval_sampled`` (empty when no
         ``eval_env_fn`` was given; see :class:`~marft_algos.trainers.evaluator.Evaluator`)."""
@@ -286,7 +252,7 @@ class Trainer(ABC):
         self._phase("rollout", len(self.dist.shard(self.config.episodes_per_iteration)))
         episodes, sampling_stats = self.collect_with_stats()
         rollout_time = time.perf_counter() - start
-        metrics = self.summarize(episodes, "rollout")
+        metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
         start_update = time.perf_counter()
@@ -312,14 +278,11 @@ class Trainer(ABC):
         """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).
 
         Args:
-            progress: ``True``/``"auto"``: rich bars on a terminal, plain lines otherwise;
-                ``"rich"``; ``"plain"``: lines per phase and per iteration (logger
-                ``marft_algos.runs.progress``, or standard error when logging does not show INFO);
-                ``False``: quiet. Either shows the phase (rollout / update / eval), its episodes,
-                tokens/s and the run's ETA (:mod:`marft_algos.runs.progress`). Torch's CPU thread count
-                is left as the process has it (``marft train`` sets 1 with ``--threads``; a
-                library does not change a process-wide setting): call ``torch.set_num_threads(1)``
-                for a small model on a CPU, where one thread is fastest.
+            progress: ``True``/``"auto"``, ``"rich"``, ``"plain"`` or ``False`` (quiet): how to
+                show the phase, its episodes, tokens/s and the ETA
+                (:class:`~marft_algos.runs.progress.TrainingProgress`). Torch's thread count is
+                left as the process has it: call ``torch.set_num_threads(1)`` for a small model
+                on a CPU (``marft train`` does, with ``--threads``).
 
         Returns:
             The metric records of this call, one per iteration (evaluation merged in).
@@ -335,19 +298,11 @@ class Trainer(ABC):
             progress if self.dist.is_main else False, self.config.iterations, self.iteration
         )
         self._progress = bar
-
-        def episode_done(episode: Episode) -> None:
-            bar.episode(sum(len(d.action_ids) for d in episode.decisions))
-
-        collectors = [c for c in (self.collector, self.eval_collector) if c is not None]
-        for collector in collectors:
-            collector.on_episode = episode_done
         try:
-            self._run_iterations(bar, records)
+            with bar.counting(c for c in (self.collector, self.eval_collector) if c is not None):
+                self._run_iterations(bar, records)
         finally:
             self._progress = None
-            for collector in collectors:
-                collector.on_episode = None
         return records
 
     def _phase(self, name: str, episodes: int | None = None) -> None:
@@ -367,11 +322,7 @@ class Trainer(ABC):
                 bar.update(initial, advance=False)
             while self.iteration < self.config.iterations:
                 metrics = self.train_iteration()
-                every = self.config.eval_every
-                if self.eval_collector is not None and (
-                    (every and self.iteration % every == 0)
-                    or self.iteration == self.config.iterations
-                ):
+                if self.eval_collector is not None and self._due(self.config.eval_every):
                     metrics.update(self.evaluate())
                 self.logger.log(self.iteration, metrics)
                 records.append({"iteration": self.iteration, **metrics})
@@ -379,96 +330,53 @@ class Trainer(ABC):
                 every_sync = self.config.sync_check_every
                 if self.dist.enabled and every_sync and self.iteration % every_sync == 0:
                     self.check_in_sync()
-                if self.run_dir is not None and (
-                    (
-                        self.config.checkpoint_every
-                        and self.iteration % self.config.checkpoint_every == 0
-                    )
-                    or self.iteration == self.config.iterations
-                ):
+                if self.run_dir is not None and self._due(self.config.checkpoint_every):
                     self.save_checkpoint(self.run_dir.path / f"checkpoint-{self.iteration}")
                     if self.dist.is_main:
                         self.run_dir.prune(self.config.keep_checkpoints)
 
+    def _due(self, every: int) -> bool:
+        """Whether an every-``every``-iterations event (0: at the end only) falls on this one."""
+        return (
+            bool(every and self.iteration % every == 0) or self.iteration == self.config.iterations
+        )
+
     def check_in_sync(self) -> None:
         """Fail loudly if the ranks' adapters or critic differ (see :mod:`marft_algos.distributed`)."""
-        params = [p for a in self.trainable_agents() for p in self.policy.trainable_parameters(a)]
-        if self.critic is not None:
-            params += list(self.critic.parameters())
-        self.dist.check_in_sync(params, "adapters and critic")
+        self.dist.check_in_sync(self.guards.tensors(), "adapters and critic")
 
     # ------------------------------------------------------------------ checkpoints
     def describe(self) -> dict[str, Any]:
         """What this run is: algorithm, every config field and :attr:`run_info` (saved as ``config.json``)."""
         return {"algorithm": self.algorithm, **self.config.to_dict(), "run": self.run_info}
 
-    def trainer_state(self) -> dict[str, Any]:
-        """Counters and random states needed to continue the run exactly (a checkpoint's
-        ``state.json``; every rank must call it, as it gathers each rank's sampling state)."""
-        return {
-            "algorithm": self.algorithm,
-            "iteration": self.iteration,
-            "config": self.config.to_dict(),
-            **random_states(self.rng, self.collector, self.eval_collector, self.dist),
-            **self.guards.state(),
-            "run": self.run_info,
-        }
-
-    def load_trainer_state(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`trainer_state`'s counters and random states."""
-        self.iteration = int(state["iteration"])
-        restore_random_states(
-            state,
-            self.rng,
-            self.collector,
-            self.eval_collector,
-            self.dist,
-            seed=self.config.seed,
-            iteration=self.iteration,
-        )
-        self.guards.load_state(state)
-
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Save adapters, critic, optimizers, RNG states and counters (atomic; rank 0 writes)."""
-        return self.checkpointer.save(
-            directory,
-            self.policy,
-            self.critic,
-            self.checkpointed_optimizers(),
-            self.trainer_state(),
-        )
+        optimizers, state = self.checkpointed_optimizers(), trainer_state(self)
+        return self.checkpointer.save(directory, self.policy, self.critic, optimizers, state)
 
     def load_checkpoint(self, directory: str | Path, *, allow_config_change: bool = False) -> None:
         """Restore everything :meth:`save_checkpoint` wrote; the next iteration continues the run.
 
         Raises:
-            ConfigMismatchError: The checkpoint's config differs from this trainer's in a field
-                that changes the run (anything but ``RESUMABLE_CHANGES``), unless
-                ``allow_config_change``. Nothing is restored then.
+            ConfigMismatchError: The checkpoint's config differs in a field that changes the run
+                (anything but ``RESUMABLE_CHANGES``), unless ``allow_config_change``; nothing is
+                restored then.
         """
+        optimizers, allowed = self.checkpointed_optimizers(), allow_config_change
         state = self.checkpointer.load(
-            directory,
-            self.policy,
-            self.critic,
-            self.checkpointed_optimizers(),
-            allow_config_change=allow_config_change,
+            directory, self.policy, self.critic, optimizers, allow_config_change=allowed
         )
-        self.load_trainer_state(state)
+        load_trainer_state(self, state)
         self.sync_rollout_backend(self.iteration)
 
     def resume(
         self, directory: str | Path | None = None, *, allow_config_change: bool = False
     ) -> None:
         """Continue from ``directory``, or from the newest checkpoint in ``config.output_dir`` that
-        verifies.
-
-        Checkpoints are checked against the checksums recorded when they were written; a damaged
-        newest one (flipped or truncated file, no manifest, an empty folder) is skipped with a
-        warning naming it, and the run continues from the newest one that verifies. With no
-        checkpoint folder yet (a run killed during its first iteration) the run starts again from
-        iteration 0 in the same folder; with checkpoint folders of which none verifies it stops
-        (:class:`~marft_algos.runs.checkpoint.CorruptCheckpointError`) rather than throw them
-        away. ``metrics.jsonl`` keeps the records up to the checkpoint (atomically rewritten; a
+        verifies (:meth:`~marft_algos.trainers.checkpointer.Checkpointer.newest`: a damaged one is
+        skipped with a warning; none at all starts again from iteration 0; none that verifies
+        stops). ``metrics.jsonl`` keeps the records up to the checkpoint (atomically rewritten; a
         torn last line is dropped) and :attr:`logger` holds them again.
         """
         directory = directory if directory is not None else self.checkpointer.newest()

@@ -1,7 +1,7 @@
 """A trainer's checkpoints and run folder, kept apart from the training loop.
 
 :class:`Checkpointer` saves and loads a *plain trainer state* — a JSON-able dict of counters and
-random states (:meth:`~marft_algos.trainers.base.Trainer.trainer_state`) — beside the adapters,
+random states (:func:`trainer_state`) — beside the adapters,
 critic and optimizers (:mod:`marft_algos.runs.checkpoint`):
 
 - :meth:`Checkpointer.save` writes a checkpoint that describes the run (``run_info``; rank 0
@@ -18,6 +18,7 @@ held-out evaluation), so a resumed run logs what the uninterrupted run would.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping
@@ -274,3 +275,48 @@ def env_spec_json(env: AECEnv) -> dict[str, Any] | None:
     """The env's registry spec as JSON data (None for an env not made through the registry)."""
     spec = getattr(env.unwrapped, "spec", None)
     return spec.to_json() if spec is not None and hasattr(spec, "to_json") else None
+
+
+def run_description(
+    collector: RolloutCollector,
+    eval_collector: RolloutCollector | None,
+    config: Any,
+    distributed: DistributedContext,
+) -> dict[str, Any]:
+    """A trainer's ``run_info`` to start with: the env specs, the generation settings and, with
+    several processes, the world size."""
+    info: dict[str, Any] = {"env": env_spec_json(collector.envs[0])}
+    if eval_collector is not None:
+        info["eval_env"] = env_spec_json(eval_collector.envs[0])
+    info["generation"] = dataclasses.asdict(config.generation)
+    if distributed.enabled:
+        info["world_size"] = distributed.world_size
+    return info
+
+
+def trainer_state(trainer: Any) -> dict[str, Any]:
+    """Counters and random states needed to continue a trainer's run exactly (a checkpoint's
+    ``state.json``; every rank must call it, as it gathers each rank's sampling state)."""
+    return {
+        "algorithm": trainer.algorithm,
+        "iteration": trainer.iteration,
+        "config": trainer.config.to_dict(),
+        **random_states(trainer.rng, trainer.collector, trainer.eval_collector, trainer.dist),
+        **trainer.guards.state(),
+        "run": trainer.run_info,
+    }
+
+
+def load_trainer_state(trainer: Any, state: Mapping[str, Any]) -> None:
+    """Continue a trainer from :func:`trainer_state`'s counters and random states."""
+    trainer.iteration = int(state["iteration"])
+    restore_random_states(
+        state,
+        trainer.rng,
+        trainer.collector,
+        trainer.eval_collector,
+        trainer.dist,
+        seed=trainer.config.seed,
+        iteration=trainer.iteration,
+    )
+    trainer.guards.load_state(state)

@@ -77,6 +77,31 @@ class Guards:
         """Policy steps of the current update, and how many of them were skipped as non-finite."""
 
     # ------------------------------------------------------------------ snapshot / restore
+    @classmethod
+    def of(
+        cls,
+        policy: Any,
+        critic: Any,
+        optimizer_of: Mapping[str, str],
+        optimizers: Callable[[], Mapping[str, torch.optim.Optimizer]],
+        config: Any,
+    ) -> Guards:
+        """The guards of a trainer: its policy's adapters and critic, with the config's settings."""
+        return cls(
+            policy.trainable_parameters,
+            optimizer_of,
+            optimizers,
+            critic.parameters if critic is not None else None,
+            entropy_blowup_factor=config.entropy_blowup_factor,
+            rollback_on_blowup=config.rollback_on_blowup,
+            max_nonfinite_iterations=config.max_nonfinite_iterations,
+        )
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every trainable tensor the guards protect: the trained adapters', then the critic's."""
+        out = [p for agent in self.optimizer_of for p in self.parameters(agent)]
+        return out + list(self.critic_parameters() if self.critic_parameters is not None else [])
+
     def snapshot(self, agents: Sequence[str] | None = None) -> dict[str, Any]:
         """Copies of parameters and optimizer states: of everything, or of ``agents``' adapters."""
         chosen = [
