@@ -63,6 +63,7 @@ def episode_transcript(episode: Episode, index: int) -> dict[str, Any]:
                 "timestep": d.timestep,
                 "agent": d.agent,
                 "messages": d.messages,
+                **({"tools": d.tools} if d.tools else {}),
                 "action": d.text,
                 "reward": d.reward,
                 "finished": d.finished,

@@ -263,7 +263,9 @@ class ActorCriticTrainer(Trainer):
                         f"marft_algos.rollout.collector.RolloutCollector."
                     )
                 else:
-                    out.append(render_prompt_ids(tokenizer, d.messages))
+                    out.append(
+                        render_prompt_ids(tokenizer, {"messages": d.messages, "tools": d.tools})
+                    )
         return out
 
     # ------------------------------------------------------------------ values and advantages
