@@ -131,7 +131,7 @@ def parse_tool_calls(
 
 # ---------------------------------------------------------------------- tools described in text
 def _tool_line(tool: Mapping[str, Any]) -> str:
-    return json.dumps(tool.get("function", tool), ensure_ascii=False, sort_keys=True)
+    return json.dumps(tool.get("function", tool), ensure_ascii=False)
 
 
 def arguments_object(arguments: Any) -> Any:
