@@ -391,8 +391,10 @@ class Sandbox:
             pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------ internals
-    def _command(self) -> list[str]:
-        python = [sys.executable, "-I", "-S", str(_HARNESS)]
+    def _command(self, harness_fd: int) -> list[str]:
+        # The harness is read through an inherited descriptor: a path of the host would show in
+        # the run's ``sys.argv`` and code objects, where the program can read it.
+        python = [sys.executable, "-I", "-S", f"/proc/self/fd/{harness_fd}"]
         if self.isolation == "namespaces":
             return [shutil.which("unshare") or "unshare", *_UNSHARE, *python]
         return python
@@ -430,10 +432,15 @@ class Sandbox:
                 cgroup = cgroups.create(limits.memory_bytes)
             except OSError as err:
                 shutil.rmtree(base, ignore_errors=True)
-                raise _Untrusted(f"could not create the run's memory cgroup: {err}") from err
+                raise _Untrusted(
+                    neutral(f"could not create the run's memory cgroup: {err}", base, cgroups.parent)
+                ) from err
             header["cgroup"] = {"path": cgroup, "events": cgroups.events}
-        elif self.isolation == "namespaces":
-            header["account_bytes"] = limits.memory_bytes
+        else:
+            # No cgroup counts pages that belong to no process: the run may not make any.
+            header["deny_shared_memory"] = True
+            if self.isolation == "namespaces":
+                header["account_bytes"] = limits.memory_bytes
         encoded = program.encode("utf-8", "surrogatepass")
         header.update(
             program_bytes=len(encoded),
@@ -455,19 +462,24 @@ class Sandbox:
         }
         payload = json.dumps(header).encode() + b"\n" + encoded + json.dumps(rest).encode()
         try:
-            proc = subprocess.Popen(
-                self._command(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=workdir,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
+            harness = os.open(_HARNESS, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                proc = subprocess.Popen(
+                    self._command(harness),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=workdir,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(harness,),
+                )
+            finally:
+                os.close(harness)
         except OSError as err:
             _clean_up(base, cgroup)
-            raise _Untrusted(f"could not start the sandbox: {err}") from err
+            raise _Untrusted(neutral(f"could not start the sandbox: {err}", base, cgroup)) from err
         try:
             # The harness enforces wall_seconds itself; the extra time covers start-up and report.
             out, err_text = proc.communicate(payload, timeout=limits.wall_seconds + 10.0)
@@ -480,7 +492,10 @@ class Sandbox:
         finally:
             _kill_group(proc)
             _clean_up(base, cgroup)
-        return _parse_report(out, err_text, nonce, len(tests.tests))
+        try:
+            return _parse_report(out, err_text, nonce, len(tests.tests))
+        except _Untrusted as err:  # the harness's own errors may name the run's folders
+            raise _Untrusted(neutral(str(err), base, cgroup)) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -533,6 +548,15 @@ def _default_workers(limits: SandboxLimits, isolation: str) -> int:
     if free is not None:
         workers = min(workers, free // run_memory_bound(limits, isolation))
     return max(1, workers)
+
+
+def neutral(text: str, base: str, cgroup: str | None = None) -> str:
+    """``text`` with the run's host paths replaced by neutral names: its folder under the host's
+    temporary folder by ``<sandbox>``, its cgroup by ``<cgroup>``, the harness by ``<harness>``."""
+    for path, name in ((cgroup, "<cgroup>"), (base, "<sandbox>"), (str(_HARNESS), "<harness>")):
+        if path:
+            text = text.replace(path, name)
+    return text
 
 
 def clean_detail(text: str) -> str:
