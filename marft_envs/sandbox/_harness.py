@@ -184,14 +184,30 @@ def _receive(fd, limit, deadline=None):
 _SYSCALLS = {  # platform.machine() -> (AUDIT_ARCH_*, syscall numbers)
     "x86_64": (
         0xC000003E,
-        {"add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "clone": 56,
-         "clone3": 435, "shmget": 29, "memfd_create": 319},
-    ),  # fmt: skip
+        {
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "unshare": 272,
+            "clone": 56,
+            "clone3": 435,
+            "shmget": 29,
+            "memfd_create": 319,
+        },
+    ),
     "aarch64": (
         0xC00000B7,
-        {"add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97, "clone": 220,
-         "clone3": 435, "shmget": 194, "memfd_create": 279},
-    ),  # fmt: skip
+        {
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
+            "unshare": 97,
+            "clone": 220,
+            "clone3": 435,
+            "shmget": 194,
+            "memfd_create": 279,
+        },
+    ),
 }
 #: The machines the syscall filter knows; elsewhere a run goes without it (the host warns).
 SYSCALL_FILTER_MACHINES = tuple(_SYSCALLS)
@@ -261,7 +277,9 @@ def _install_filter(libc, program):
     fprog = Program(len(program), instructions)
     pr_set_seccomp, seccomp_mode_filter = 22, 2
     ulong = ctypes.c_ulong
-    if libc.prctl(pr_set_seccomp, ulong(seccomp_mode_filter), ctypes.byref(fprog), ulong(0), ulong(0)):
+    if libc.prctl(
+        pr_set_seccomp, ulong(seccomp_mode_filter), ctypes.byref(fprog), ulong(0), ulong(0)
+    ):
         raise OSError(ctypes.get_errno(), "could not install the sandbox's syscall filter")
 
 

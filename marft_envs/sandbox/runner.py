@@ -76,6 +76,7 @@ import functools
 import json
 import logging
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -90,6 +91,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from marft_envs.sandbox._harness import SYSCALL_FILTER_MACHINES
 from marft_envs.sandbox.confinement import (
     MemoryCgroups,
     available_memory,
@@ -341,6 +343,7 @@ class Sandbox:
         self._lock = threading.Lock()
         if isolation == "namespaces":
             _check_private_root()
+        _warn_without_syscall_filter()
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.isolation!r}, max_workers={self.max_workers}, limits={self.limits})"
@@ -433,7 +436,9 @@ class Sandbox:
             except OSError as err:
                 shutil.rmtree(base, ignore_errors=True)
                 raise _Untrusted(
-                    neutral(f"could not create the run's memory cgroup: {err}", base, cgroups.parent)
+                    _neutral(
+                        f"could not create the run's memory cgroup: {err}", base, cgroups.parent
+                    )
                 ) from err
             header["cgroup"] = {"path": cgroup, "events": cgroups.events}
         else:
@@ -479,7 +484,7 @@ class Sandbox:
                 os.close(harness)
         except OSError as err:
             _clean_up(base, cgroup)
-            raise _Untrusted(neutral(f"could not start the sandbox: {err}", base, cgroup)) from err
+            raise _Untrusted(_neutral(f"could not start the sandbox: {err}", base, cgroup)) from err
         try:
             # The harness enforces wall_seconds itself; the extra time covers start-up and report.
             out, err_text = proc.communicate(payload, timeout=limits.wall_seconds + 10.0)
@@ -495,7 +500,7 @@ class Sandbox:
         try:
             return _parse_report(out, err_text, nonce, len(tests.tests))
         except _Untrusted as err:  # the harness's own errors may name the run's folders
-            raise _Untrusted(neutral(str(err), base, cgroup)) from None
+            raise _Untrusted(_neutral(str(err), base, cgroup)) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -511,6 +516,19 @@ def _check_private_root() -> None:
             f"({result.failure}: {result.detail}). It needs to mount a tmpfs, bind-mount the "
             "Python installation read-only and pivot_root inside its mount namespace; opt in to "
             "the weaker Sandbox(isolation='process') only for programs you would run unsandboxed."
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_without_syscall_filter() -> None:
+    """The syscall filter (see ``_harness``) knows x86_64 and aarch64 Linux; elsewhere say so."""
+    machine = platform.machine()
+    if sys.platform.startswith("linux") and machine not in SYSCALL_FILTER_MACHINES:
+        logger.warning(
+            "The code sandbox has no syscall filter for %s: programs can register kernel keys "
+            "that outlive their run and create user namespaces. Filtered machines: %s.",
+            machine,
+            ", ".join(SYSCALL_FILTER_MACHINES),
         )
 
 
@@ -550,7 +568,7 @@ def _default_workers(limits: SandboxLimits, isolation: str) -> int:
     return max(1, workers)
 
 
-def neutral(text: str, base: str, cgroup: str | None = None) -> str:
+def _neutral(text: str, base: str, cgroup: str | None = None) -> str:
     """``text`` with the run's host paths replaced by neutral names: its folder under the host's
     temporary folder by ``<sandbox>``, its cgroup by ``<cgroup>``, the harness by ``<harness>``."""
     for path, name in ((cgroup, "<cgroup>"), (base, "<sandbox>"), (str(_HARNESS), "<harness>")):
