@@ -138,34 +138,39 @@ def test_a_run_cannot_create_a_user_namespace(sandbox):
 
 # --- shared memory where no cgroup counts it ------------------------------------------------------
 
+# Pieces below the per-process limits (address space, file size), 200 MiB in all, held in pages
+# that no process maps once the piece is written.
 HOLD_SHM = """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 libc.shmat.restype = ctypes.c_void_p
 def f(x):
-    size = 200 << 20
-    shmid = libc.shmget(0, size, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
-    if shmid < 0:
-        return None
-    address = libc.shmat(shmid, None, 0)
-    if address in (None, ctypes.c_void_p(-1).value):
-        return None
-    ctypes.memset(address, 1, size)
-    libc.shmdt(ctypes.c_void_p(address))  # detached: the pages belong to no process now
+    size = 8 << 20
+    for _ in range(25):
+        shmid = libc.shmget(0, size, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+        if shmid < 0:
+            return None
+        address = libc.shmat(shmid, None, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            return None
+        ctypes.memset(address, 1, size)
+        libc.shmdt(ctypes.c_void_p(address))  # detached: the segment stays, in no process
     return x
 """
 
 HOLD_MEMFD = """
 import os
 def f(x):
-    try:
-        fd = os.memfd_create("hold")
-    except OSError:
-        return None
-    block = b"x" * (1 << 20)
-    for _ in range(200):
-        os.write(fd, block)
-    return x  # 200 MiB in a file that no process maps
+    files = []
+    for _ in range(25):
+        try:
+            fd = os.memfd_create("hold")
+        except OSError:
+            return None
+        for _ in range(8):
+            os.write(fd, b"x" * (1 << 20))
+        files.append(fd)
+    return x
 """
 
 
@@ -188,7 +193,7 @@ def test_without_a_cgroup_memory_outside_the_processes_cannot_be_held(monkeypatc
 def test_with_a_cgroup_shared_memory_is_counted_and_allowed(sandbox):
     if sandbox_module.memory_cgroups() is None:
         pytest.skip("no memory cgroup can be created here")
-    small = HOLD_MEMFD.replace("range(200)", "range(2)")
+    small = HOLD_MEMFD.replace("range(25)", "range(1)")
     assert sandbox.run(small, UnitTests(("assert f(7) == 7",))).all_passed
 
 
