@@ -40,6 +40,15 @@ What the sandbox guarantees, and how:
   ``/tmp``, ``/run`` or ``/var`` (no unix socket of the host). As root the program also runs under
   a random unprivileged uid with ``no_new_privs``, so it can signal no process outside its run
   and regain no privilege from a setuid binary.
+- *Nothing left in the kernel, no nested namespaces* (Linux, x86_64 and aarch64, both modes): a
+  seccomp filter refuses the kernel key calls (a key belongs to the uid and would outlive the
+  run), a new user namespace (``unshare``/``clone`` with ``CLONE_NEWUSER``; ``clone3`` fails with
+  ``ENOSYS`` and the C library falls back to ``clone``) and calls through another ABI; where no
+  memory cgroup counts the run, also SysV shared memory and memfd files, whose pages no process
+  maps and the fallback memory watch would not see.
+- *No host path shown*: the program's process keeps only its limits (no path of the run's folder
+  or cgroup in any frame), the harness is read through a file descriptor, and failure details
+  name the run's folder ``<sandbox>`` and its cgroup ``<cgroup>``.
 - *Grading cannot be faked.* The program runs in a child process forked *before* the tests and
   the per-run nonce are read, with stdout and stderr going to ``/dev/null`` and no handle on the
   report channel. The tests run in the parent of that child and call stand-ins for the program's
