@@ -96,19 +96,19 @@ for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.sandbox.runner) -----
 register(
-    "code-single-v1",
+    "code-single-v2",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "single"},
     description="One graded coder writes a Python program; reward 1 when every hidden test passes.",
 )
 register(
-    "code-dual-v1",
+    "code-dual-v2",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "dual"},
     description="Tester (edge cases, extra asserts) -> coder; the coder's program is graded.",
 )
 register(
-    "code-dual-retry-v1",
+    "code-dual-retry-v2",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual code team with up to 3 attempts; failing programs come back with how they failed.",
@@ -119,8 +119,18 @@ _SANDBOX_FIX = (
     "or by reading the hidden tests from disk) and failure details were unbounded; v1 has the same "
     "prompts and data, graded in the hardened sandbox, and the v0 sandbox is not kept."
 )
+#: What the sandbox of v2 changed, for every env whose programs or tool calls run in it.
+SANDBOX_FIX_V2 = (
+    "a program's own kill of its process (os.kill(os.getpid(), 9)) was reported as 'used up its "
+    "CPU time' and is now a runtime_error 'killed by signal 9 (SIGKILL)'; the sandbox refuses "
+    "kernel keys (they outlived the run) and new user namespaces, and, where no memory cgroup "
+    "counts the run, SysV shared memory and memfd files; no host path (the run's folder, its "
+    "cgroup) reaches the program or a failure detail. Prompts and data are unchanged, and the "
+    "old sandbox is not kept."
+)
 for _name in ("code-single", "code-dual", "code-dual-retry"):
-    deprecate(f"{_name}-v0", f"{_name}-v1", _SANDBOX_FIX)
+    deprecate(f"{_name}-v0", f"{_name}-v2", f"{_SANDBOX_FIX[:-1]}; later, {SANDBOX_FIX_V2}")
+    deprecate(f"{_name}-v1", f"{_name}-v2", SANDBOX_FIX_V2)
 
 # --- procedural puzzles: generated per episode (split="train" / "test", disjoint by a hash) -----
 register(
@@ -150,30 +160,43 @@ register(
 
 # --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
 register(
-    "tool-math-single-v3",
+    "tool-math-single-v4",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
 )
 register(
-    "tool-math-dual-v3",
+    "tool-math-dual-v4",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
 )
+_TIMEOUT_WORDS = (
+    "a call past its time limit names both limits (CPU and wall) instead of 'the 2-second limit'."
+)
+_TOOL_SANDBOX_FIX_V4 = (
+    "tool calls run in the sandbox of code-*-v2: an expression that kills its own process reads "
+    "'killed by signal 9 (SIGKILL)' instead of a time-out, kernel keys and user namespaces are "
+    "refused, and no host path reaches the output."
+)
 for _name in ("tool-math-single", "tool-math-dual"):
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v3",
-        f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
+        f"{_name}-v4",
+        f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
+        f"then, {_TOOL_SANDBOX_FIX_V4}",
     )
-    deprecate(f"{_name}-v1", f"{_name}-v3", f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4}")
+    deprecate(
+        f"{_name}-v1",
+        f"{_name}-v4",
+        f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; then, {_TOOL_SANDBOX_FIX_V4}",
+    )
     deprecate(
         f"{_name}-v2",
-        f"{_name}-v3",
-        f"{GRADER_FIX_V4[:-1]}; and a call past its time limit names both limits (CPU and "
-        f"wall) instead of 'the 2-second limit'.",
+        f"{_name}-v4",
+        f"{GRADER_FIX_V4[:-1]}; and {_TIMEOUT_WORDS[:-1]}; later, {_TOOL_SANDBOX_FIX_V4}",
     )
+    deprecate(f"{_name}-v3", f"{_name}-v4", _TOOL_SANDBOX_FIX_V4)
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(

@@ -34,8 +34,8 @@ DEFAULT_IDS = [
     "sudoku-dual-v0",
     "planpath-single-v0",
     "planpath-dual-v0",
-    "tool-math-single-v3",
-    "tool-math-dual-v3",
+    "tool-math-single-v4",
+    "tool-math-dual-v4",
     "math-single-v4",
     "debate-v4",
 ]
