@@ -134,29 +134,42 @@ for _name in ("code-single", "code-dual", "code-dual-retry"):
 
 # --- procedural puzzles: generated per episode (split="train" / "test", disjoint by a hash) -----
 register(
-    "sudoku-single-v0",
+    "sudoku-single-v1",
     "marft_envs.puzzles.env:SudokuEnv",
     kwargs={"profiles": "single"},
     description="One graded solver fills a 4x4 Sudoku (blanks=4); reward 1 for a solved grid.",
 )
 register(
-    "sudoku-dual-v0",
+    "sudoku-dual-v1",
     "marft_envs.puzzles.env:SudokuEnv",
     kwargs={"profiles": "dual"},
     description="Planner proposes digits for the blanks -> executor writes the graded 4x4 grid.",
 )
 register(
-    "planpath-single-v0",
+    "planpath-single-v1",
     "marft_envs.puzzles.env:PlanPathEnv",
     kwargs={"profiles": "single"},
     description="One graded navigator writes moves from S to G on a 5x5 map with walls.",
 )
 register(
-    "planpath-dual-v0",
+    "planpath-dual-v1",
     "marft_envs.puzzles.env:PlanPathEnv",
     kwargs={"profiles": "dual"},
     description="Planner describes a route -> executor writes the graded moves, checked by simulation.",
 )
+
+_SUDOKU_PARSER_V1 = (
+    "v0 refused a solved grid written with a rule between the two bands of boxes "
+    "(----+----, +---+---+). Puzzles, prompts and the rules of a solved grid are unchanged."
+)
+_PLANPATH_PARSER_V1 = (
+    "v0 refused a right path in markdown: **Path:** R D D R, **Path: R D D R**, backticks, "
+    "brackets and quotes around the moves. Maps, prompts and the simulation are unchanged."
+)
+for _name in ("sudoku-single", "sudoku-dual"):
+    deprecate(f"{_name}-v0", f"{_name}-v1", _SUDOKU_PARSER_V1)
+for _name in ("planpath-single", "planpath-dual"):
+    deprecate(f"{_name}-v0", f"{_name}-v1", _PLANPATH_PARSER_V1)
 
 # --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
 register(
