@@ -329,7 +329,7 @@ def _limit_runner(job):
         try:
             _install_filter(libc, program)
         except OSError as err:
-            return f"{err.strerror} (errno {err.errno})"
+            return f"{err.strerror} (errno {err.errno}: {os.strerror(err.errno)})"
     return None
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from marft_envs.sandbox import _harness
 from marft_envs.sandbox import runner as sandbox_module
 from marft_envs.sandbox._harness import _SYSCALLS, SYSCALL_FILTER_MACHINES
 from marft_envs.sandbox.confinement import MemoryCgroups
@@ -288,3 +289,60 @@ def test_failure_details_name_no_host_path(monkeypatch):
     result = box.run("x = 1", UnitTests(("assert x == 1",)))
     assert result.failure == "sandbox_error", result
     assert parent not in result.detail and "<cgroup>" in result.detail, result.detail
+
+
+# --- the filter itself, on every machine it knows -------------------------------------------------
+
+
+def _run_filter(program, nr: int, arch: int, arg0: int = 0) -> int:
+    """Run a classic-BPF seccomp program on one call (the few instructions the filter uses)."""
+    data = {0: nr, 4: arch, 16: arg0 & 0xFFFFFFFF}
+    accumulator, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == 0x20:  # load a word of seccomp_data
+            accumulator, pc = data[k], pc + 1
+        elif code == 0x06:  # return
+            return k
+        else:
+            taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: bool(accumulator & k)}
+            pc += 1 + (jt if taken[code] else jf)
+
+
+@pytest.mark.parametrize("machine", list(_SYSCALLS))
+@pytest.mark.parametrize("deny_shared_memory", [False, True])
+def test_the_filter_refuses_exactly_what_it_says(machine, deny_shared_memory):
+    arch, numbers = _SYSCALLS[machine]
+    program = _harness._filter_program(machine, deny_shared_memory)
+    allow, eperm, enosys = 0x7FFF0000, 0x00050001, 0x00050026
+    verdicts = {
+        "add_key": eperm,
+        "request_key": eperm,
+        "keyctl": eperm,
+        "clone3": enosys,
+        "shmget": eperm if deny_shared_memory else allow,
+        "memfd_create": eperm if deny_shared_memory else allow,
+        "unshare": allow,  # without CLONE_NEWUSER
+        "clone": allow,
+    }
+    for name, verdict in verdicts.items():
+        assert _run_filter(program, numbers[name], arch) == verdict, name
+    for name in ("unshare", "clone"):
+        newuser = 0x10000000 | 0x11  # with other flags beside it
+        assert _run_filter(program, numbers[name], arch, newuser) == eperm, name
+    assert _run_filter(program, 0, arch) == allow  # any other call (read on x86_64, io_setup)
+    assert _run_filter(program, numbers["add_key"], 0x40000003) == enosys  # i386: another ABI
+    if machine == "x86_64":
+        assert _run_filter(program, 0x40000000 | numbers["keyctl"], arch) == enosys  # x32
+    assert _harness._filter_program("sparc64", deny_shared_memory) is None
+
+
+def test_a_machine_without_the_filter_is_named_in_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(sandbox_module.platform, "machine", lambda: "riscv64")
+    sandbox_module._warn_without_syscall_filter.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger=sandbox_module.__name__):
+            sandbox_module._warn_without_syscall_filter()
+    finally:
+        sandbox_module._warn_without_syscall_filter.cache_clear()
+    assert "no syscall filter for riscv64" in caplog.text and "kernel keys" in caplog.text
