@@ -4,7 +4,8 @@ Run as ``python -I -S _harness.py``; standard library only, nothing from marft. 
 
 - the **tester** (this script's main process) reads the job from stdin, forks the runner, runs the
   tests and writes the one report line on stdout;
-- the **runner** (forked child) drops to an unprivileged uid and its resource limits, executes the
+- the **runner** (forked child) drops to an unprivileged uid and its resource limits, installs the
+  syscall filter (kernel keys, user namespaces; see ``_filter_program``), executes the
   untrusted program, then serves calls: the tester's test code calls stand-ins for the program's
   functions, the runner calls the real ones and sends back the return value.
 

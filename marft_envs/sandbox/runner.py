@@ -140,8 +140,9 @@ FAILURE_KINDS = (
     "timeout",  # CPU or wall time ran out
     "memory",  # MemoryError (the address-space limit) or an oversized return value
     "wrong_answer",  # an assertion failed, or a function returned a non-plain object
-    "runtime_error",  # the program raised an exception
-    "exited",  # the program ended its own process (sys.exit, os._exit, a signal to itself)
+    "runtime_error",  # the program raised an exception, or a signal ended its process before
+    # its CPU time was up (its own os.kill(os.getpid(), 9) included)
+    "exited",  # the program ended its own process (sys.exit, os._exit)
     "test_error",  # the test set-up itself failed (a dataset problem)
     "sandbox_error",  # the sandbox could not produce a trustworthy report
 )
