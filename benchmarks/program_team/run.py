@@ -25,7 +25,6 @@ transcripts and the final adapters (for ``marft eval RUN --attribution``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team
-from runner import portable_path, run_info
+from runner import run_jobs
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
@@ -185,19 +184,7 @@ def main() -> None:
     torch.set_num_threads(1)
     team.check_split()
     args.out.mkdir(parents=True, exist_ok=True)
-    for job in args.jobs:
-        setting, _, seed = job.partition(":")
-        if setting not in SETTINGS or not seed.isdigit():
-            raise SystemExit(
-                f"--jobs {job!r}: expected setting:seed with a setting in {sorted(SETTINGS)}"
-            )
-        row = run_job(setting, int(seed), args)
-        row["args"] = {
-            k: portable_path(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-        }
-        row["run_info"] = run_info([team.ENV_ID])
-        (args.out / f"{setting}-seed{seed}.json").write_text(json.dumps(row, indent=1) + "\n")
-        print(json.dumps({k: v for k, v in row.items() if k != "args"}), flush=True)
+    run_jobs(args, list(SETTINGS), run_job, lambda setting: [team.ENV_ID])
 
 
 if __name__ == "__main__":
