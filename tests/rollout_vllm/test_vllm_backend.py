@@ -161,21 +161,27 @@ def test_greedy_generation_matches_the_policys(team):
         assert max(abs(a - b) for a, b in zip(e.log_probs, g.log_probs, strict=True)) < 1e-3
 
 
-def test_a_grpo_iteration_on_the_engine_starts_at_ratio_one(smollm2_path):
-    algo = "grpo"
-    env_fn = lambda: marft_envs.make("math-dual-v4")  # noqa: E731
-    agents = env_fn().possible_agents
-    policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
-    config_class, _ = ALGORITHMS[algo]
-    config = config_class(
+def grpo_config():
+    """One small GRPO iteration; the KL term makes the update run even when every group's
+    rewards are equal."""
+    config_class, _ = ALGORITHMS["grpo"]
+    return config_class(
         iterations=1,
         episodes_per_iteration=4,
         rollout_threads=4,
         max_new_tokens=12,
         learning_rate=1e-3,
         num_generations=2,
-        beta=0.01,  # the update runs even when every group's rewards are equal
+        beta=0.01,
     )
+
+
+def test_a_grpo_iteration_on_the_engine_starts_at_ratio_one(smollm2_path):
+    algo = "grpo"
+    env_fn = lambda: marft_envs.make("math-dual-v4")  # noqa: E731
+    agents = env_fn().possible_agents
+    policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
+    config = grpo_config()
     with VLLMRolloutBackend(policy) as backend:
         trainer = build_trainer(algo, policy, env_fn, config, rollout_backend=backend)
         records = trainer.train()
@@ -259,16 +265,7 @@ def test_an_agent_program_with_tools_trains_on_the_engine(smollm2_path):
     policy = MultiAgentPolicy.from_pretrained(
         "smollm2-135m-instruct", ["planner", "solver"], seed=0
     )
-    config_class, _ = ALGORITHMS["grpo"]
-    config = config_class(
-        iterations=1,
-        episodes_per_iteration=4,
-        rollout_threads=4,
-        max_new_tokens=12,
-        learning_rate=1e-3,
-        num_generations=2,
-        beta=0.01,
-    )
+    config = grpo_config()
     with VLLMRolloutBackend(policy) as backend:
         trainer = build_trainer("grpo", policy, env_fn, config, rollout_backend=backend)
         (record,) = trainer.train()
