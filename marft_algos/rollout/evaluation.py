@@ -22,9 +22,9 @@ from marft_algos.rollout.collector import Episode, EpisodeRequest, RolloutCollec
 __all__ = [
     "EVAL_SEED_OFFSET",
     "NoisyMessages",
+    "agent_metrics",
     "episode_correct",
     "episode_outcomes",
-    "agent_metrics",
     "evaluation_requests",
     "format_accuracy",
     "format_change",

@@ -287,7 +287,8 @@ class PolicyGradient:
         out["entropy"] = sums["entropy"] / sums["weight"] if sums["weight"] else 0.0
         for name in _STATS:
             out[name] = sums[name] / sums["entries"] if sums["entries"] else 0.0
-        out["per_agent"] = {
+        result: dict[str, Any] = dict(out)
+        result["per_agent"] = {
             a: {
                 "policy_loss": s["policy_loss"] / s["weight"] if s["weight"] else 0.0,
                 "entropy": s["entropy"] / s["weight"] if s["weight"] else 0.0,
@@ -296,8 +297,8 @@ class PolicyGradient:
             for a, s in own.items()
             if s["entries"]
         }
-        out["grad_norms"] = self.adapter_grad_norms(dict.fromkeys(batch.agents))
-        return out
+        result["grad_norms"] = self.adapter_grad_norms(list(dict.fromkeys(batch.agents)))
+        return result
 
     @torch.no_grad()
     def adapter_grad_norms(self, agents: Sequence[str]) -> dict[str, float]:
