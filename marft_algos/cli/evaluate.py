@@ -280,7 +280,7 @@ def _evaluate_settings(
         collect_settings,
     )
 
-    agents = list(policy.agents)
+    agents = [a for a in policy.agents if policy.is_trainable(a)]  # a frozen agent never moved
     everyone = frozenset(agents)
     if o.attribution:
         chosen = attribution_settings(agents)

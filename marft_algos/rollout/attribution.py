@@ -101,7 +101,8 @@ class SettingsPolicy:
         generator: torch.Generator | None = None,
     ) -> list[Any]:
         """The wrapped policy's generations, with the agent's adapter off when it is untuned."""
-        tuned = agent not in self.untuned
+        # A frozen agent's adapter never trained: it is its own untuned state.
+        tuned = agent not in self.untuned or not self._trainable(agent)
         if settings.do_sample:
             self.generated += len(messages_batch)
             return self._generate(agent, tuned, messages_batch, settings, generator)
@@ -113,6 +114,10 @@ class SettingsPolicy:
         self.generated += len(missing)
         self.reused += len(keys) - len(missing)
         return [self._cache[k] for k in keys]
+
+    def _trainable(self, agent: str) -> bool:
+        is_trainable = getattr(self.policy, "is_trainable", None)
+        return True if is_trainable is None else bool(is_trainable(agent))
 
     def _generate(
         self,
