@@ -44,7 +44,7 @@ def test_paired_difference_of_rewards_and_bad_input() -> None:
     # d = 1, 0, -0.5, 0.5: mean 0.25, var = (1 + 0 + 0.25 + 0.25)/4 - 0.0625 = 0.3125.
     assert mean == pytest.approx(0.25)
     assert se == pytest.approx(math.sqrt(0.3125 / 4))
-    with pytest.raises(ValueError, match="equally long, non-empty.*got 2 and 1"):
+    with pytest.raises(ValueError, match=r"equally long, non-empty.*got 2 and 1"):
         paired_difference([0.0, 1.0], [1.0])
     with pytest.raises(ValueError, match="counts episodes; got -1"):
         mcnemar_exact(-1, 2)
