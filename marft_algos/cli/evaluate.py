@@ -4,6 +4,10 @@ The env id and its arguments, the data plan, the model, the LoRA settings, the g
 the number of held-out episodes, the batch (env copies) and the torch thread count all come from
 the checkpoint's manifest, so on a finished run this reproduces the run's final ``eval/accuracy``
 exactly. Flags override them, e.g. ``--dataset math500.jsonl`` for other problems.
+
+The untuned team (adapters off) runs on the same episodes for the paired before → after line, and
+``--attribution`` adds every agent alone reverted and alone tuned
+(:mod:`marft_algos.rollout.attribution`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ class EvalArguments:
     """With --samples: print each agent's system prompt at every turn, not only the first time."""
     before: bool = True
     """Also evaluate the untuned team (adapters off: the team before training) on the same
-    episodes and print the paired before → after line (--no-before: the checkpoint alone)."""
+    episodes and print the paired before → after line (--no-before: the checkpoint alone; the
+    vLLM backend evaluates the checkpoint alone)."""
     attribution: bool = False
     """Also run every agent alone reverted to untuned and alone tuned (2n + 2 settings) and print
     each setting's accuracy and reward with its paired difference to all tuned."""
