@@ -43,6 +43,7 @@ __all__ = [
     "SettingsPolicy",
     "attribution_rows",
     "attribution_settings",
+    "collect_settings",
 ]
 
 ALL_TUNED = "all tuned"
