@@ -86,3 +86,37 @@ def test_eval_transcripts_show_system_prompts_once_and_the_final_info(run, capsy
     shown = json.loads(capsys.readouterr().out)
     turn = shown["samples"][0]["turns"][0]
     assert turn["messages"][0]["role"] == "system" and "gold" in shown["samples"][0]["info"]
+
+
+def test_sampled_attribution_compares_the_same_settings(run) -> None:
+    folder, _ = run
+    metrics = main(["eval", str(folder), "--attribution", "--attribution-sampled"])
+    greedy, sampled = metrics["attribution"]["greedy"], metrics["attribution"]["sampled"]
+    assert [r["setting"] for r in sampled] == [r["setting"] for r in greedy]
+    assert all(r["episodes"] == 4 for r in sampled)
+
+
+def test_the_final_table_has_a_column_per_reward_part(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from marft_algos.cli.train import _summary
+
+    evals = [
+        {
+            "iteration": i,
+            "eval/accuracy": 0.5,
+            "eval/episodes": 4,
+            "eval/reward/success": s,
+            "eval/reward/cost": -0.25 * (i + 1),
+        }
+        for i, s in ((0, 0.5), (3, 0.75))
+    ]
+    console = Console(record=True, width=200)
+    _summary(console, evals, SimpleNamespace(output_dir=str(tmp_path), temperature=1.0))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if "greedy" in line)
+    assert "reward/cost" in header and "reward/success" in header
+    last = next(line for line in lines if line.strip("│ ").startswith("3 "))
+    assert "0.750" in last and "-1.000" in last
