@@ -130,3 +130,34 @@ def test_two_agents_have_four_distinct_settings() -> None:
         "reasoner reverted = actor alone tuned",
         "actor reverted = reasoner alone tuned",
     ]
+
+
+def test_an_untuned_agent_acts_with_the_base_model_and_the_others_keep_their_adapters(
+    tiny_path,
+) -> None:
+    import torch
+
+    from marft_algos.policy import MultiAgentPolicy
+
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["reasoner", "actor"], seed=0)
+    with torch.no_grad():  # trained adapters: LoRA B away from its zero start
+        for agent in policy.agents:
+            for name, p in policy.backbone(agent).model.named_parameters():
+                if f"lora_B.{agent}." in name:
+                    p.normal_(0, 0.5)
+    messages = [[{"role": "user", "content": "Problem: 3 + 4"}]]
+
+    def log_probs(agent: str) -> list[float]:
+        return list(policy.generate(agent, messages, GREEDY)[0].log_probs)
+
+    def reference(agent: str, gen) -> list[float]:
+        out = policy.token_log_probs(agent, [gen.prompt_ids], [gen.action_ids], reference=True)
+        return out.log_probs[0].tolist()
+
+    tuned = {a: log_probs(a) for a in policy.agents}
+    with policy.untuned(["actor"]):
+        base = policy.generate("actor", messages, GREEDY)[0]
+        assert log_probs("reasoner") == tuned["reasoner"]  # not untuned: its adapter stays
+    assert list(base.log_probs) == pytest.approx(reference("actor", base), abs=1e-5)
+    assert list(base.log_probs) != pytest.approx(tuned["actor"], abs=1e-3)
+    assert log_probs("actor") == tuned["actor"]  # restored after the block
