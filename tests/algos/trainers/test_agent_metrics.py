@@ -3,6 +3,7 @@ scripted three-agent team where only one agent's reward moves, only that agent's
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -39,7 +40,7 @@ class OneMoverEnv(FlexPOMDPEnv):
 
 
 @pytest.fixture(scope="module")
-def records(tiny_path, tmp_path_factory):
+def run(tiny_path, tmp_path_factory):
     agents = ["planner", "checker", "writer"]
     # Planner and checker share one adapter: its gradient norm is reported once, as planner+checker.
     specs = {"planner": AgentSpec(adapter="shared"), "checker": AgentSpec(adapter="shared")}
@@ -47,14 +48,17 @@ def records(tiny_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("one_mover")
     settings = {**SMALL, "output_dir": str(out), "num_generations": 2, "reward_source": "agent"}
     settings["skip_zero_advantages"] = False  # every agent runs forward: its statistics exist
+    settings["tensorboard"] = importlib.util.find_spec("tensorboard") is not None
     settings.pop("critic_learning_rate")
     trainer = GRPOTrainer(policy, OneMoverEnv, GRPOConfig(**settings), eval_env_fn=OneMoverEnv)
     trainer.train()
     trainer.close()
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return rows, out
 
 
-def test_only_the_agent_whose_reward_moves_has_moving_metrics(records):
+def test_only_the_agent_whose_reward_moves_has_moving_metrics(run):
+    records, _ = run
     trained = [r for r in records if "train/policy_loss" in r]
     assert len(trained) == 2
     for r in trained:
@@ -74,7 +78,8 @@ def test_only_the_agent_whose_reward_moves_has_moving_metrics(records):
     assert writer[0] != writer[1]  # the writer's reward moves between iterations
 
 
-def test_per_agent_rollout_and_eval_metrics_without_graded(records):
+def test_per_agent_rollout_and_eval_metrics_without_graded(run):
+    records, _ = run
     # No agent is graded (no info["graded"]): message length, cut share and calls still per agent.
     final = records[-1]
     for prefix in ("rollout", "eval"):
@@ -86,3 +91,21 @@ def test_per_agent_rollout_and_eval_metrics_without_graded(records):
             assert f"{prefix}/accuracy/{agent}" not in r
         assert f"{prefix}/info/letters" in r  # the env's own counter, per episode
     assert all(is_documented(k) for r in records for k in r), final
+
+
+def test_the_same_names_are_tensorboard_scalars(run):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    records, folder = run
+    events = EventAccumulator(str(folder / "tensorboard"))
+    events.Reload()
+    scalars = set(events.Tags()["scalars"])
+    for name in ("train/grad_norm/writer", "rollout/reward_mean/writer", "eval/calls/planner"):
+        assert name in scalars
+    logged = [(e.step, e.value) for e in events.Scalars("train/grad_norm/writer")]
+    assert logged == [
+        (r["iteration"], pytest.approx(r["train/grad_norm/writer"]))
+        for r in records
+        if "train/grad_norm/writer" in r
+    ]
