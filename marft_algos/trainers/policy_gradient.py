@@ -224,8 +224,7 @@ class PolicyGradient:
         tokens, sequences = self.dist.sum([float(batch.action_mask.sum()), float(len(batch))])
         totals = (tokens, sequences)
         keep = torch.ones(len(batch), dtype=torch.bool) if active is None else active.bool()
-        out: dict[str, float] = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0}
-        sums: dict[str, float] = dict.fromkeys((*_STATS, "entropy", "weight", "entries"), 0.0)
+        out: dict[str, float] = {"loss": 0.0, "kl": 0.0}
         own = {a: dict.fromkeys(_AGENT_SUMS, 0.0) for a in self.policy.agents}
         for agent in dict.fromkeys(batch.agents):
             rows = [k for k in batch.indices_of(agent) if bool(keep[k])]
@@ -260,11 +259,8 @@ class PolicyGradient:
                 if torch.isfinite(objective):
                     objective.backward()
                 out["loss"] += float(objective.detach())
-                out["policy_loss"] += float(policy_loss.detach())
-                sums["entropy"] += float(entropy.detach())
-                sums["weight"] += float(weights.sum())
                 m = terms["mask"]
-                mine = own[agent]
+                mine = own[agent]  # the pooled sums are the agents' sums added up, below
                 mine["policy_loss"] += float(policy_loss.detach())
                 mine["entropy"] += float(entropy.detach())
                 mine["weight"] += float(weights.sum())
@@ -282,8 +278,8 @@ class PolicyGradient:
             out = dict(zip(out, reduced[: len(out)], strict=True))
             rest = iter(reduced[len(out) :])
             own = {a: {k: next(rest) for k in _AGENT_SUMS} for a in self.policy.agents}
-        for key in sums:
-            sums[key] = sum(own[a][key] for a in own)
+        sums = {key: sum(own[a][key] for a in own) for key in _AGENT_SUMS}
+        out["policy_loss"] = sums["policy_loss"]
         out["entropy"] = sums["entropy"] / sums["weight"] if sums["weight"] else 0.0
         for name in _STATS:
             out[name] = sums[name] / sums["entries"] if sums["entries"] else 0.0
@@ -314,8 +310,9 @@ class PolicyGradient:
             if not set(members) & set(agents):
                 continue
             grads = [p.grad for p in self.policy.trainable_parameters(members[0])]
-            squares = [float(g.float().pow(2).sum()) for g in grads if g is not None]
-            norms["+".join(sorted(members))] = float(np.sqrt(sum(squares)))
+            each = [torch.linalg.vector_norm(g.detach().float()) for g in grads if g is not None]
+            total = torch.linalg.vector_norm(torch.stack(each)) if each else torch.zeros(())
+            norms["+".join(sorted(members))] = float(total)  # one device sync per adapter
         return norms
 
     @torch.no_grad()
