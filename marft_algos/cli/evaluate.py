@@ -400,25 +400,29 @@ def _attribution_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> Any:
 
     n = rows[0]["episodes"] if rows else 0
     table = Table(
-        title=f"attribution ({decoding}, {n} held-out episodes; differences to all tuned on the "
-        f"same episodes, ± paired standard error)"
+        title=f"attribution ({decoding}, {n} held-out episodes): each setting against all tuned "
+        f"on the same episodes, ± paired standard error"
     )
-    for name in ("setting", "accuracy", "Δ accuracy (points)", "→right / →wrong", "McNemar p"):
-        table.add_column(name, justify="left" if name == "setting" else "right")
-    table.add_column("reward", justify="right")
-    table.add_column("Δ reward", justify="right")
+    table.add_column("setting")
+    table.add_column("accuracy", justify="right")
+    table.add_column("Δ points", justify="right")
+    table.add_column("→right/→wrong (p)", justify="right")
+    table.add_column("reward (Δ)", justify="right")
     for r in rows:
         first = not r["untuned"]
         table.add_row(
-            r["setting"],
+            r["setting"].replace(" = ", "\n= "),
             f"{r['accuracy']:.3f} ± {r['accuracy_se']:.3f}",
             ""
             if first
             else f"{100 * r['accuracy_difference']:+.1f} ± {100 * r['accuracy_difference_se']:.1f}",
-            "" if first else f"{r['wrong_to_right']} / {r['right_to_wrong']}",
-            "" if first else f"{r['p_value']:.3g}",
-            f"{r['reward_mean']:.3f}",
-            "" if first else f"{r['reward_difference']:+.3f} ± {r['reward_difference_se']:.3f}",
+            "" if first else f"{r['wrong_to_right']}/{r['right_to_wrong']} (p={r['p_value']:.2g})",
+            f"{r['reward_mean']:.3f}"
+            + (
+                ""
+                if first
+                else f" ({r['reward_difference']:+.3f} ± {r['reward_difference_se']:.3f})"
+            ),
         )
     return table
 
