@@ -39,7 +39,8 @@ METRICS: dict[str, str] = {
     "rollout/action_cut_fraction/<agent>": "share of the agent's decisions cut at their token cap",
     "rollout/info/<name>": "mean of the numeric or boolean value `info[<name>]` of the episodes' "
     "final info, over the episodes that report it (an env's own counters)",
-    "rollout/reward/<name>": "agent programs: mean of the named reward part over those episodes (before its weight)",
+    "rollout/reward/<name>": "mean of the named reward part (`info[\"reward_parts\"]` of an env or "
+    "agent program; a program's before its weight) over those episodes",
     "rollout/calls/<agent>": "the agent's model calls (decisions) per episode",
     "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward or timed out",
     "rollout/nothing_to_learn": "1 when the rewards carry no signal (every critic-free group "
@@ -55,7 +56,7 @@ METRICS: dict[str, str] = {
     "eval/reward_mean": "mean team return of those episodes",
     "eval/accuracy": "share of those episodes the team solved",
     "eval/accuracy_se": "binomial standard error of `eval/accuracy`, √(p(1−p)/n)",
-    "eval/reward/<name>": "agent programs: as `rollout/reward/<name>`, on the held-out episodes",
+    "eval/reward/<name>": "as `rollout/reward/<name>`, on the held-out episodes",
     "eval/calls/<agent>": "as `rollout/calls/<agent>`, on the held-out episodes",
     "eval/program_errors": "agent programs: as `rollout/program_errors`, on the held-out episodes",
     "eval/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
