@@ -170,7 +170,11 @@ class Backbone:
         weights are put back untouched on exit (not un-merged by subtraction, which would leave
         rounding in them), so forward passes outside the context compute exactly as before.
         Adapters that cannot be folded this way (DoRA, LoRA on embeddings or convolutions) are
-        used unmerged. No gradients flow inside the context.
+        used unmerged, and so are adapters on 16-bit base weights: ``W + ΔW`` rounded to bfloat16
+        keeps 8 significant bits, so every entry with ``|ΔW|`` below about ``|W|/512`` would
+        vanish (most of an early LoRA update) and generation would sample near the base model
+        while the update runs through the adapter. Unmerged, generation and update compute the
+        same way. No gradients flow inside the context.
 
         Yields:
             The model to call.
@@ -182,6 +186,7 @@ class Backbone:
             layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
             foldable = all(
                 type(m) is LoraLinear
+                and m.get_base_layer().weight.dtype in _MERGE_DTYPES
                 and not m.use_dora.get(adapter, False)
                 and not getattr(m, "lora_bias", {}).get(adapter, False)
                 for m in layers
@@ -205,6 +210,10 @@ class Backbone:
                     weight.data = data
                 # peft re-enabling the adapters re-marks parameters trainable; restore the table.
                 self.apply_trainable_flags()
+
+
+#: Base weight dtypes precise enough to hold ``W + ΔW`` (:meth:`Backbone.merged`).
+_MERGE_DTYPES = (torch.float32, torch.float64)
 
 
 def _special_ids(model: Any, tokenizer: Any) -> tuple[int, list[int]]:

@@ -114,7 +114,9 @@ class MultiAgentPolicy:
     and no adapter code per decode step. The base weights themselves are never modified, so the
     update's forward is exactly the unmerged one; the rollout log-probs differ from it by float
     round-off only (tested). Costs one copy of the adapted weights while generating; set False to
-    generate through the unmerged adapter."""
+    generate through the unmerged adapter. Applies to float32 base weights only: 16-bit weights
+    always generate through the unmerged adapter, since rounding ``W + ΔW`` to 16 bits erases
+    small adapter updates."""
 
     share_prompts_in_update: bool = True
     """:meth:`token_log_probs` runs each distinct prompt of a batch once, without padding, and

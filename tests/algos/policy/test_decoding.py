@@ -165,6 +165,35 @@ def test_merged_generation_leaves_the_weights_and_flags_bitwise_unchanged(tiny_p
     assert torch.equal(base_weight, before[_name_of(model, base_weight)])
 
 
+def test_bf16_generation_keeps_an_adapter_update_below_the_bf16_rounding_of_the_weights(tiny_path):
+    # |ΔW| ≈ |W|/1000: rounding W + ΔW to bfloat16 erases most entries, so a merge in 16 bits
+    # would sample near the base model while the update runs through the adapter.
+    policy = MultiAgentPolicy.from_pretrained(
+        str(tiny_path), ["agent"], seed=0, torch_dtype=torch.bfloat16
+    )
+    backbone = policy.backbone("agent")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in backbone.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 5e-5)
+    ids = torch.tensor([[5, 17, 42, 99, 120, 7, 3, 200]])
+    with torch.no_grad():
+        with backbone.using("agent") as model:
+            unmerged = model(ids).logits
+        with backbone.merged("agent") as model:
+            merged = model(ids).logits
+        with backbone.using(None) as model:
+            base = model(ids).logits
+    assert not torch.equal(unmerged, base)  # the adapter moves the bf16 logits
+    assert torch.equal(merged, unmerged)
+    settings = GenerationSettings(max_new_tokens=8, seed=3)
+    first = policy.generate("agent", [OBS_A, OBS_B], settings)
+    policy.merge_adapters_for_generation = False
+    second = policy.generate("agent", [OBS_A, OBS_B], settings)
+    assert [g.log_probs for g in first] == [g.log_probs for g in second]
+
+
 def _name_of(model, param) -> str:
     return next(n for n, p in model.named_parameters() if p is param)
 
