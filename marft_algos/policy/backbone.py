@@ -249,6 +249,12 @@ def seeded_rng(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
+def default_dtype(device: torch.device) -> torch.dtype:
+    """Weight dtype when none is given: bfloat16 on a GPU (half the memory, its fast kernels),
+    float32 elsewhere (exact log-prob equality between rollout and update on a CPU)."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
 def check_model_path(path: str) -> None:
     """Fail early, naming the path, when a local model path is missing or not a model folder.
 
@@ -298,7 +304,8 @@ def load_backbone(
     Args:
         name_or_path: Hub id, local folder, ``.gguf`` file, or a built-in model's short name (see
             :func:`~marft_algos.policy.pretrained.resolve_model`).
-        dtype: Weight dtype (``torch.float32`` default, ``"auto"`` for the checkpoint's dtype).
+        dtype: Weight dtype (default ``torch.bfloat16`` on CUDA, ``torch.float32`` elsewhere;
+            ``"auto"`` for the checkpoint's dtype).
         device: Device for the weights.
         model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments. ``gguf_file``
             (as in transformers) names a GGUF file inside the local folder ``name_or_path``; it is
@@ -311,7 +318,7 @@ def load_backbone(
 
     dev = torch.device(device)
     kwargs = dict(model_kwargs or {})
-    kwargs.setdefault("dtype", dtype if dtype is not None else torch.float32)
+    kwargs.setdefault("dtype", dtype if dtype is not None else default_dtype(dev))
     gguf_file = kwargs.pop("gguf_file", None)
     if gguf_file is not None:
         if not Path(name_or_path).is_dir():

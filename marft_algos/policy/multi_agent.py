@@ -161,7 +161,8 @@ class MultiAgentPolicy:
             specs: Per-agent :class:`AgentSpec`; agents left out get ``AgentSpec()`` (own
                 trainable adapter on the default base).
             lora: Settings of every fresh adapter (default :class:`LoraSettings`).
-            torch_dtype: Weight dtype; default float32 (exact log-prob equality on CPU).
+            torch_dtype: Weight dtype; default bfloat16 on CUDA, float32 elsewhere (exact
+                log-prob equality on CPU).
             device: Device for all models, e.g. ``"cpu"`` or ``"cuda:0"``.
             temperature: Log-prob convention temperature and default sampling temperature.
             seed: Seed of the fresh adapters' initialisation (global RNG left untouched).
@@ -239,7 +240,7 @@ class MultiAgentPolicy:
             layout: ``policy_layout(policy)``, e.g. a checkpoint's manifest or ``policy.json``.
             model: Replace every recorded base model (e.g. the same model at a new path).
             device: Device for the models.
-            torch_dtype: Weight dtype (default float32).
+            torch_dtype: Weight dtype (default bfloat16 on CUDA, float32 elsewhere).
 
         Raises:
             ValueError: The adapters have different LoRA settings (build the policy with
