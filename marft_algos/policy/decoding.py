@@ -89,6 +89,12 @@ def sample_categorical(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
         ``(batch,)`` int64 indices.
     """
     cdf = probs.double().cumsum(-1)  # (batch, n)
+    # A parallel device scan need not repeat its value over a run of zeros (top-k/top-p cuts):
+    # a cut token whose entry came out above its predecessor's could be drawn, with log-prob −inf.
+    # Each zero-probability entry takes the largest entry before it instead, so the search never
+    # stops on one, and the sequence is non-decreasing as the search needs. On a CPU, where the
+    # scan is sequential, this changes no value.
+    cdf = torch.where(probs > 0, cdf, 0.0).cummax(-1).values
     # 1 − u lies in (0, 1]: the target is > 0, so a leading zero-probability entry is never hit.
     target = (1.0 - uniforms.double()) * cdf[:, -1]  # (batch,)
     index = torch.searchsorted(cdf, target.unsqueeze(-1)).squeeze(-1)

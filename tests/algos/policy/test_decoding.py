@@ -291,3 +291,20 @@ def test_models_without_full_attention_prefill_the_padded_batch(tiny_path, monke
     policy.share_prompts_in_update = False
     for g, r in zip(gens, _recomputed(policy, gens), strict=True):
         torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)
+
+
+def test_a_cut_token_is_never_drawn_when_the_scan_is_not_flat_over_zeros(monkeypatch):
+    # A device scan can add round-off inside a run of zero-probability (cut) tokens; without
+    # the guard the search then stops on a cut token, whose log-prob is −inf.
+    real_cumsum = torch.Tensor.cumsum
+
+    def uneven_cumsum(self, *args, **kwargs):
+        out = real_cumsum(self, *args, **kwargs)
+        return out + (self == 0) * 1e-9  # each zero entry's sum sits 1e-9 above its predecessor
+
+    probs = torch.tensor([[0.5, 0.0, 0.0, 0.5]] * 3, dtype=torch.float64)
+    # 1 − u = 0.5 + 5e-10 falls in the cut tokens' spurious interval (0.5, 0.5 + 1e-9].
+    uniforms = 1.0 - torch.tensor([0.5 + 5e-10, 0.25, 0.75], dtype=torch.float64)
+    monkeypatch.setattr(torch.Tensor, "cumsum", uneven_cumsum)
+    draws = sample_categorical(probs, uniforms)
+    assert draws.tolist() == [3, 0, 3]
