@@ -96,6 +96,17 @@ class TrainArguments:
     """vLLM engine: fraction of the GPU's memory it may take (the rest is the trainer's)."""
     vllm_max_loras: int | None = None
     """vLLM engine: adapters one batch may mix (default: the team's number of adapters)."""
+    vllm_max_model_len: int | None = None
+    """vLLM engine: longest prompt + action in tokens (default: the model's context; a shorter one
+    leaves more of the engine's memory to concurrent sequences)."""
+    vllm_enforce_eager: bool = False
+    """vLLM engine: no CUDA graphs (starts faster, holds less memory, decodes slower)."""
+    vllm_sleep_mode: bool = False
+    """vLLM engine: move its weights to CPU memory and free its KV cache during every update and
+    evaluation (more GPU memory for training; each wake-up copies the weights back)."""
+    vllm_seed_requests: bool = False
+    """vLLM engine: seed every request (exactly repeatable samples, resumes included; vLLM's
+    slower per-request sampler). Default: the engine's seeded RNG samples."""
     vllm_probe_tolerance: float | None = None
     """vLLM engine: largest engine-vs-policy log-prob gap the post-sync probe accepts (default 1e-3
     for float32 weights, 5e-2 for 16-bit)."""
@@ -129,6 +140,10 @@ class TrainArguments:
                 kv_cache_gb=self.vllm_kv_cache_gb,
                 gpu_memory_utilization=self.vllm_gpu_memory_utilization,
                 max_loras=self.vllm_max_loras,
+                max_model_len=self.vllm_max_model_len,
+                enforce_eager=self.vllm_enforce_eager,
+                sleep_mode=self.vllm_sleep_mode,
+                seed_requests=self.vllm_seed_requests,
                 probe_tolerance=self.vllm_probe_tolerance,
             )
         except ValueError as exc:

@@ -17,7 +17,18 @@ def test_eval_of_a_bfloat16_run_loads_bfloat16_weights(tiny_path, tmp_path, monk
     from marft_algos.runs import checkpoint as checkpoint_module
 
     run = tmp_path / "r"
-    main(["train", "--model", tiny_path, "--output-dir", str(run), "--dtype", "bfloat16", *ONE_ITERATION])
+    main(
+        [
+            "train",
+            "--model",
+            tiny_path,
+            "--output-dir",
+            str(run),
+            "--dtype",
+            "bfloat16",
+            *ONE_ITERATION,
+        ]
+    )
     loaded = []
     real = checkpoint_module.policy_from_checkpoint
 
