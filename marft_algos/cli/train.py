@@ -28,7 +28,7 @@ from marft_algos.cli.parsing import (
     parse_with,
     pick,
 )
-from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for
+from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for, scale_for_world
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
 from marft_algos.trainers.registry import ALGORITHMS, build_trainer, owners_of
 
@@ -412,6 +412,9 @@ def main(
     # One process, or a rank of torchrun / accelerate launch (gloo on CPU, nccl on GPU).
     dist = init_distributed(args.device)
     console = Console(quiet=not dist.is_main)
+    values, scaled = scale_for_world(values, given, dist.world_size)
+    if scaled:
+        console.print(scaled)
     dtype = args.dtype or ("bfloat16" if dist.device.type == "cuda" else "float32")
     plan = plan_env(
         args.env,
