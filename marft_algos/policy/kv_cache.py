@@ -12,17 +12,41 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from marft_algos.policy.forward import PackedBatch, full_attention_only, last_token_logits
 
 __all__ = [
+    "MIN_TRANSFORMERS",
     "GrowingLayer",
+    "check_transformers",
     "growing_cache",
     "left_padded_cache",
     "prompt_caches",
     "shared_prompt_action_logits",
 ]
+
+
+#: The first transformers release whose cache layers take ``get_mask_sizes(query_length)``, the
+#: signature :class:`GrowingLayer` overrides (5.0-5.3 pass ``cache_position`` and fail inside
+#: transformers' masking; measured: the decoding tests fail on 5.3.0 and pass on 5.4.0). The floor
+#: in pyproject.toml.
+MIN_TRANSFORMERS = "5.4"
+
+
+def check_transformers(version: str) -> None:
+    """Refuse a transformers release older than :data:`MIN_TRANSFORMERS` in one line (an
+    inference engine's wheel can pull an older one in), instead of a TypeError deep inside it."""
+    if Version(version) < Version(MIN_TRANSFORMERS):
+        raise ImportError(
+            f"marft needs transformers>={MIN_TRANSFORMERS}, found {version} (another package, such "
+            f"as a vllm wheel, may have installed it); run: pip install 'transformers>={MIN_TRANSFORMERS}'."
+        )
+
+
+check_transformers(transformers.__version__)
 
 
 class GrowingLayer(DynamicLayer):
