@@ -6,8 +6,9 @@ the largest absolute difference to the policy's log-probs. Without a GPU (and so
 GPU kernels) the same statistic is measured here between two transformers attention kernels
 (SDPA and eager) in bfloat16, and between bfloat16 and float32, on CPU: for many pairs of prompts,
 the policy samples in bfloat16 (SDPA) with a trained-looking adapter, the other computation
-recomputes the log-probs, and the largest difference per pair is one probe's result. The same
-script runs on a GPU unchanged (``--device cuda``).
+recomputes the log-probs, and the largest difference per pair is one probe's result. For scale, the
+same statistic against the base model without the adapter (a sync that failed to load it) shows
+what the probe must still catch. The same script runs on a GPU unchanged (``--device cuda``).
 
 Run::
 
@@ -26,12 +27,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runner import run_info  # noqa: E402
+from runner import run_info
 
-from marft_algos.policy import MultiAgentPolicy  # noqa: E402
-from marft_algos.protocols import GenerationSettings  # noqa: E402
+from marft_algos.policy import MultiAgentPolicy
+from marft_algos.protocols import GenerationSettings
 
 PROBE_TOKENS = 8
+REFERENCE = "bf16_sdpa_adapter_missing"
 QUESTIONS = [
     "What is {a} + {b}? Explain briefly.",
     "Name three prime numbers above {a} and say why they are prime.",
@@ -83,6 +85,8 @@ def measure(model: str, probes: int, device: str) -> dict[str, object]:
         "bf16_sdpa_recomputed": sampler,
         "bf16_eager": load(model, torch.bfloat16, "eager", device),
         "fp32_sdpa": load(model, torch.float32, "sdpa", device),
+        # What the probe must still catch: an engine serving the base model without the adapter.
+        REFERENCE: sampler,
     }
     per_probe: dict[str, list[float]] = {k: [] for k in others}
     per_token: dict[str, list[float]] = {k: [] for k in others}
@@ -95,7 +99,10 @@ def measure(model: str, probes: int, device: str) -> dict[str, object]:
         for name, other in others.items():
             with torch.no_grad():
                 lp = other.token_log_probs(
-                    "agent", [g.prompt_ids for g in gens], [g.action_ids for g in gens]
+                    "agent",
+                    [g.prompt_ids for g in gens],
+                    [g.action_ids for g in gens],
+                    reference=name == REFERENCE,
                 )
             diffs = [
                 (lp.log_probs[j, lp.mask[j]].double().cpu() - torch.tensor(g.log_probs)).abs()

@@ -109,7 +109,7 @@ class TrainArguments:
     slower per-request sampler). Default: the engine's seeded RNG samples."""
     vllm_probe_tolerance: float | None = None
     """vLLM engine: largest engine-vs-policy log-prob gap the post-sync probe accepts (default 1e-3
-    for float32 weights, 5e-2 for 16-bit)."""
+    for float32 weights, 1.0 for 16-bit: measured bf16 kernel gaps reach 0.36)."""
 
     def __post_init__(self) -> None:
         if self.threads < 1:

@@ -57,6 +57,7 @@ __all__ = [
     "VLLMNotInstalledError",
     "VLLMRolloutBackend",
     "VLLMSettings",
+    "default_probe_tolerance",
     "import_vllm",
 ]
 
@@ -77,6 +78,24 @@ PROBE_MESSAGES: tuple[tuple[dict[str, str], ...], ...] = (
     ({"role": "user", "content": "What is 17 + 25? Explain briefly."},),
     ({"role": "user", "content": "Name three prime numbers and say why they are prime."},),
 )
+
+
+#: The probe's default tolerance per weight dtype (nats, largest gap over the probe's tokens).
+#: 16-bit: two correct bfloat16 computations of the same log-probs differ by up to 0.36 over a
+#: probe's 16 tokens (measured on CPU, 100 probes of the built-in model and SmolLM2-135M: SDPA vs
+#: eager attention, generation vs recomputation; benchmarks/gpu/probe_tolerance_cpu.json), and
+#: up to 0.32 between transformers and vLLM on a GPU (vllm-project/vllm#18352): 1.0 leaves about
+#: 3x that. Float32 kernels agree to about 1e-5.
+PROBE_TOLERANCE: dict[torch.dtype, float] = {
+    torch.float32: 1e-3,
+    torch.bfloat16: 1.0,
+    torch.float16: 1.0,
+}
+
+
+def default_probe_tolerance(dtype: torch.dtype) -> float:
+    """The probe's tolerance for weights of ``dtype`` (:data:`PROBE_TOLERANCE`; 1.0 for others)."""
+    return PROBE_TOLERANCE.get(dtype, 1.0)
 
 
 class VLLMNotInstalledError(ImportError):
@@ -115,7 +134,8 @@ class VLLMSettings:
         max_model_len: Longest prompt + action in tokens; default: the model's context length
             (a 32k-token context reserves KV-cache room for one 32k sequence at least).
         probe_tolerance: Largest per-token log-prob difference between engine and policy the
-            post-sync probe accepts; default 1e-3 for float32 weights, 5e-2 for 16-bit ones.
+            post-sync probe accepts; default :func:`default_probe_tolerance` of the weights' dtype
+            (1e-3 for float32, 1.0 for 16-bit weights).
         probe_tokens: Tokens the probe samples per prompt (0 disables the probe).
         seed: The engine's seed (samples drawn without an explicit seed).
         seed_requests: Give each request of a call seeded by a ``generator`` (the rollout
@@ -205,9 +225,7 @@ class VLLMRolloutBackend:
         dtype = next(self._backbone.model.parameters()).dtype
         self.dtype = str(dtype).removeprefix("torch.")
         tol = self.settings.probe_tolerance
-        self.probe_tolerance = float(
-            tol if tol is not None else (1e-3 if dtype == torch.float32 else 5e-2)
-        )
+        self.probe_tolerance = float(tol if tol is not None else default_probe_tolerance(dtype))
         groups = policy.adapter_groups()
         self._adapter_of = {a: policy.adapter_name(a) for a in policy.agents}
         ranks = [int(self._backbone.model.peft_config[adapter].r) for _, adapter in groups]

@@ -176,3 +176,44 @@ def test_a_sleeping_engine_wakes_for_the_next_sync_or_generation(fake_vllm, poli
 def test_settings_refuse_a_too_short_model_length():
     with pytest.raises(ValueError, match="max_model_len must be >= 2"):
         VLLMSettings(max_model_len=1)
+
+
+def test_the_bf16_probe_tolerance_sits_above_what_two_bf16_kernels_disagree_by():
+    # Two correct bfloat16 computations of the same log-probs (SDPA while sampling, eager
+    # attention recomputing, as an engine's kernels differ from the policy's) over probes of 2
+    # prompts x 8 tokens: the old default (5e-2) would stop a correct run with AdapterSyncError.
+    from marft_algos.rollout.vllm import default_probe_tolerance
+
+    def load(attn):
+        policy = MultiAgentPolicy.from_pretrained(
+            "marft-tiny-math",  # the built-in trained model: peaked distributions, as real LLMs
+            ["agent"],
+            seed=0,
+            torch_dtype=torch.bfloat16,
+            model_kwargs={"attn_implementation": attn},
+        )
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in policy.trainable_parameters("agent"):
+                if p.shape[1] < p.shape[0]:  # lora_B, moved off zero as by training
+                    p.add_(torch.randn(p.shape, generator=gen).to(p.dtype) * 0.02)
+        return policy
+
+    sampler, other = load("sdpa"), load("eager")
+    gaps = []
+    for i in range(10):
+        obs = [[{"role": "user", "content": f"What is {7 + 13 * i} + {i}? Explain."}]] * 2
+        gens = sampler.generate("agent", obs, GenerationSettings(max_new_tokens=8, seed=i))
+        with torch.no_grad():
+            lp = other.token_log_probs(
+                "agent", [g.prompt_ids for g in gens], [g.action_ids for g in gens]
+            )
+        gaps.append(
+            max(
+                float((lp.log_probs[j, lp.mask[j]] - torch.tensor(g.log_probs)).abs().max())
+                for j, g in enumerate(gens)
+            )
+        )
+    assert max(gaps) > 5e-2, gaps
+    assert max(gaps) < default_probe_tolerance(torch.bfloat16), gaps
+    assert default_probe_tolerance(torch.float32) == 1e-3
