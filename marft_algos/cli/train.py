@@ -78,6 +78,9 @@ class TrainArguments:
     default: this rank's GPU if there is one, else cpu."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Weight dtype; default float32 on CPU, bfloat16 on GPU."""
+    attn_implementation: str | None = None
+    """Attention kernel of the policy's model, as transformers names it: sdpa (its default),
+    eager, or flash_attention_2 (needs the flash-attn package and a GPU)."""
     paper_defaults: bool = False
     """Use the config classes' paper defaults instead of the CLI preset for the model (--preset paper)."""
     preset: str | None = None
@@ -466,6 +469,7 @@ def _train(
         # Both change what the remaining iterations compute (rounding, reduction order).
         "threads": args.threads,
         "dtype": dtype,
+        "attn_implementation": args.attn_implementation,
     }
     if args.resume:
         _check_resume_matches(run_dir, record, args.algo, args.allow_config_change)
@@ -494,6 +498,9 @@ def _train(
         device=dist.device,
         torch_dtype=getattr(torch, dtype),
         seed=config.seed,
+        model_kwargs=(
+            {"attn_implementation": args.attn_implementation} if args.attn_implementation else None
+        ),
     )
     template = _chat_template(args.chat_template)
     apply_chat_template(policy, template)

@@ -85,3 +85,23 @@ def test_the_python_api_loads_bfloat16_on_a_gpu(tiny_path, monkeypatch, device, 
     with pytest.raises(_Loaded):
         MultiAgentPolicy.from_pretrained(tiny_path, ["actor"], device=device)
     assert seen == [dtype]
+
+
+def test_train_loads_the_attention_kernel_asked_for(tiny_path, tmp_path, monkeypatch):
+    from marft_algos.policy import multi_agent
+
+    seen = []
+    real = multi_agent.load_backbone
+
+    def recording(name, **kwargs):
+        backbone = real(name, **kwargs)
+        seen.append(backbone.model.config._attn_implementation)
+        return backbone
+
+    monkeypatch.setattr(multi_agent, "load_backbone", recording)
+    run = tmp_path / "r"
+    flags = ["--model", tiny_path, "--attn-implementation", "eager", *ONE_ITERATION]
+    main(["train", "--output-dir", str(run), *flags])
+    assert seen == ["eager"]
+    config = (run / "config.json").read_text()
+    assert '"attn_implementation": "eager"' in config
