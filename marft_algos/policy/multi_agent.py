@@ -41,6 +41,7 @@ from marft_algos.policy.config import AgentSpec, LoraSettings
 from marft_algos.policy.decoding import decode
 from marft_algos.policy.forward import (
     action_logits,
+    checkpointed_layers,
     full_attention_only,
     log_probs_and_entropy,
     pack,
@@ -123,6 +124,13 @@ class MultiAgentPolicy:
     shares its keys and values among the rows that continue it (a GRPO group), instead of running
     every row's padded prompt (:func:`~marft_algos.policy.kv_cache.shared_prompt_action_logits`;
     models with full attention only). Same log-probs and gradients up to float round-off."""
+
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass of :meth:`token_log_probs`
+    instead of keeping them (:func:`~marft_algos.policy.forward.checkpointed_layers`): activation
+    memory of about one layer instead of all, for one more forward pass per update. The update then
+    runs every row's padded prompt (a checkpointed layer keeps no KV cache to share a prompt
+    through). Same log-probs and gradients up to float round-off (tested)."""
 
     def __init__(
         self,
@@ -447,11 +455,18 @@ class MultiAgentPolicy:
             empty = torch.zeros(batch.action_ids.shape, device=backbone.device)
             out = TokenLogProbs(empty, empty.clone() if with_entropy else None, batch.action_mask)
             return out, (empty.clone() if with_uncut else None)
+        checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
         with self.acting(agent, reference=reference) as model:
-            if self.share_prompts_in_update and full_attention_only(model.config):
+            # A checkpointed layer writes no KV cache, which the shared-prompt path needs.
+            if (
+                self.share_prompts_in_update
+                and full_attention_only(model.config)
+                and not checkpointing
+            ):
                 logits = shared_prompt_action_logits(model, batch)  # (batch, T, vocab)
             else:
-                logits = action_logits(model, batch)  # (batch, T, vocab)
+                with checkpointed_layers(model, checkpointing):
+                    logits = action_logits(model, batch)  # (batch, T, vocab)
         logp, entropy = log_probs_and_entropy(
             logits,
             batch.action_ids,

@@ -105,3 +105,19 @@ def test_train_loads_the_attention_kernel_asked_for(tiny_path, tmp_path, monkeyp
     assert seen == ["eager"]
     config = (run / "config.json").read_text()
     assert '"attn_implementation": "eager"' in config
+
+
+def test_train_switches_gradient_checkpointing_on(tiny_path, tmp_path, monkeypatch):
+    from marft_algos.policy import MultiAgentPolicy
+
+    seen = []
+    real = MultiAgentPolicy.token_log_probs_with_uncut
+
+    def recording(self, *args, **kwargs):
+        seen.append(self.gradient_checkpointing)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MultiAgentPolicy, "token_log_probs_with_uncut", recording)
+    flags = ["--model", tiny_path, "--gradient-checkpointing", *ONE_ITERATION]
+    main(["train", "--output-dir", str(tmp_path / "r"), *flags])
+    assert seen and all(seen)
