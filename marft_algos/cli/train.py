@@ -80,7 +80,7 @@ class TrainArguments:
     """Weight dtype; default float32 on CPU, bfloat16 on GPU."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the update's backward pass instead of keeping
-    them: far less activation memory on a large model, about a third more update time."""
+    them: far less activation memory on a large model, for one more forward pass of each layer."""
     attn_implementation: str | None = None
     """Attention kernel of the policy's model, as transformers names it: sdpa (its default),
     eager, or flash_attention_2 (needs the flash-attn package and a GPU)."""

@@ -18,8 +18,8 @@ def saved_bytes(fn) -> int:
     seen: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        seen[id(storage)] = max(seen.get(id(storage), 0), t.numel() * t.element_size())
+        key = t.untyped_storage()._cdata  # the storage itself, not its Python wrapper
+        seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
