@@ -387,7 +387,8 @@ def checkpointed_layers(model: Any, enabled: bool = True) -> Iterator[None]:
     func = functools.partial(checkpoint, use_reentrant=False)
     try:
         for m in layers:
-            m.gradient_checkpointing, m._gradient_checkpointing_func = True, func
+            m.gradient_checkpointing = True
+            setattr(m, "_gradient_checkpointing_func", func)  # noqa: B010  # a plain attribute
             m.training = True  # the layer's own flag only: its submodules stay in eval mode
         yield
     finally:
@@ -396,4 +397,4 @@ def checkpointed_layers(model: Any, enabled: bool = True) -> Iterator[None]:
             if old is None:
                 m.__dict__.pop("_gradient_checkpointing_func", None)
             else:
-                m._gradient_checkpointing_func = old
+                setattr(m, "_gradient_checkpointing_func", old)  # noqa: B010
