@@ -233,8 +233,13 @@ def evaluate_checkpoint(
         )
     torch.set_num_threads(o.threads or int(run.get("threads") or 1))
     device, dtype = run_device_and_dtype(run, o.device, o.dtype)
+    attn = run.get("attn_implementation")  # the run's attention kernel, as it trained
     policy = policy_from_checkpoint(
-        str(checkpoint), model=o.model, device=device, torch_dtype=getattr(torch, dtype)
+        str(checkpoint),
+        model=o.model,
+        device=device,
+        torch_dtype=getattr(torch, dtype),
+        model_kwargs={"attn_implementation": attn} if attn else None,
     )
     apply_chat_template(policy, run.get("chat_template"))
     recorded = dict(run.get("generation") or {})

@@ -238,6 +238,7 @@ class MultiAgentPolicy:
         model: str | None = None,
         device: torch.device | str = "cpu",
         torch_dtype: torch.dtype | str | None = None,
+        model_kwargs: Mapping[str, Any] | None = None,
     ) -> MultiAgentPolicy:
         """A policy with the agents, base models, adapters and LoRA settings that
         :func:`~marft_algos.policy.adapters.policy_layout` described (fresh adapter weights: load
@@ -249,6 +250,7 @@ class MultiAgentPolicy:
             model: Replace every recorded base model (e.g. the same model at a new path).
             device: Device for the models.
             torch_dtype: Weight dtype (default bfloat16 on CUDA, float32 elsewhere).
+            model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments.
 
         Raises:
             ValueError: The adapters have different LoRA settings (build the policy with
@@ -282,7 +284,13 @@ class MultiAgentPolicy:
         }
         default = model or layout["base_models"][agents[0]]
         return cls.from_pretrained(
-            default, agents, specs=specs, lora=lora, device=device, torch_dtype=torch_dtype
+            default,
+            agents,
+            specs=specs,
+            lora=lora,
+            device=device,
+            torch_dtype=torch_dtype,
+            model_kwargs=model_kwargs,
         )
 
     # ------------------------------------------------------------------ introspection

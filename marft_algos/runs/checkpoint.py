@@ -333,6 +333,7 @@ def policy_from_checkpoint(
     model: str | None = None,
     device: torch.device | str = "cpu",
     torch_dtype: torch.dtype | str | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
 ) -> MultiAgentPolicy:
     """Rebuild the policy a checkpoint was saved from: agents, base models, adapters, LoRA settings
     and trained weights, all read from its manifest.
@@ -342,6 +343,8 @@ def policy_from_checkpoint(
         model: Replace the recorded base model (e.g. the same model at a new path).
         device: Device for the models.
         torch_dtype: Weight dtype (default bfloat16 on CUDA, float32 elsewhere).
+        model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments, e.g.
+            ``{"attn_implementation": "eager"}``.
 
     Raises:
         CheckpointError: Not a checkpoint, or one whose adapters do not load.
@@ -349,7 +352,11 @@ def policy_from_checkpoint(
     manifest = read_manifest(path)
     try:
         policy = MultiAgentPolicy.from_layout(
-            manifest, model=model, device=device, torch_dtype=torch_dtype
+            manifest,
+            model=model,
+            device=device,
+            torch_dtype=torch_dtype,
+            model_kwargs=model_kwargs,
         )
     except ValueError as err:
         raise CheckpointError(f"{path}: {err}") from None

@@ -105,6 +105,8 @@ def test_train_loads_the_attention_kernel_asked_for(tiny_path, tmp_path, monkeyp
     assert seen == ["eager"]
     config = (run / "config.json").read_text()
     assert '"attn_implementation": "eager"' in config
+    evaluate_checkpoint(find_checkpoint(run))  # marft eval loads the run's kernel too
+    assert seen == ["eager", "eager"]
 
 
 def test_train_switches_gradient_checkpointing_on(tiny_path, tmp_path, monkeypatch):
