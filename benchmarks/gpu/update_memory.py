@@ -52,13 +52,16 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
-def saved_bytes(fn: Any) -> int:
-    """Bytes of the tensors autograd saves while ``fn`` runs (each storage once)."""
+def saved_bytes(fn: Any, resident: Any = ()) -> int:
+    """Bytes of the tensors autograd saves while ``fn`` runs (each storage once), leaving out
+    the ``resident`` tensors (the model's weights, which a matmul saves by reference)."""
+    skip = {t.untyped_storage()._cdata for t in resident}
     seen: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         key = t.untyped_storage()._cdata
-        seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
+        if key not in skip:
+            seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -91,7 +94,7 @@ def measure(shape: dict[str, Any], rows: int, tokens: int) -> dict[str, Any]:
             log_probs_and_entropy(logits, ids, mask, with_entropy=True)
 
         key = "saved_bytes_per_token" + ("_checkpointed" if checkpointing else "")
-        out[key] = saved_bytes(run) / (rows * tokens)
+        out[key] = saved_bytes(run, list(model.parameters())) / (rows * tokens)
     return out
 
 

@@ -27,7 +27,7 @@ def _update(policy: MultiAgentPolicy) -> tuple[int, torch.Tensor, list[torch.Ten
         out["logp"] = lp.log_probs
         out["loss"] = -(lp.log_probs.sum() + 0.1 * lp.entropy.sum())
 
-    saved = saved_bytes(run)
+    saved = saved_bytes(run, list(policy.backbone("agent").model.parameters()))
     out["loss"].backward()
     return saved, out["logp"].detach(), [p.grad.clone() for p in params]
 

@@ -13,13 +13,16 @@ from marft_algos.policy.forward import log_probs_and_entropy
 VOCAB = 151_936
 
 
-def saved_bytes(fn) -> int:
-    """Bytes of the tensors autograd saves while ``fn`` runs (each storage once)."""
+def saved_bytes(fn, resident=()) -> int:
+    """Bytes of the tensors autograd saves while ``fn`` runs (each storage once), leaving out
+    the ``resident`` tensors (model weights, which a matmul saves by reference)."""
+    skip = {t.untyped_storage()._cdata for t in resident}
     seen: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         key = t.untyped_storage()._cdata  # the storage itself, not its Python wrapper
-        seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
+        if key not in skip:
+            seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
