@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
 
 __all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main", "open_checkpoint"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,8 +65,10 @@ class EvalArguments:
     """Base model path replacing the recorded one (same model, moved)."""
     threads: int | None = None
     """Torch CPU threads (default: the run's)."""
-    device: str = "cpu"
-    """Torch device."""
+    device: str | None = None
+    """Torch device (default: cuda if the run trained on a GPU and one is here, else cpu)."""
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Weight dtype (default: the run's, which reproduces its numbers)."""
     rollout_backend: Literal["transformers", "vllm"] = "transformers"
     """Generate with the policy (transformers) or one vLLM engine serving every agent's adapter."""
 
@@ -74,9 +79,10 @@ class EvalArguments:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name} {value}: must be >= 1.")
-        from marft_algos.distributed import parse_device
+        if self.device is not None:
+            from marft_algos.distributed import parse_device
 
-        parse_device(self.device)
+            parse_device(self.device)
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -181,6 +187,29 @@ def _recorded_env_kwargs(run: Mapping[str, Any], dataset_given: bool) -> dict[st
     return {k: v for k, v in kwargs.items() if k not in opaque}
 
 
+def run_device_and_dtype(
+    run: Mapping[str, Any], device: str | None, dtype: str | None
+) -> tuple[str, str]:
+    """The device and weight dtype to evaluate a run with: the given ones, else the run's.
+
+    A run trained on a GPU is evaluated on this machine's GPU when it has one (``cuda``: the
+    recorded index may not exist here), else on the CPU; the dtype is the one the run trained in
+    (float32 for runs that did not record it), so the numbers are the run's.
+    """
+    import torch
+
+    if device is None:
+        recorded = str(run.get("device") or "cpu")
+        device = "cuda" if recorded.startswith("cuda") and torch.cuda.is_available() else "cpu"
+        if recorded.startswith("cuda") and device == "cpu":
+            logger.warning(
+                "The run trained on %s but this machine has no GPU: evaluating on the CPU "
+                "(slow for a large model; pass --device to choose).",
+                recorded,
+            )
+    return device, dtype or str(run.get("dtype") or "float32")
+
+
 def evaluate_checkpoint(
     checkpoint: str | Path, overrides: EvalArguments | None = None
 ) -> dict[str, Any]:
@@ -228,7 +257,15 @@ def evaluate_checkpoint(
             f"on the env it was trained on (leave --env out) or one with the same team."
         )
     torch.set_num_threads(o.threads or int(run.get("threads") or 1))
-    policy = policy_from_checkpoint(str(checkpoint), model=o.model, device=o.device)
+    device, dtype = run_device_and_dtype(run, o.device, o.dtype)
+    attn = run.get("attn_implementation")  # the run's attention kernel, as it trained
+    policy = policy_from_checkpoint(
+        str(checkpoint),
+        model=o.model,
+        device=device,
+        torch_dtype=getattr(torch, dtype),
+        model_kwargs={"attn_implementation": attn} if attn else None,
+    )
     apply_chat_template(policy, run.get("chat_template"))
     recorded = dict(run.get("generation") or {})
     if not recorded:

@@ -19,6 +19,7 @@ __all__ = [
     "SMOLLM2_DEFAULTS",
     "choose_preset",
     "preset_for",
+    "scale_for_world",
 ]
 
 DEFAULT_MODEL = "marft-tiny-math"
@@ -131,3 +132,29 @@ def preset_for(
     chosen = PRESETS[choose_preset(model, preset, paper_defaults=paper_defaults)]
     skip = ALGORITHM_EXCEPTIONS.get(algorithm or "", ())
     return {k: dict(v) if isinstance(v, dict) else v for k, v in chosen.items() if k not in skip}
+
+
+def scale_for_world(
+    values: dict[str, Any], given: set[str], world_size: int
+) -> tuple[dict[str, Any], str | None]:
+    """Episodes per iteration for ``world_size`` processes, unless the user chose them.
+
+    Presets (and the config classes' defaults) size one process's work. Under a launcher every
+    process takes a share of ``episodes_per_iteration``, so an unscaled preset would give each of
+    8 GPUs an eighth of one GPU's rollouts (or fewer groups than processes: GRPO's 16 episodes in
+    groups of 4 cannot be shared by 8). Each process keeps the preset's episodes, so the
+    iteration collects ``world_size`` times as many; ``rollout_threads`` is per process already.
+
+    Returns:
+        The values (scaled copy or unchanged) and a line saying what changed, or None.
+    """
+    if world_size <= 1 or "episodes_per_iteration" in given:
+        return values, None
+    per_process = int(values["episodes_per_iteration"])
+    scaled = {**values, "episodes_per_iteration": per_process * world_size}
+    note = (
+        f"{world_size} processes: episodes per iteration {per_process} -> "
+        f"{per_process * world_size} ({per_process} per process, as on one); set "
+        f"--episodes-per-iteration to choose the total yourself"
+    )
+    return scaled, note

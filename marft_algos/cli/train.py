@@ -28,7 +28,7 @@ from marft_algos.cli.parsing import (
     parse_with,
     pick,
 )
-from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for
+from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for, scale_for_world
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
 from marft_algos.trainers.registry import ALGORITHMS, build_trainer, owners_of
 
@@ -78,6 +78,12 @@ class TrainArguments:
     default: this rank's GPU if there is one, else cpu."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Weight dtype; default float32 on CPU, bfloat16 on GPU."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the update's backward pass instead of keeping
+    them: far less activation memory on a large model, for one more forward pass of each layer."""
+    attn_implementation: str | None = None
+    """Attention kernel of the policy's model, as transformers names it: sdpa (its default),
+    eager, or flash_attention_2 (needs the flash-attn package and a GPU)."""
     paper_defaults: bool = False
     """Use the config classes' paper defaults instead of the CLI preset for the model (--preset paper)."""
     preset: str | None = None
@@ -96,9 +102,20 @@ class TrainArguments:
     """vLLM engine: fraction of the GPU's memory it may take (the rest is the trainer's)."""
     vllm_max_loras: int | None = None
     """vLLM engine: adapters one batch may mix (default: the team's number of adapters)."""
+    vllm_max_model_len: int | None = None
+    """vLLM engine: longest prompt + action in tokens (default: the model's context; a shorter one
+    leaves more of the engine's memory to concurrent sequences)."""
+    vllm_enforce_eager: bool = False
+    """vLLM engine: no CUDA graphs (starts faster, holds less memory, decodes slower)."""
+    vllm_sleep_mode: bool = False
+    """vLLM engine: move its weights to CPU memory and free its KV cache during every update and
+    evaluation (more GPU memory for training; each wake-up copies the weights back)."""
+    vllm_seed_requests: bool = False
+    """vLLM engine: seed every request (exactly repeatable samples, resumes included; vLLM's
+    slower per-request sampler). Default: the engine's seeded RNG samples."""
     vllm_probe_tolerance: float | None = None
     """vLLM engine: largest engine-vs-policy log-prob gap the post-sync probe accepts (default 1e-3
-    for float32 weights, 5e-2 for 16-bit)."""
+    for float32 weights, 1.0 for 16-bit: measured bf16 kernel gaps reach 0.36)."""
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -129,6 +146,10 @@ class TrainArguments:
                 kv_cache_gb=self.vllm_kv_cache_gb,
                 gpu_memory_utilization=self.vllm_gpu_memory_utilization,
                 max_loras=self.vllm_max_loras,
+                max_model_len=self.vllm_max_model_len,
+                enforce_eager=self.vllm_enforce_eager,
+                sleep_mode=self.vllm_sleep_mode,
+                seed_requests=self.vllm_seed_requests,
                 probe_tolerance=self.vllm_probe_tolerance,
             )
         except ValueError as exc:
@@ -397,6 +418,9 @@ def main(
     # One process, or a rank of torchrun / accelerate launch (gloo on CPU, nccl on GPU).
     dist = init_distributed(args.device)
     console = Console(quiet=not dist.is_main)
+    values, scaled = scale_for_world(values, given, dist.world_size)
+    if scaled:
+        console.print(scaled)
     dtype = args.dtype or ("bfloat16" if dist.device.type == "cuda" else "float32")
     plan = plan_env(
         args.env,
@@ -448,6 +472,7 @@ def _train(
         # Both change what the remaining iterations compute (rounding, reduction order).
         "threads": args.threads,
         "dtype": dtype,
+        "attn_implementation": args.attn_implementation,
     }
     if args.resume:
         _check_resume_matches(run_dir, record, args.algo, args.allow_config_change)
@@ -476,7 +501,11 @@ def _train(
         device=dist.device,
         torch_dtype=getattr(torch, dtype),
         seed=config.seed,
+        model_kwargs=(
+            {"attn_implementation": args.attn_implementation} if args.attn_implementation else None
+        ),
     )
+    policy.gradient_checkpointing = args.gradient_checkpointing
     template = _chat_template(args.chat_template)
     apply_chat_template(policy, template)
     backend = None

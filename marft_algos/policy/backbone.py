@@ -170,7 +170,11 @@ class Backbone:
         weights are put back untouched on exit (not un-merged by subtraction, which would leave
         rounding in them), so forward passes outside the context compute exactly as before.
         Adapters that cannot be folded this way (DoRA, LoRA on embeddings or convolutions) are
-        used unmerged. No gradients flow inside the context.
+        used unmerged, and so are adapters on 16-bit base weights: ``W + ΔW`` rounded to bfloat16
+        keeps 8 significant bits, so every entry with ``|ΔW|`` below about ``|W|/512`` would
+        vanish (most of an early LoRA update) and generation would sample near the base model
+        while the update runs through the adapter. Unmerged, generation and update compute the
+        same way. No gradients flow inside the context.
 
         Yields:
             The model to call.
@@ -182,6 +186,7 @@ class Backbone:
             layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
             foldable = all(
                 type(m) is LoraLinear
+                and m.get_base_layer().weight.dtype in _MERGE_DTYPES
                 and not m.use_dora.get(adapter, False)
                 and not getattr(m, "lora_bias", {}).get(adapter, False)
                 for m in layers
@@ -205,6 +210,10 @@ class Backbone:
                     weight.data = data
                 # peft re-enabling the adapters re-marks parameters trainable; restore the table.
                 self.apply_trainable_flags()
+
+
+#: Base weight dtypes precise enough to hold ``W + ΔW`` (:meth:`Backbone.merged`).
+_MERGE_DTYPES = (torch.float32, torch.float64)
 
 
 def _special_ids(model: Any, tokenizer: Any) -> tuple[int, list[int]]:
@@ -238,6 +247,12 @@ def seeded_rng(seed: int | None, device: torch.device) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """Weight dtype when none is given: bfloat16 on a GPU (half the memory, its fast kernels),
+    float32 elsewhere (exact log-prob equality between rollout and update on a CPU)."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
 def check_model_path(path: str) -> None:
@@ -289,7 +304,8 @@ def load_backbone(
     Args:
         name_or_path: Hub id, local folder, ``.gguf`` file, or a built-in model's short name (see
             :func:`~marft_algos.policy.pretrained.resolve_model`).
-        dtype: Weight dtype (``torch.float32`` default, ``"auto"`` for the checkpoint's dtype).
+        dtype: Weight dtype (default ``torch.bfloat16`` on CUDA, ``torch.float32`` elsewhere;
+            ``"auto"`` for the checkpoint's dtype).
         device: Device for the weights.
         model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments. ``gguf_file``
             (as in transformers) names a GGUF file inside the local folder ``name_or_path``; it is
@@ -302,7 +318,7 @@ def load_backbone(
 
     dev = torch.device(device)
     kwargs = dict(model_kwargs or {})
-    kwargs.setdefault("dtype", dtype if dtype is not None else torch.float32)
+    kwargs.setdefault("dtype", dtype if dtype is not None else default_dtype(dev))
     gguf_file = kwargs.pop("gguf_file", None)
     if gguf_file is not None:
         if not Path(name_or_path).is_dir():

@@ -12,10 +12,15 @@ token — and in addition:
 - draws with an inverse-CDF search (:func:`sample_categorical`) instead of
   ``torch.multinomial``, which is slow on CPU for a large vocabulary, from a 53-bit uniform and a
   float64 cumulative sum, so even a token of probability 1e-9 is drawn at its rate;
-- prefills each distinct prompt once: rows with equal prompts (a GRPO group) share the prompt's
-  KV cache entries, copied row-wise after the prefill;
+- prefills each distinct prompt once, in batches of similar lengths
+  (:func:`~marft_algos.policy.kv_cache.prompt_caches`): rows with equal prompts (a GRPO group)
+  share the prompt's KV cache entries, copied row-wise after the prefill;
 - grows the KV cache in place (:class:`~marft_algos.policy.kv_cache.GrowingLayer`) instead of
-  concatenating the whole cache at every step.
+  concatenating the whole cache at every step;
+- synchronises with the device only at steps 4, 8, 16, ... (:data:`FIRST_CHECK`): there it stops
+  when every row has ended and drops finished rows from the batch and the KV cache, so the
+  number of host synchronisations grows with the logarithm of ``max_new_tokens``, and a row
+  that ended keeps decoding (masked) at most until the next check.
 
 The layout is the one of :mod:`marft_algos.policy.forward`: prompts left-padded to the widest,
 positions counting real tokens only, so the update's forward sees every token at the position
@@ -53,6 +58,10 @@ class Decoded(NamedTuple):
     finished: list[bool]
 
 
+#: The first decode step after which :func:`decode` checks on the host whether rows have ended;
+#: later checks follow at twice the previous step (4, 8, 16, ...).
+FIRST_CHECK = 4
+
 #: Bits of the uniform behind each draw: it is ``k / 2**53`` for an integer ``k`` drawn uniformly
 #: from ``[0, 2**53)``, every value a float64 holds exactly on ``[0, 1)`` at that spacing.
 UNIFORM_BITS = 53
@@ -89,6 +98,12 @@ def sample_categorical(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
         ``(batch,)`` int64 indices.
     """
     cdf = probs.double().cumsum(-1)  # (batch, n)
+    # A parallel device scan need not repeat its value over a run of zeros (top-k/top-p cuts):
+    # a cut token whose entry came out above its predecessor's could be drawn, with log-prob −inf.
+    # Each zero-probability entry takes the largest entry before it instead, so the search never
+    # stops on one, and the sequence is non-decreasing as the search needs. On a CPU, where the
+    # scan is sequential, this changes no value.
+    cdf = torch.where(probs > 0, cdf, 0.0).cummax(-1).values
     # 1 − u lies in (0, 1]: the target is > 0, so a leading zero-probability entry is never hit.
     target = (1.0 - uniforms.double()) * cdf[:, -1]  # (batch,)
     index = torch.searchsorted(cdf, target.unsqueeze(-1)).squeeze(-1)
@@ -164,25 +179,41 @@ def decode(
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     log_probs = torch.zeros((batch, max_new_tokens), device=device)
     lengths = torch.full((batch,), max_new_tokens, dtype=torch.long, device=device)
+    live = torch.arange(batch, device=device)  # original index of each row still decoding
     steps = 0
+    next_check = FIRST_CHECK
     for step in range(max_new_tokens):
         scores = sampling_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
-        logp_all = torch.log_softmax(scores, dim=-1)  # (B, vocab)
+        logp_all = torch.log_softmax(scores, dim=-1)  # (live, vocab)
         if do_sample:
-            uniforms = uniform_draws(batch, device)  # (B,) float64
-            token = sample_categorical(logp_all.exp(), uniforms)  # (B,)
+            # Every row's uniform is drawn, live or not: each row's draws do not depend on
+            # when the others end.
+            uniforms = uniform_draws(batch, device)[live]  # (live,) float64
+            token = sample_categorical(logp_all.exp(), uniforms)  # (live,)
         else:
-            token = logits.argmax(-1)  # (B,)
-        token = token.masked_fill(done, pad_id)
-        tokens[:, step] = token
-        log_probs[:, step] = logp_all.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+            token = logits.argmax(-1)  # (live,)
+        row_done = done[live]
+        token = token.masked_fill(row_done, pad_id)
+        tokens[live, step] = token
+        log_probs[live, step] = logp_all.gather(-1, token.unsqueeze(-1)).squeeze(-1)
         steps = step + 1
-        ended = torch.isin(token, eos) & ~done
-        lengths = torch.where(ended, step + 1, lengths)
-        done = done | ended
-        if step + 1 == max_new_tokens or bool(done.all()):
+        ended = torch.isin(token, eos) & ~row_done
+        lengths[live] = torch.where(ended, step + 1, lengths[live])
+        done[live] = row_done | ended
+        if step + 1 == max_new_tokens:
             break
-        mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)  # (B, P + step + 1)
+        if step + 1 == next_check:
+            # The host looks at the rows only at steps 4, 8, 16, ...: O(log max_new_tokens)
+            # synchronisations per call instead of one per token.
+            next_check *= 2
+            keep = (~done[live]).nonzero().squeeze(-1)  # (still,)
+            if len(keep) == 0:
+                break
+            if len(keep) < len(live):  # finished rows leave the batch and its KV cache
+                live, logits, token = live[keep], logits[keep], token[keep]
+                mask, position = mask[keep], position[keep]
+                cache.batch_select_indices(keep)
+        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)  # (live, P + step + 1)
         position = position + 1
         out = model(
             input_ids=token.unsqueeze(-1),

@@ -15,7 +15,9 @@ token ``t`` sit at column ``P - 1 + t``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import functools
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -232,6 +234,9 @@ def log_probs_and_entropy(
 
     The distribution is ``softmax(sampling_logits(logits, temperature, top_k, top_p))`` (see
     :func:`sampling_logits`). A target outside the top-k / top-p set has log-prob ``-inf``.
+    Without a top-k/top-p cut the float32 work runs over :data:`LOG_PROB_CHUNK` rows at a time
+    and the backward pass keeps only the logits in their own dtype plus two floats per token
+    (:class:`_ChunkedLogProbs`), instead of float32 ``(batch, T, vocab)`` tensors.
 
     Args:
         logits: ``(batch, T, vocab)`` raw logits.
@@ -248,6 +253,15 @@ def log_probs_and_entropy(
     Returns:
         ``(log_probs, entropy)``, each ``(batch, T)``; ``entropy`` is None unless requested.
     """
+    if top_k == 0 and top_p >= 1.0:
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}.")
+        logp, entropy = _chunked_log_probs(logits, targets, temperature, with_entropy)
+        if entropy is not None and not differentiable_entropy:
+            entropy = entropy.detach()
+        return logp.masked_fill(~mask, 0.0), (
+            None if entropy is None else entropy.masked_fill(~mask, 0.0)
+        )
     scaled = sampling_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
     logp_all = torch.log_softmax(scaled, dim=-1)  # (batch, T, vocab)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (batch, T)
@@ -265,3 +279,122 @@ def log_probs_and_entropy(
             )  # (batch, T)
         entropy = entropy.masked_fill(~mask, 0.0)
     return logp, entropy
+
+
+#: Rows (action tokens) whose float32 scores :class:`_ChunkedLogProbs` holds at once: the
+#: transient memory is about 3 x 4 bytes x LOG_PROB_CHUNK x vocab (56 MB at a 152k vocabulary).
+LOG_PROB_CHUNK = 32
+
+
+def _chunked_log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(batch, T)`` log-probs of ``targets`` under ``softmax(logits / temperature)`` and, if
+    asked, the entropies; see :class:`_ChunkedLogProbs`."""
+    shape = targets.shape
+    flat = logits.reshape(-1, logits.shape[-1])  # (rows, vocab)
+    logp, entropy = _ChunkedLogProbs.apply(
+        flat, targets.reshape(-1), float(temperature), bool(with_entropy)
+    )
+    return logp.reshape(shape), (entropy.reshape(shape) if with_entropy else None)
+
+
+class _ChunkedLogProbs(torch.autograd.Function):
+    """Token log-probs (and entropies) of temperature-scaled logits, chunked over rows.
+
+    Forward: per chunk of :data:`LOG_PROB_CHUNK` rows, ``z = logits.float() / T``,
+    ``lse = logsumexp(z)``, ``log p = z - lse`` and ``H = -Σ p log p``. Saved for backward:
+    the logits as given (bf16 on a GPU: 2 bytes per vocabulary entry, which the LM head's output
+    holds anyway), ``lse`` and ``H``. Backward recomputes ``p = exp(z - lse)`` per chunk:
+    ``∂ log p(t)/∂z = onehot(t) - p`` and ``∂H/∂z = -p (log p + H)``, each divided by ``T`` for
+    the logits. log_softmax, by contrast, keeps its float32 output (4 bytes per entry) and an
+    entropy bonus about three more such tensors.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, logits: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = logits.shape[0]
+        logp = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        lse = torch.empty_like(logp)
+        ent = torch.zeros_like(logp)
+        for start in range(0, rows, LOG_PROB_CHUNK):
+            end = min(start + LOG_PROB_CHUNK, rows)
+            z = logits[start:end].float() / temperature  # (chunk, vocab)
+            norm = torch.logsumexp(z, dim=-1)  # (chunk,)
+            lse[start:end] = norm
+            logp[start:end] = z.gather(-1, targets[start:end].unsqueeze(-1)).squeeze(-1) - norm
+            if entropy:
+                logp_all = z - norm.unsqueeze(-1)  # (chunk, vocab)
+                ent[start:end] = -torch.linalg.vecdot(logp_all.exp(), logp_all)
+        ctx.save_for_backward(logits, targets, lse, ent)
+        ctx.temperature, ctx.entropy = temperature, entropy
+        return logp, ent
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_logp: torch.Tensor, grad_ent: torch.Tensor | None
+    ) -> tuple[torch.Tensor, None, None, None]:
+        logits, targets, lse, ent = ctx.saved_tensors
+        temperature = ctx.temperature
+        grad = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], LOG_PROB_CHUNK):
+            end = min(start + LOG_PROB_CHUNK, logits.shape[0])
+            z = logits[start:end].float() / temperature  # (chunk, vocab)
+            logp_all = z - lse[start:end].unsqueeze(-1)
+            p = torch.exp(logp_all)
+            g = grad_logp[start:end].unsqueeze(-1)  # (chunk, 1)
+            gz = -p * g
+            gz.scatter_add_(-1, targets[start:end].unsqueeze(-1), g)
+            if ctx.entropy and grad_ent is not None:
+                h = ent[start:end].unsqueeze(-1)
+                gz -= grad_ent[start:end].unsqueeze(-1) * p * (logp_all + h)
+            grad[start:end] = (gz / temperature).to(grad.dtype)
+        return grad, None, None, None
+
+
+@contextlib.contextmanager
+def checkpointed_layers(model: Any, enabled: bool = True) -> Iterator[None]:
+    """Within the context, the model's decoder layers recompute their activations in the backward
+    pass instead of keeping them (``torch.utils.checkpoint``, non-reentrant), in eval mode.
+
+    transformers checkpoints a layer only when it is in training mode, and the policy keeps its
+    models in eval mode (no dropout: rollout and update compute alike). So only the decoder layers'
+    own ``training`` flag is raised, which transformers reads for nothing else; every submodule
+    (attention, dropout) stays in eval mode. A layer under checkpointing writes no KV cache, so the
+    caller must run a forward without one (:func:`action_logits`).
+
+    Raises:
+        ValueError: The model has no layers transformers can checkpoint.
+    """
+    if not enabled:
+        yield
+        return
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not layers:
+        raise ValueError(
+            f"{type(model).__name__} has no layers transformers can checkpoint "
+            f"(GradientCheckpointingLayer); set MultiAgentPolicy.gradient_checkpointing = False."
+        )
+    before = [
+        (m, m.gradient_checkpointing, m.training, m.__dict__.get("_gradient_checkpointing_func"))
+        for m in layers
+    ]
+    func = functools.partial(checkpoint, use_reentrant=False)
+    try:
+        for m in layers:
+            m.gradient_checkpointing = True
+            setattr(m, "_gradient_checkpointing_func", func)  # noqa: B010  # a plain attribute
+            m.training = True  # the layer's own flag only: its submodules stay in eval mode
+        yield
+    finally:
+        for m, flag, training, old in before:
+            m.gradient_checkpointing, m.training = flag, training
+            if old is None:
+                m.__dict__.pop("_gradient_checkpointing_func", None)
+            else:
+                setattr(m, "_gradient_checkpointing_func", old)  # noqa: B010

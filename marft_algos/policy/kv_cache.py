@@ -12,17 +12,46 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from marft_algos.policy.forward import PackedBatch, full_attention_only, last_token_logits
+from marft_algos.policy.forward import (
+    PackedBatch,
+    full_attention_only,
+    last_token_logits,
+    left_pad,
+)
 
 __all__ = [
+    "MIN_TRANSFORMERS",
     "GrowingLayer",
+    "check_transformers",
     "growing_cache",
     "left_padded_cache",
     "prompt_caches",
     "shared_prompt_action_logits",
 ]
+
+
+#: The first transformers release whose cache layers take ``get_mask_sizes(query_length)``, the
+#: signature :class:`GrowingLayer` overrides (5.0-5.3 pass ``cache_position`` and fail inside
+#: transformers' masking; measured: the decoding tests fail on 5.3.0 and pass on 5.4.0). The floor
+#: in pyproject.toml.
+MIN_TRANSFORMERS = "5.4"
+
+
+def check_transformers(version: str) -> None:
+    """Refuse a transformers release older than :data:`MIN_TRANSFORMERS` in one line (an
+    inference engine's wheel can pull an older one in), instead of a TypeError deep inside it."""
+    if Version(version) < Version(MIN_TRANSFORMERS):
+        raise ImportError(
+            f"marft needs transformers>={MIN_TRANSFORMERS}, found {version} (another package, such "
+            f"as a vllm wheel, may have installed it); run: pip install 'transformers>={MIN_TRANSFORMERS}'."
+        )
+
+
+check_transformers(transformers.__version__)
 
 
 class GrowingLayer(DynamicLayer):
@@ -80,26 +109,63 @@ def _grown(buffer: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
     return out
 
 
-def prompt_caches(model: Any, prompts: list[list[int]]) -> tuple[list[Any], torch.Tensor]:
-    """Run each prompt alone (no padding); its KV cache and the logits after its last token.
+#: Largest share of padding a batch of prompts prefilled together may hold (:func:`prompt_caches`).
+PREFILL_PADDING = 0.25
 
-    Differentiable when gradients are enabled (the update's shared prompts).
+
+def prompt_caches(
+    model: Any, prompts: list[list[int]], *, max_padding: float = PREFILL_PADDING
+) -> tuple[list[Any], torch.Tensor]:
+    """Run the prompts in few batches; each prompt's KV cache and the logits after its last token.
+
+    Prompts are sorted by length and prefilled in left-padded batches, each holding at most
+    ``max_padding`` padding (0: equal lengths only), with positions counting real tokens only, so
+    each prompt computes as it would alone (up to round-off): a GPU runs one wide batch instead of
+    one prompt at a time. Each prompt's keys and values are then cut out of its batch without the
+    padding. Differentiable when gradients are enabled (the update's shared prompts).
 
     Returns:
         ``(caches, logits)``: one ``DynamicCache`` per prompt and ``(len(prompts), vocab)`` logits.
     """
     device = next(model.parameters()).device
-    caches, logits = [], []
-    for prompt in prompts:
+    caches: list[Any] = [None] * len(prompts)
+    logits: list[Any] = [None] * len(prompts)
+    for bucket in _length_buckets([len(p) for p in prompts], max_padding):
+        ids, mask = left_pad([prompts[i] for i in bucket], 0, device)  # (n, W); pad id masked
         last, cache = last_token_logits(
             model,
-            input_ids=torch.tensor([prompt], device=device),
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(-1) - 1).clamp_min(0),
             past_key_values=DynamicCache(),
             use_cache=True,
-        )
-        caches.append(cache)
-        logits.append(last)
+        )  # last: (n, vocab)
+        width = ids.shape[1]
+        for j, i in enumerate(bucket):
+            start = width - len(prompts[i])
+            own = DynamicCache()
+            for index, layer in enumerate(cache.layers):
+                own.update(
+                    layer.keys[j : j + 1, :, start:], layer.values[j : j + 1, :, start:], index
+                )  # (1, H, L, D)
+            caches[i], logits[i] = own, last[j : j + 1]
     return caches, torch.cat(logits)
+
+
+def _length_buckets(lengths: list[int], max_padding: float) -> list[list[int]]:
+    """Indices grouped by length so that each group, left-padded, is at most ``max_padding`` pad."""
+    buckets: list[list[int]] = []
+    total = 0
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if buckets:
+            n, width = len(buckets[-1]) + 1, lengths[i]  # sorted: this prompt is the widest
+            if 1 - (total + width) / (n * width) <= max_padding:
+                buckets[-1].append(i)
+                total += width
+                continue
+        buckets.append([i])
+        total = lengths[i]
+    return buckets
 
 
 def left_padded_cache(
@@ -159,10 +225,12 @@ def shared_prompt_action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
         ``(batch, T, vocab)`` logits predicting each action token.
     """
     width, prompt_width = batch.action_ids.shape[1], batch.prompt_width
-    real = batch.attention_mask[:, :prompt_width].bool()  # (batch, P)
+    # One copy to the host for the whole block, not one per row.
+    ids_rows = batch.input_ids[:, :prompt_width].tolist()
+    real_rows = batch.attention_mask[:, :prompt_width].tolist()
     keys = [
-        tuple(row[m].tolist())
-        for row, m in zip(batch.input_ids[:, :prompt_width], real, strict=True)
+        tuple(t for t, m in zip(row, real, strict=True) if m)
+        for row, real in zip(ids_rows, real_rows, strict=True)
     ]
     distinct: dict[tuple[int, ...], int] = {}
     rows = torch.tensor(

@@ -41,6 +41,7 @@ from marft_algos.policy.config import AgentSpec, LoraSettings
 from marft_algos.policy.decoding import decode
 from marft_algos.policy.forward import (
     action_logits,
+    checkpointed_layers,
     full_attention_only,
     log_probs_and_entropy,
     pack,
@@ -114,13 +115,22 @@ class MultiAgentPolicy:
     and no adapter code per decode step. The base weights themselves are never modified, so the
     update's forward is exactly the unmerged one; the rollout log-probs differ from it by float
     round-off only (tested). Costs one copy of the adapted weights while generating; set False to
-    generate through the unmerged adapter."""
+    generate through the unmerged adapter. Applies to float32 base weights only: 16-bit weights
+    always generate through the unmerged adapter, since rounding ``W + ΔW`` to 16 bits erases
+    small adapter updates."""
 
     share_prompts_in_update: bool = True
     """:meth:`token_log_probs` runs each distinct prompt of a batch once, without padding, and
     shares its keys and values among the rows that continue it (a GRPO group), instead of running
     every row's padded prompt (:func:`~marft_algos.policy.kv_cache.shared_prompt_action_logits`;
     models with full attention only). Same log-probs and gradients up to float round-off."""
+
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass of :meth:`token_log_probs`
+    instead of keeping them (:func:`~marft_algos.policy.forward.checkpointed_layers`): activation
+    memory of about one layer instead of all, for one more forward pass per update. The update then
+    runs every row's padded prompt (a checkpointed layer keeps no KV cache to share a prompt
+    through). Same log-probs and gradients up to float round-off (tested)."""
 
     def __init__(
         self,
@@ -159,7 +169,8 @@ class MultiAgentPolicy:
             specs: Per-agent :class:`AgentSpec`; agents left out get ``AgentSpec()`` (own
                 trainable adapter on the default base).
             lora: Settings of every fresh adapter (default :class:`LoraSettings`).
-            torch_dtype: Weight dtype; default float32 (exact log-prob equality on CPU).
+            torch_dtype: Weight dtype; default bfloat16 on CUDA, float32 elsewhere (exact
+                log-prob equality on CPU).
             device: Device for all models, e.g. ``"cpu"`` or ``"cuda:0"``.
             temperature: Log-prob convention temperature and default sampling temperature.
             seed: Seed of the fresh adapters' initialisation (global RNG left untouched).
@@ -227,6 +238,7 @@ class MultiAgentPolicy:
         model: str | None = None,
         device: torch.device | str = "cpu",
         torch_dtype: torch.dtype | str | None = None,
+        model_kwargs: Mapping[str, Any] | None = None,
     ) -> MultiAgentPolicy:
         """A policy with the agents, base models, adapters and LoRA settings that
         :func:`~marft_algos.policy.adapters.policy_layout` described (fresh adapter weights: load
@@ -237,7 +249,8 @@ class MultiAgentPolicy:
             layout: ``policy_layout(policy)``, e.g. a checkpoint's manifest or ``policy.json``.
             model: Replace every recorded base model (e.g. the same model at a new path).
             device: Device for the models.
-            torch_dtype: Weight dtype (default float32).
+            torch_dtype: Weight dtype (default bfloat16 on CUDA, float32 elsewhere).
+            model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments.
 
         Raises:
             ValueError: The adapters have different LoRA settings (build the policy with
@@ -271,7 +284,13 @@ class MultiAgentPolicy:
         }
         default = model or layout["base_models"][agents[0]]
         return cls.from_pretrained(
-            default, agents, specs=specs, lora=lora, device=device, torch_dtype=torch_dtype
+            default,
+            agents,
+            specs=specs,
+            lora=lora,
+            device=device,
+            torch_dtype=torch_dtype,
+            model_kwargs=model_kwargs,
         )
 
     # ------------------------------------------------------------------ introspection
@@ -461,11 +480,18 @@ class MultiAgentPolicy:
             empty = torch.zeros(batch.action_ids.shape, device=backbone.device)
             out = TokenLogProbs(empty, empty.clone() if with_entropy else None, batch.action_mask)
             return out, (empty.clone() if with_uncut else None)
+        checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
         with self.acting(agent, reference=reference) as model:
-            if self.share_prompts_in_update and full_attention_only(model.config):
+            # A checkpointed layer writes no KV cache, which the shared-prompt path needs.
+            if (
+                self.share_prompts_in_update
+                and full_attention_only(model.config)
+                and not checkpointing
+            ):
                 logits = shared_prompt_action_logits(model, batch)  # (batch, T, vocab)
             else:
-                logits = action_logits(model, batch)  # (batch, T, vocab)
+                with checkpointed_layers(model, checkpointing):
+                    logits = action_logits(model, batch)  # (batch, T, vocab)
         logp, entropy = log_probs_and_entropy(
             logits,
             batch.action_ids,

@@ -57,6 +57,7 @@ __all__ = [
     "VLLMNotInstalledError",
     "VLLMRolloutBackend",
     "VLLMSettings",
+    "default_probe_tolerance",
     "import_vllm",
 ]
 
@@ -77,6 +78,24 @@ PROBE_MESSAGES: tuple[tuple[dict[str, str], ...], ...] = (
     ({"role": "user", "content": "What is 17 + 25? Explain briefly."},),
     ({"role": "user", "content": "Name three prime numbers and say why they are prime."},),
 )
+
+
+#: The probe's default tolerance per weight dtype (nats, largest gap over the probe's tokens).
+#: 16-bit: two correct bfloat16 computations of the same log-probs differ by up to 0.36 over a
+#: probe's 16 tokens (measured on CPU, 100 probes of the built-in model and SmolLM2-135M: SDPA vs
+#: eager attention, generation vs recomputation; benchmarks/gpu/probe_tolerance_cpu.json), and
+#: up to 0.32 between transformers and vLLM on a GPU (vllm-project/vllm#18352): 1.0 leaves about
+#: 3x that. Float32 kernels agree to about 1e-5.
+PROBE_TOLERANCE: dict[torch.dtype, float] = {
+    torch.float32: 1e-3,
+    torch.bfloat16: 1.0,
+    torch.float16: 1.0,
+}
+
+
+def default_probe_tolerance(dtype: torch.dtype) -> float:
+    """The probe's tolerance for weights of ``dtype`` (:data:`PROBE_TOLERANCE`; 1.0 for others)."""
+    return PROBE_TOLERANCE.get(dtype, 1.0)
 
 
 class VLLMNotInstalledError(ImportError):
@@ -112,12 +131,25 @@ class VLLMSettings:
         gpu_memory_utilization: Fraction of the GPU's memory the engine may take (weights, KV
             cache); the trainer shares the GPU, so the default leaves most of it to training.
         max_loras: Adapters one batch may mix; default: the number of adapters the team has.
-        max_model_len: Longest prompt + action in tokens; default: the model's context length.
+        max_model_len: Longest prompt + action in tokens; default: the model's context length
+            (a 32k-token context reserves KV-cache room for one 32k sequence at least).
         probe_tolerance: Largest per-token log-prob difference between engine and policy the
-            post-sync probe accepts; default 1e-3 for float32 weights, 5e-2 for 16-bit ones.
+            post-sync probe accepts; default :func:`default_probe_tolerance` of the weights' dtype
+            (1e-3 for float32, 1.0 for 16-bit weights).
         probe_tokens: Tokens the probe samples per prompt (0 disables the probe).
         seed: The engine's seed (samples drawn without an explicit seed).
-        engine_kwargs: Further ``vllm.LLM`` arguments, e.g. ``{"enforce_eager": True}``.
+        seed_requests: Give each request of a call seeded by a ``generator`` (the rollout
+            collector's) its own seed, so the samples repeat from the generator's state alone,
+            after a resume too. Off by default: a request with its own seed takes vLLM's
+            per-request sampling path, slower at large batches; the engine's seeded RNG then
+            samples, which repeats a run from its start. An explicit ``settings.seed`` always
+            seeds the requests.
+        enforce_eager: Run the model eagerly (no CUDA graphs): starts faster and holds less
+            memory, decodes slower.
+        sleep_mode: Start the engine with ``enable_sleep_mode`` and let :meth:`~VLLMRolloutBackend.sleep`
+            move its weights to CPU memory and free its KV cache while the trainer updates and
+            evaluates; the next generation or adapter sync wakes it.
+        engine_kwargs: Further ``vllm.LLM`` arguments, e.g. ``{"swap_space": 8}``.
     """
 
     kv_cache_gb: float | None = None
@@ -127,6 +159,9 @@ class VLLMSettings:
     probe_tolerance: float | None = None
     probe_tokens: int = 8
     seed: int = 0
+    seed_requests: bool = False
+    enforce_eager: bool = False
+    sleep_mode: bool = False
     engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -140,6 +175,10 @@ class VLLMSettings:
             raise ValueError(f"max_loras must be >= 1, got {self.max_loras}.")
         if self.probe_tokens < 0:
             raise ValueError(f"probe_tokens must be >= 0 (0: no probe), got {self.probe_tokens}.")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(
+                f"max_model_len must be >= 2 tokens (a prompt and an action), got {self.max_model_len}."
+            )
 
 
 @dataclass
@@ -159,8 +198,9 @@ class VLLMRolloutBackend:
 
     Raises:
         VLLMNotInstalledError: vLLM is not installed.
-        ValueError: The team uses more than one base model, or the base model is not a local
-            Hugging Face folder the engine can load.
+        ValueError: The team uses more than one base model, or the base model is a local
+            folder without a Hugging Face model (a Hub id is passed to the engine).
+        ModelLoadError: The base model is a local path that does not exist.
     """
 
     def __init__(self, policy: MultiAgentPolicy, settings: VLLMSettings | None = None) -> None:
@@ -180,20 +220,12 @@ class VLLMRolloutBackend:
             )
         self.base_model = bases[0]
         self._backbone = policy.backbone(policy.agents[0])
-        path = Path(resolve_model(self.base_model))
-        if not (path / "config.json").is_file():
-            raise ValueError(
-                f"The vLLM engine loads a local Hugging Face model folder, but base model "
-                f"{self.base_model!r} resolves to {str(path)!r}, which has no config.json; pass "
-                f"the folder (save_pretrained output) or a built-in short name."
-            )
-        self.model_path = str(path)
+        self.model_path = _engine_model(self.base_model, resolve_model(self.base_model))
+        self.asleep = False
         dtype = next(self._backbone.model.parameters()).dtype
         self.dtype = str(dtype).removeprefix("torch.")
         tol = self.settings.probe_tolerance
-        self.probe_tolerance = float(
-            tol if tol is not None else (1e-3 if dtype == torch.float32 else 5e-2)
-        )
+        self.probe_tolerance = float(tol if tol is not None else default_probe_tolerance(dtype))
         groups = policy.adapter_groups()
         self._adapter_of = {a: policy.adapter_name(a) for a in policy.agents}
         ranks = [int(self._backbone.model.peft_config[adapter].r) for _, adapter in groups]
@@ -229,6 +261,10 @@ class VLLMRolloutBackend:
             kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
         if s.max_model_len is not None:
             kwargs["max_model_len"] = s.max_model_len
+        if s.enforce_eager:
+            kwargs["enforce_eager"] = True
+        if s.sleep_mode:
+            kwargs["enable_sleep_mode"] = True
         if n_adapters:
             rank = next((r for r in VLLM_LORA_RANKS if r >= max_rank), None)
             if rank is None:
@@ -272,9 +308,21 @@ class VLLMRolloutBackend:
         self.close()
 
     def _engine(self) -> Any:
+        """The engine, woken first if it sleeps."""
         if self.llm is None:
             raise RuntimeError("This VLLMRolloutBackend was closed; build a new one.")
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
         return self.llm
+
+    def sleep(self) -> None:
+        """With ``VLLMSettings.sleep_mode``: move the engine's weights to CPU memory and free its
+        KV cache (vLLM's sleep level 1) until the next generation or adapter sync wakes it; the
+        trainer calls this before each update and evaluation. Without sleep mode, nothing."""
+        if self.settings.sleep_mode and self.llm is not None and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
 
     # ------------------------------------------------------------------ adapters
     def sync_adapters(self, policy: Any, version: int) -> None:
@@ -409,7 +457,9 @@ class VLLMRolloutBackend:
             settings: How to sample, as in :meth:`MultiAgentPolicy.generate`; each prompt is capped
                 at its agent's length (:meth:`GenerationSettings.tokens_for`), and with
                 ``settings.seed`` request ``i`` is seeded with ``seed + i``.
-            generator: Seeds the sampling with one draw (same state, same samples).
+            generator: One draw is taken from it; with ``VLLMSettings.seed_requests`` that draw
+                seeds the requests as ``settings.seed`` does (same state, same samples), else the
+                engine's seeded RNG samples.
 
         Returns:
             One :class:`Generation` per prompt, in order.
@@ -441,7 +491,9 @@ class VLLMRolloutBackend:
         if do_sample and temp <= 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temp}.")
         if generator is not None:
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+            # Drawn either way, so the generator advances as it does for the policy.
+            drawn = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+            seed = drawn if self.settings.seed_requests else None
         eos = list(self._backbone.eos_ids)
         common: dict[str, Any] = {"logprobs": 0, "stop_token_ids": eos}
         if do_sample:
@@ -514,6 +566,24 @@ class VLLMRolloutBackend:
             for j, i in enumerate(rows):
                 out[i] = generations[i]._replace(log_probs=lp.log_probs[j, lp.mask[j]].tolist())
         return out
+
+
+def _engine_model(name: str, resolved: str) -> str:
+    """What the engine loads: a local model folder, or a Hub id it fetches from the Hugging Face
+    cache as the policy did (``Qwen/Qwen2.5-1.5B-Instruct``)."""
+    from marft_algos.policy.backbone import check_model_path
+
+    path = Path(resolved).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"The vLLM engine loads a Hugging Face model folder, but base model {name!r} "
+                f"resolves to {resolved!r}, which has no config.json; pass the folder "
+                f"(save_pretrained output), a built-in short name or a Hub id."
+            )
+        return str(path)
+    check_model_path(resolved)  # a missing local path is named; a Hub id passes
+    return resolved
 
 
 @contextlib.contextmanager

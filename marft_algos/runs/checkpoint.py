@@ -110,8 +110,21 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
     npy = state["numpy"]
     np.random.set_state((npy[0], np.asarray(npy[1], dtype=np.uint32), *npy[2:]))
     torch.set_rng_state(state["torch"])
-    if state.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = list(state.get("cuda") or [])
+    if cuda and torch.cuda.is_available():
+        # The saving node may have had more (or fewer) GPUs than this one: restore the devices
+        # both have (set_rng_state_all would index past this node's last GPU).
+        count = torch.cuda.device_count()
+        if len(cuda) != count:
+            logger.warning(
+                "The checkpoint holds the RNG states of %d GPUs, this node has %d: restoring the "
+                "first %d; sampling on the others does not repeat the saved run.",
+                len(cuda),
+                count,
+                min(len(cuda), count),
+            )
+        for index, device_state in enumerate(cuda[:count]):
+            torch.cuda.set_rng_state(device_state, index)
 
 
 def save_checkpoint(
@@ -320,6 +333,7 @@ def policy_from_checkpoint(
     model: str | None = None,
     device: torch.device | str = "cpu",
     torch_dtype: torch.dtype | str | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
 ) -> MultiAgentPolicy:
     """Rebuild the policy a checkpoint was saved from: agents, base models, adapters, LoRA settings
     and trained weights, all read from its manifest.
@@ -328,7 +342,9 @@ def policy_from_checkpoint(
         path: Checkpoint folder.
         model: Replace the recorded base model (e.g. the same model at a new path).
         device: Device for the models.
-        torch_dtype: Weight dtype (default float32).
+        torch_dtype: Weight dtype (default bfloat16 on CUDA, float32 elsewhere).
+        model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments, e.g.
+            ``{"attn_implementation": "eager"}``.
 
     Raises:
         CheckpointError: Not a checkpoint, or one whose adapters do not load.
@@ -336,7 +352,11 @@ def policy_from_checkpoint(
     manifest = read_manifest(path)
     try:
         policy = MultiAgentPolicy.from_layout(
-            manifest, model=model, device=device, torch_dtype=torch_dtype
+            manifest,
+            model=model,
+            device=device,
+            torch_dtype=torch_dtype,
+            model_kwargs=model_kwargs,
         )
     except ValueError as err:
         raise CheckpointError(f"{path}: {err}") from None

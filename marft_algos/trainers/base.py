@@ -244,6 +244,7 @@ class Trainer(ABC):
         ``eval_env_fn`` was given; see :class:`~marft_algos.trainers.evaluator.Evaluator`)."""
         if self.evaluator is None:
             return {}
+        self.rest_rollout_backend()
         return self.evaluator.evaluate(self.iteration, self.run_dir, self.logger, self._phase)
 
     def train_iteration(self) -> dict[str, Any]:
@@ -255,6 +256,7 @@ class Trainer(ABC):
         metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
+        self.rest_rollout_backend()
         start_update = time.perf_counter()
         self._phase("update")
         self.guards.start_update()
@@ -273,6 +275,13 @@ class Trainer(ABC):
         """Hand the policy's current adapters to the rollout backend, if there is one."""
         if self.rollout_backend is not None:
             self.rollout_backend.sync_adapters(self.policy, version)
+
+    def rest_rollout_backend(self) -> None:
+        """Let the rollout backend free its device memory while the policy computes (an engine
+        with a ``sleep()`` method, e.g. vLLM in sleep mode); it wakes on its next call."""
+        sleep = getattr(self.rollout_backend, "sleep", None)
+        if sleep is not None:
+            sleep()
 
     def train(self, *, progress: bool | str = False) -> list[dict[str, Any]]:
         """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).

@@ -7,9 +7,10 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from marft_algos.policy import MultiAgentPolicy
-from marft_algos.policy.decoding import sample_categorical, uniform_draws
+from marft_algos.policy.decoding import FIRST_CHECK, decode, sample_categorical, uniform_draws
 from marft_algos.policy.forward import log_probs_and_entropy
 from marft_algos.protocols import GenerationSettings
 
@@ -165,6 +166,35 @@ def test_merged_generation_leaves_the_weights_and_flags_bitwise_unchanged(tiny_p
     assert torch.equal(base_weight, before[_name_of(model, base_weight)])
 
 
+def test_bf16_generation_keeps_an_adapter_update_below_the_bf16_rounding_of_the_weights(tiny_path):
+    # |ΔW| ≈ |W|/1000: rounding W + ΔW to bfloat16 erases most entries, so a merge in 16 bits
+    # would sample near the base model while the update runs through the adapter.
+    policy = MultiAgentPolicy.from_pretrained(
+        str(tiny_path), ["agent"], seed=0, torch_dtype=torch.bfloat16
+    )
+    backbone = policy.backbone("agent")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in backbone.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=gen) * 5e-5)
+    ids = torch.tensor([[5, 17, 42, 99, 120, 7, 3, 200]])
+    with torch.no_grad():
+        with backbone.using("agent") as model:
+            unmerged = model(ids).logits
+        with backbone.merged("agent") as model:
+            merged = model(ids).logits
+        with backbone.using(None) as model:
+            base = model(ids).logits
+    assert not torch.equal(unmerged, base)  # the adapter moves the bf16 logits
+    assert torch.equal(merged, unmerged)
+    settings = GenerationSettings(max_new_tokens=8, seed=3)
+    first = policy.generate("agent", [OBS_A, OBS_B], settings)
+    policy.merge_adapters_for_generation = False
+    second = policy.generate("agent", [OBS_A, OBS_B], settings)
+    assert [g.log_probs for g in first] == [g.log_probs for g in second]
+
+
 def _name_of(model, param) -> str:
     return next(n for n, p in model.named_parameters() if p is param)
 
@@ -183,7 +213,8 @@ def test_each_distinct_prompt_is_prefilled_once_and_rows_share_it(tiny_path):
         hook.remove()
     len_a, len_b = len(gens[0].prompt_ids), len(gens[1].prompt_ids)
     assert calls[:2] == [(1, len_a), (1, len_b)]  # two prompts, each run once, unpadded
-    assert all(shape == (5, 1) for shape in calls[2:])  # then one token per row and step
+    # Then one token per live row and step.
+    assert all(shape[0] <= 5 and shape[1] == 1 for shape in calls[2:])
     for g, r in zip(gens, _recomputed(policy, gens), strict=True):
         torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)
 
@@ -260,5 +291,126 @@ def test_models_without_full_attention_prefill_the_padded_batch(tiny_path, monke
         "agent", [OBS_A, OBS_B, OBS_A], GenerationSettings(max_new_tokens=6, seed=5)
     )
     policy.share_prompts_in_update = False
+    for g, r in zip(gens, _recomputed(policy, gens), strict=True):
+        torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)
+
+
+def test_a_cut_token_is_never_drawn_when_the_scan_is_not_flat_over_zeros(monkeypatch):
+    # A device scan can add round-off inside a run of zero-probability (cut) tokens; without
+    # the guard the search then stops on a cut token, whose log-prob is −inf.
+    real_cumsum = torch.Tensor.cumsum
+
+    def uneven_cumsum(self, *args, **kwargs):
+        out = real_cumsum(self, *args, **kwargs)
+        return out + (self == 0) * 1e-9  # each zero entry's sum sits 1e-9 above its predecessor
+
+    probs = torch.tensor([[0.5, 0.0, 0.0, 0.5]] * 3, dtype=torch.float64)
+    # 1 − u = 0.5 + 5e-10 falls in the cut tokens' spurious interval (0.5, 0.5 + 1e-9].
+    uniforms = 1.0 - torch.tensor([0.5 + 5e-10, 0.25, 0.75], dtype=torch.float64)
+    monkeypatch.setattr(torch.Tensor, "cumsum", uneven_cumsum)
+    draws = sample_categorical(probs, uniforms)
+    assert draws.tolist() == [3, 0, 3]
+
+
+class _HostSyncs(TorchDispatchMode):
+    """Counts the operations that make the host wait for the device (outside paused spans)."""
+
+    SYNCS = ("_local_scalar_dense", "is_nonzero", "nonzero", "item")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count, self.paused = 0, False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.paused and func.__name__.split(".")[0] in self.SYNCS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _Uncounted(torch.nn.Module):
+    """The model, with the syncs of its own forward (transformers' mask checks) not counted."""
+
+    def __init__(self, model, counter: _HostSyncs) -> None:
+        super().__init__()
+        self.model, self.counter, self.config = model, counter, model.config
+        self.batch_sizes: list[int] = []
+
+    def forward(self, **kwargs):
+        if kwargs["input_ids"].shape[1] == 1:  # a decode step (not a prompt's prefill)
+            self.batch_sizes.append(kwargs["input_ids"].shape[0])
+        self.counter.paused = True
+        try:
+            return self.model(**kwargs)
+        finally:
+            self.counter.paused = False
+
+
+def _decode_counted(policy, prompts, eos_ids, max_new_tokens, **kwargs):
+    backbone = policy.backbone("agent")
+    counter = _HostSyncs()
+    with backbone.using("agent") as model:
+        wrapped = _Uncounted(model, counter)
+        with counter:
+            out = decode(
+                wrapped,
+                prompts,
+                max_new_tokens=max_new_tokens,
+                pad_id=backbone.pad_id,
+                eos_ids=eos_ids,
+                **kwargs,
+            )
+    return out, counter.count, wrapped.batch_sizes
+
+
+def test_host_syncs_per_decode_grow_with_the_log_of_the_length_not_the_length(tiny_path):
+    policy = _trained(tiny_path)
+    prompts = [policy.render("agent", o) for o in (OBS_A, OBS_B)]
+    counts = {}
+    for n in (16, 64, 256):
+        torch.manual_seed(0)
+        out, counts[n], _ = _decode_counted(policy, prompts, [], n)  # no row ever ends
+        assert [len(a) for a in out.actions] == [n, n]
+    # One per check at steps 4, 8, 16, ... (a sync per token would give 16, 64, 256).
+    assert counts[64] - counts[16] <= 2 and counts[256] - counts[64] <= 2, counts
+    assert counts[256] <= 12, counts
+
+
+def test_finished_rows_leave_the_batch_and_the_others_decode_as_alone(tiny_path):
+    policy = _trained(tiny_path)
+    prompts = [policy.render("agent", o) for o in (OBS_A, OBS_B)]
+    free = _decode_counted(policy, prompts, [], 24, do_sample=False)[0]
+    # An end-of-turn id that row 0 emits first and row 1 never does.
+    eos = free.actions[0][0]
+    assert eos not in free.actions[1]
+    out, _, sizes = _decode_counted(policy, prompts, [eos], 24, do_sample=False)
+    assert out.actions[0] == [eos] and out.finished == [True, False]
+    assert out.actions[1] == free.actions[1]
+    # Both rows run until the first check (step 4); from then on row 1 runs alone.
+    assert sizes[: FIRST_CHECK - 1] == [2] * (FIRST_CHECK - 1)
+    assert sizes[FIRST_CHECK - 1 :] == [1] * (len(sizes) - FIRST_CHECK + 1)
+    torch.testing.assert_close(
+        torch.tensor(out.log_probs[1]), torch.tensor(free.log_probs[1]), atol=LOGP_TOL, rtol=0
+    )
+
+
+def test_prompts_of_similar_length_are_prefilled_together(tiny_path):
+    policy = _trained(tiny_path)
+    questions = [f"What is {a} + {b}?" for a, b in [(12, 35), (7, 81), (40, 11), (3, 99)]]
+    obs = [[{"role": "user", "content": q}] for q in questions] + [OBS_B]
+    prompts = [policy.render("agent", o) for o in obs]
+    widths = sorted({len(p) for p in prompts})
+    calls: list[tuple[int, int]] = []
+    causal_lm = policy.backbone("agent").model.get_base_model()
+    hook = causal_lm.register_forward_pre_hook(
+        lambda _m, _a, kw: calls.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        gens = policy.generate_from_ids(
+            "agent", prompts, GenerationSettings(max_new_tokens=4, seed=1)
+        )
+    finally:
+        hook.remove()
+    # The four short prompts in one batch (padded to the widest), the long one alone.
+    assert calls[:2] == [(4, max(len(p) for p in prompts[:4])), (1, len(prompts[4]))], widths
     for g, r in zip(gens, _recomputed(policy, gens), strict=True):
         torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)

@@ -153,3 +153,35 @@ def test_incompatible_checkpoints_raise_clear_errors(tiny_path, tiny_path_b, tmp
 
     with pytest.raises(CheckpointError, match="not a marft checkpoint"):
         load_checkpoint(tmp_path, policy)
+
+
+def test_resume_restores_cuda_rng_states_on_a_node_with_fewer_gpus(monkeypatch, caplog):
+    from marft_algos.runs import checkpoint as checkpoint_module
+
+    restored: list[tuple[int, int]] = []
+
+    def set_rng_state(state, device=0):
+        # As torch does: a device index past this node's GPUs fails.
+        if int(device) >= 2:
+            raise IndexError(f"no GPU {device} on this node")
+        restored.append((int(state[0]), int(device)))
+
+    def set_rng_state_all(states):
+        for i, state in enumerate(states):
+            set_rng_state(state, i)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", set_rng_state)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", set_rng_state_all)
+    saved = {
+        "python": list(random.getstate()),
+        "numpy": list(np.random.get_state()),
+        "torch": torch.get_rng_state(),
+        "cuda": [torch.tensor([10 + i], dtype=torch.uint8) for i in range(8)],  # an 8-GPU node
+    }
+    saved["python"][1] = list(saved["python"][1])
+    with caplog.at_level("WARNING"):
+        checkpoint_module._set_rng_state(saved)
+    assert restored == [(10, 0), (11, 1)]
+    assert "RNG states of 8 GPUs, this node has 2" in caplog.text

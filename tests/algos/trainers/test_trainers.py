@@ -444,6 +444,51 @@ def test_a_rollout_backend_generates_and_is_synced_after_every_update(tiny_path)
     assert backend.calls > 0 and backend.synced == [1, 2]
 
 
+def test_a_backend_that_can_sleep_sleeps_through_every_update_and_evaluation(tiny_path):
+    # An engine's weights and KV cache need not stay in GPU memory while the policy trains.
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["writer", "answerer"], seed=0)
+    events: list[str] = []
+
+    class Backend:
+        def generate(self, agent, messages_batch, settings, *, generator=None):
+            events.append("generate")
+            return policy.generate(agent, messages_batch, settings, generator=generator)
+
+        def sync_adapters(self, policy, version):
+            events.append("sync")
+
+        def sleep(self):
+            events.append("sleep")
+
+    class Recording(ActionMARFTTrainer):
+        def update(self, episodes):
+            events.append("update")
+            return super().update(episodes)
+
+        def evaluate(self):
+            out = super().evaluate()
+            events.append("evaluated")
+            return out
+
+    config = ActionMARFTConfig(**{**SMALL, "iterations": 2, "eval_every": 1})
+    trainer = Recording(
+        policy,
+        lambda: DigitsEnv(team=2),
+        config,
+        critic=Critic(policy, seed=0),
+        eval_env_fn=lambda: DigitsEnv(team=2),
+        rollout_backend=Backend(),
+    )
+    trainer.train()
+    compact = [e for i, e in enumerate(events) if e != "generate" or events[i - 1] != "generate"]
+    assert compact.count("update") == 2 and compact.count("evaluated") >= 2
+    for i, event in enumerate(compact):
+        if event in ("update", "evaluated"):
+            # The engine was put to sleep after its last generation and before this phase.
+            last = max((j for j in range(i) if compact[j] in ("generate", "sync")), default=-1)
+            assert "sleep" in compact[last + 1 : i], compact
+
+
 def test_more_processes_than_work_is_refused_before_anything_runs(tiny_path):
     from marft_algos.distributed import DistributedContext
 
