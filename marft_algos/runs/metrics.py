@@ -39,7 +39,7 @@ METRICS: dict[str, str] = {
     "rollout/action_cut_fraction/<agent>": "share of the agent's decisions cut at their token cap",
     "rollout/info/<name>": "mean of the numeric or boolean value `info[<name>]` of the episodes' "
     "final info, over the episodes that report it (an env's own counters)",
-    "rollout/reward/<name>": "mean of the named reward part (`info[\"reward_parts\"]` of an env or "
+    "rollout/reward/<name>": 'mean of the named reward part (`info["reward_parts"]` of an env or '
     "agent program; a program's before its weight) over those episodes",
     "rollout/calls/<agent>": "the agent's model calls (decisions) per episode",
     "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward or timed out",

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from marft_algos.rollout.evaluation import episode_correct
 from marft_algos.rollout.collector import Episode
+from marft_algos.rollout.evaluation import episode_correct
 
 __all__ = [
     "SAMPLES_FILE",
@@ -184,7 +184,10 @@ def print_transcripts(
         if isinstance(parts, Mapping) and parts:
             console.print(
                 "[bold]reward parts[/]: "
-                + ", ".join(f"{k} {v:g}" if isinstance(v, int | float) else f"{k} {v}" for k, v in parts.items()),
+                + ", ".join(
+                    f"{k} {v:g}" if isinstance(v, int | float) else f"{k} {v}"
+                    for k, v in parts.items()
+                ),
                 markup=True,
             )
 
