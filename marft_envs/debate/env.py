@@ -181,7 +181,7 @@ class DebateEnv(MathEnv):
             return Transition(reward=0.0, terminated=False, info={**info, "correct": False})
         final = self.latest.get(verdict.pick, "") if verdict is not None and verdict.pick else None
         correct = final is not None and grade_answer(
-            final, self.problem.answer, timeout=self.grading_timeout
+            final, self.problem.answer, timeout=self.grading_timeout, problem=self.problem.problem
         )
         failure = None
         if verdict is None:

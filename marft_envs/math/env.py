@@ -107,7 +107,12 @@ class MathEnv(FlexPOMDPEnv):
     def _transition(self, actions: Mapping[str, str]) -> Transition:
         assert self.problem is not None
         graded = {
-            a: grade_answer(actions[a], self.problem.answer, timeout=self.grading_timeout)
+            a: grade_answer(
+                actions[a],
+                self.problem.answer,
+                timeout=self.grading_timeout,
+                problem=self.problem.problem,
+            )
             for a in actions
             if self.profiles[a].graded
         }

@@ -196,7 +196,12 @@ class ToolMathEnv(MathEnv):
         self._pending.clear()
         graded = {
             a: bool(a in answers)
-            and grade_answer(answers[a], self.problem.answer, timeout=self.grading_timeout)
+            and grade_answer(
+                answers[a],
+                self.problem.answer,
+                timeout=self.grading_timeout,
+                problem=self.problem.problem,
+            )
             for a in actions
             if self.profiles[a].graded
         }
