@@ -163,7 +163,7 @@ def test_greedy_generation_matches_the_policys(team):
 
 def test_a_grpo_iteration_on_the_engine_starts_at_ratio_one(smollm2_path):
     algo = "grpo"
-    env_fn = lambda: marft_envs.make("math-dual-v4")  # noqa: E731
+    env_fn = lambda: marft_envs.make("math-dual-v5")  # noqa: E731
     agents = env_fn().possible_agents
     policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
     config_class, _ = ALGORITHMS[algo]
