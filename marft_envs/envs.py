@@ -226,9 +226,7 @@ for _name in ("tool-math-single", "tool-math-dual"):
         f"{GRADER_FIX_V4[:-1]}; and {_TIMEOUT_WORDS[:-1]}; later, {_TOOL_SANDBOX_FIX_V4[:-1]}; "
         f"last, {GRADER_FIX_V5}",
     )
-    deprecate(
-        f"{_name}-v3", f"{_name}-v5", f"{_TOOL_SANDBOX_FIX_V4[:-1]}; later, {GRADER_FIX_V5}"
-    )
+    deprecate(f"{_name}-v3", f"{_name}-v5", f"{_TOOL_SANDBOX_FIX_V4[:-1]}; later, {GRADER_FIX_V5}")
     deprecate(f"{_name}-v4", f"{_name}-v5", GRADER_FIX_V5)
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------

@@ -105,8 +105,43 @@ def _encloses(text: str) -> bool:
 # -- form: restating the problem is no answer ---------------------------------------------------
 
 # A computation in the problem: a run of math (no word of two or more letters) with an operator.
-_PROBLEM_WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])|\$|\\[()\[\]]|[?!:;]\s|[.,]\s|[.,]$")
-_OPERATOR_RE = re.compile(r"[-+*/^!]|\\(?:frac|sqrt|binom|choose|div|log|ln|sin|cos|tan)")
+_PROBLEM_WORD_RE = re.compile(
+    r"(?<![\\a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])|\$|\\[()\[\]]|[?!:;]\s|[.,]\s|[.,]$"
+)
+_OPERATOR_RE = re.compile(
+    r"[-+*/^!]|\\(?:frac|sqrt|binom|choose|times|cdot|ast|div|pm|log|ln|sin|cos|tan)(?![a-zA-Z])"
+)
+
+
+_SHORT_ARGS_RE = re.compile(r"(\\(?:frac|binom)|\\sqrt|[\^_])\s*([0-9a-zA-Z])(?:\s*([0-9]))?")
+
+
+def _explicit_args(m: re.Match[str]) -> str:
+    """``\\frac34`` as ``\\frac{3}{4}``, ``2^3`` as ``2^{3}``: one spelling for each."""
+    command, first, second = m.group(1), m.group(2), m.group(3)
+    if command in ("\\frac", "\\binom") and second is not None:
+        return f"{command}{{{first}}}{{{second}}}"
+    return f"{command}{{{first}}}" + (second or "")
+
+
+def _drop_grouping_braces(text: str) -> str:
+    """Remove braces that only group (``{6\\times 8}``); keep the arguments of commands,
+    powers and subscripts, so ``\\frac{6}{4}`` never reads as ``64``."""
+    out: list[str] = []
+    kept: list[bool] = []
+    for char in text:
+        if char == "{":
+            previous = "".join(out[-12:])
+            keep = bool(out) and (out[-1] in "^_}]" or re.search(r"\\[a-zA-Z]+$", previous))
+            kept.append(bool(keep))
+            if keep:
+                out.append(char)
+        elif char == "}" and kept:
+            if kept.pop():
+                out.append(char)
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def _restating_key(text: str) -> str:
@@ -114,7 +149,9 @@ def _restating_key(text: str) -> str:
     s = normalize_answer(text)
     s = re.sub(r"\\(?:times|cdot|ast)(?![a-zA-Z])|\*", "*", s)
     s = re.sub(r"\\div(?![a-zA-Z])", "/", s)
-    return re.sub(r"[\s{}]", "", s)
+    s = re.sub(r"\s+", "", s)
+    s = _SHORT_ARGS_RE.sub(_explicit_args, s)
+    return _drop_grouping_braces(s)
 
 
 def _occurs(needle: str, haystack: str) -> bool:

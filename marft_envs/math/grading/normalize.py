@@ -117,22 +117,26 @@ _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d
 # 1\frac{4}{5} is the mixed number 1 + 4/5 wherever it stands (an integer times a numeric
 # fraction is never written that way); not after ^, _, a letter or a digit ("x^2\frac{1}{3}").
 # The TeX shorthand counts too: 3\frac12 is 3 + 1/2, never 3 * 1/2 (each argument one digit).
-_MIXED_RE = re.compile(
-    r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*(?:\{(\d+)\}|(\d))\s*(?:\{(\d+)\}|(\d))"
-)
+_MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*(?:\{(\d+)\}|(\d))\s*(?:\{(\d+)\}|(\d))")
 # 1 000, 1\ 000, 12~345: digits grouped by threes with a space are one number (a space between
 # two numbers means nothing else in an answer).
 _SPACE_GROUPS_RE = re.compile(r"(?<![\w.,^_])\d{1,3}(?:(?:\\[ ,;:]|~|\s)\d{3})+(?![\d.]?\d)")
 # USD 5, EUR 5: a currency code before a number is presentation, like a dollar sign.
 _CURRENCY_CODE_RE = re.compile(r"^\s*(?:USD|US\$|EUR|GBP|JPY|CAD|AUD)\s*(?=[-+]?\.?\d)")
 # An answer that is one number word, alone ("five"), is that number.
-_NUMBER_WORDS = {
-    word: value
-    for value, word in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-        "fifteen sixteen seventeen eighteen nineteen twenty".split()
-    )
-} | {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90}
+_NUMBER_WORDS_TEXT = """
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty
+"""
+_NUMBER_WORDS = {word: value for value, word in enumerate(_NUMBER_WORDS_TEXT.split())} | {
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+}
 # 0.1\overline{6}: a repeating decimal, an exact fraction.
 # Digits after the repeating block are not part of it (0.\overline{3}5 is no number), so such a
 # numeral is left as written and does not parse.
