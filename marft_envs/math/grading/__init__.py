@@ -9,8 +9,9 @@ The pipeline, cheapest first:
    solutions, matrix, text) and parses each expression with a strict LaTeX parser into sympy.
 4. :func:`~marft_envs.math.grading.compare.answers_equal` compares structure first, then values:
    exact rationals directly, other numbers to 40 significant digits, expressions symbolically.
-   When the gold answer is a plain number, the answer must be a number too, not the computation
-   that gives it (:func:`~marft_envs.math.grading.compare.states_the_number`).
+   When the gold answer is a plain number, an answer that restates a computation of the problem
+   is no answer, and without the problem text every unevaluated computation is refused
+   (:func:`~marft_envs.math.grading.compare.states_the_number`).
 
 The whole call runs under a wall-clock limit (:func:`~marft_envs.math.grading.timeout.time_limit`)
 that works in the main thread and in worker threads. Parsed gold answers and comparison results

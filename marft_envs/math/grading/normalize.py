@@ -307,9 +307,11 @@ def normalize_answer(text: str) -> str:
     Removes dollar signs and math delimiters, ``\\left``/``\\right`` and sizing commands, spacing
     commands (``\\!``, ``\\,``, ``~``, ``\\quad``), empty ``\\text{}`` blocks,
     ``\\displaystyle``, degree marks, percent signs, base subscripts on numerals (``52_8`` → ``52``), ``{,}`` thousands separators,
-    word-only ``\\text{}`` units, trailing unit words and trailing periods; unwraps ``\\boxed{}``;
-    rewrites ``\\dfrac``/``\\tfrac`` to ``\\frac`` and common Unicode symbols to LaTeX; collapses
-    whitespace.
+    spaces between digits grouped by threes (``1 000``), currency signs and leading currency
+    codes (``€5``, ``USD 5``), word-only ``\\text{}`` units, trailing unit words and trailing
+    periods; unwraps ``\\boxed{}``; rewrites ``\\dfrac``/``\\tfrac`` to ``\\frac``, mixed numbers
+    (``3\\frac12``) to ``(3+\\frac{1}{2})``, one number word alone (``five``) to its numeral and
+    common Unicode symbols to LaTeX; collapses whitespace.
 
     Args:
         text: A raw answer, e.g. the content of a ``\\boxed{}``.
