@@ -3,6 +3,8 @@
 Exact rationals are compared directly, other numbers to 40 significant digits (confirmed at 150),
 expressions symbolically; equations up to a nonzero factor, inequalities up to a positive one;
 intervals, inequalities in one variable and set-builder sets as the sets of reals they denote.
+One rule is about form: for a plain-number gold, an answer that restates a computation of the
+problem is refused (:func:`states_the_number`, :func:`restates_problem`).
 """
 
 from __future__ import annotations
