@@ -227,7 +227,15 @@ def play(env_id: str, problem: MathProblem, answer: str) -> float:
     return max(rewards)  # the graded agents' reward (a dual team's reasoner may get none)
 
 
-GRADED_ENVS = ["math-single-v5", "math-dual-v5", "tool-math-single-v5", "debate-v5"]
+GRADED_ENVS = [
+    "math-single-v5",
+    "math-dual-v5",
+    "math-trio-v5",
+    "math-dual-retry-v5",
+    "tool-math-single-v5",
+    "tool-math-dual-v5",
+    "debate-v5",
+]
 
 
 @pytest.mark.parametrize("env_id", GRADED_ENVS)
