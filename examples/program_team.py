@@ -10,7 +10,7 @@ client, registered as env ids with ``marft_envs.register_program``:
   approves the answer or sends it back once. Reward: success minus 0.02 per model call
   (reward parts ``success`` and ``cost``).
 - ``program-math-dual-v0``: the paper's reasoner -> actor team, written as a program that sends
-  exactly the messages the native ``math-dual-v4`` env sends (the tests check the prompt token
+  exactly the messages the native ``math-dual-v5`` env sends (the tests check the prompt token
   ids are identical).
 
 Any flag of ``marft train`` works (``--help``); the output goes to ``runs/program_team``.
@@ -73,7 +73,7 @@ REASONER_PROMPT, ACTOR_PROMPT = (p.system_prompt for p in DUAL_PROFILES)
 
 
 def dual_math(problem, client):
-    """The reasoner -> actor team of math-dual-v4, as a program."""
+    """The reasoner -> actor team of math-dual-v5, as a program."""
     question = f"Problem: {problem.problem}"
     steps = client.chat.completions.create(
         model="reasoner",
@@ -109,7 +109,7 @@ marft_envs.register_program(
     agents=[{"role": "reasoner"}, {"role": "actor", "graded": True}],
     tasks=list(load_dataset("builtin:train")),
     test_tasks=list(load_dataset("builtin:test")),
-    description="math-dual-v4's reasoner -> actor team, written as a program.",
+    description="math-dual-v5's reasoner -> actor team, written as a program.",
 )
 
 

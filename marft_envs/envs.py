@@ -24,28 +24,28 @@ register(
 
 # --- math teams (paper §5): built-in problems by default; dataset=... loads MATH/GSM8K/tables --
 # Earlier versions' graders paid some wrong answers (see marft_envs/math/env.py); they are not kept,
-# since a copy would keep the holes. make("math-dual-v0") ... make("math-dual-v3") still make an
-# env, as in gymnasium: math-dual-v4, with a warning that says so.
+# since a copy would keep the holes. make("math-dual-v0") ... make("math-dual-v4") still make an
+# env, as in gymnasium: math-dual-v5, with a warning that says so.
 register(
-    "math-single-v4",
+    "math-single-v5",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor solves a math problem; reward 1 for an equivalent \\boxed{} answer.",
 )
 register(
-    "math-dual-v4",
+    "math-dual-v5",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual"},
     description="Reasoner -> actor (the paper's dual team); the actor's \\boxed{} answer is graded.",
 )
 register(
-    "math-trio-v4",
+    "math-trio-v5",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "trio"},
     description="Reasoner -> actor -> verifier; the verifier's \\boxed{} answer is graded.",
 )
 register(
-    "math-dual-retry-v4",
+    "math-dual-retry-v5",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual team with up to 3 attempts; wrong answers come back as feedback.",
@@ -79,20 +79,35 @@ GRADER_FIX_V4 = (
     "and data; an empty text block is dropped and text is judged by what it wraps, and the old "
     "graders are not kept."
 )
+#: What the grader of v5 changed, for every env that grades math answers.
+GRADER_FIX_V5 = (
+    "its grader refused right answers: any unevaluated form of a plain-number gold (2^{10} for "
+    "1024 in a counting problem, \\binom{10}{3} or 5! for 120, AB = \\sqrt{3^2+4^2} = 5), "
+    "signed fractions ((-3)/4, -1/-2), -{5}, nested boxes, 1 000, USD 5, five; and it read a gold "
+    "3\\frac12 as 3/2. The newest version has the same prompts and data; the env hands the "
+    "problem to the grader, which refuses a computation only when it restates the problem "
+    "(6 \\times 8 - 9 for 'Compute 6 \\times 8 - 9.'), and the old graders are not kept."
+)
 for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v4",
+        f"{_name}-v5",
         f"{_GRADER_FIX_V1[:-1]}; later, {GRADER_FIX_V2[:-1]}; later still, {GRADER_FIX_V3[:-1]}; "
-        f"then, {GRADER_FIX_V4}",
+        f"then, {GRADER_FIX_V4[:-1]}; last, {GRADER_FIX_V5}",
     )
     deprecate(
         f"{_name}-v1",
-        f"{_name}-v4",
-        f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
+        f"{_name}-v5",
+        f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
+        f"last, {GRADER_FIX_V5}",
     )
-    deprecate(f"{_name}-v2", f"{_name}-v4", f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4}")
-    deprecate(f"{_name}-v3", f"{_name}-v4", GRADER_FIX_V4)
+    deprecate(
+        f"{_name}-v2",
+        f"{_name}-v5",
+        f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; later still, {GRADER_FIX_V5}",
+    )
+    deprecate(f"{_name}-v3", f"{_name}-v5", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5}")
+    deprecate(f"{_name}-v4", f"{_name}-v5", GRADER_FIX_V5)
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.sandbox.runner) -----
 register(
@@ -173,13 +188,13 @@ for _name in ("planpath-single", "planpath-dual"):
 
 # --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
 register(
-    "tool-math-single-v4",
+    "tool-math-single-v5",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
 )
 register(
-    "tool-math-dual-v4",
+    "tool-math-dual-v5",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
@@ -195,40 +210,49 @@ _TOOL_SANDBOX_FIX_V4 = (
 for _name in ("tool-math-single", "tool-math-dual"):
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v4",
+        f"{_name}-v5",
         f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
-        f"then, {_TOOL_SANDBOX_FIX_V4}",
+        f"then, {_TOOL_SANDBOX_FIX_V4[:-1]}; last, {GRADER_FIX_V5}",
     )
     deprecate(
         f"{_name}-v1",
-        f"{_name}-v4",
-        f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; then, {_TOOL_SANDBOX_FIX_V4}",
+        f"{_name}-v5",
+        f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; then, {_TOOL_SANDBOX_FIX_V4[:-1]}; "
+        f"last, {GRADER_FIX_V5}",
     )
     deprecate(
         f"{_name}-v2",
-        f"{_name}-v4",
-        f"{GRADER_FIX_V4[:-1]}; and {_TIMEOUT_WORDS[:-1]}; later, {_TOOL_SANDBOX_FIX_V4}",
+        f"{_name}-v5",
+        f"{GRADER_FIX_V4[:-1]}; and {_TIMEOUT_WORDS[:-1]}; later, {_TOOL_SANDBOX_FIX_V4[:-1]}; "
+        f"last, {GRADER_FIX_V5}",
     )
-    deprecate(f"{_name}-v3", f"{_name}-v4", _TOOL_SANDBOX_FIX_V4)
+    deprecate(f"{_name}-v3", f"{_name}-v5", f"{_TOOL_SANDBOX_FIX_V4[:-1]}; later, {GRADER_FIX_V5}")
+    deprecate(f"{_name}-v4", f"{_name}-v5", GRADER_FIX_V5)
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(
-    "debate-v4",
+    "debate-v5",
     "marft_envs.debate.env:DebateEnv",
     kwargs={"profiles": "debate"},
     description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
 )
-deprecate("debate-v3", "debate-v4", GRADER_FIX_V4)
-deprecate("debate-v2", "debate-v4", f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4}")
+deprecate("debate-v4", "debate-v5", GRADER_FIX_V5)
+deprecate("debate-v3", "debate-v5", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5}")
+deprecate(
+    "debate-v2",
+    "debate-v5",
+    f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; later still, {GRADER_FIX_V5}",
+)
 deprecate(
     "debate-v1",
-    "debate-v4",
-    f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
+    "debate-v5",
+    f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
+    f"last, {GRADER_FIX_V5}",
 )
 deprecate(
     "debate-v0",
-    "debate-v4",
+    "debate-v5",
     "v0 paid only the final round's agents; later versions also pay a solver idle in the final "
     f"round (pass credit_scope='round' for v0's rule). Also, {GRADER_FIX_V2[:-1]}; later, "
-    f"{GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
+    f"{GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; last, {GRADER_FIX_V5}",
 )

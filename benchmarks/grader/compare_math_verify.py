@@ -35,6 +35,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from marft_envs.math import grading
+from marft_envs.math.grading.compare import is_number_literal
 
 try:  # run as a script: this folder is on sys.path
     from adversarial_time import FAMILIES as ADVERSARIAL
@@ -48,11 +49,13 @@ from runner import find_data_file  # noqa: E402
 
 MATH500 = "math500.jsonl"  # in --data-dir or $MARFT_DATA (docs/benchmarks.md, "Data files")
 
-Grader = Callable[[str, str], bool]
+Grader = Callable[[str, str, str | None], bool]
+"""(response, gold, problem text or None) -> verdict."""
 
 
-def ours(response: str, gold: str) -> bool:
-    return grading.grade_answer(response, gold)
+def ours(response: str, gold: str, problem: str | None = None) -> bool:
+    # The envs hand the grader the problem text (math-*-v5); a case without one grades alone.
+    return grading.grade_answer(response, gold, problem=problem)
 
 
 def load_math_verify() -> Grader | None:
@@ -63,7 +66,8 @@ def load_math_verify() -> Grader | None:
     # Its timeout warnings repeat the whole response (100,000 characters on hostile inputs).
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-    def grade(response: str, gold: str) -> bool:
+    def grade(response: str, gold: str, problem: str | None = None) -> bool:
+        del problem  # math-verify compares values only
         try:
             return bool(verify(parse(f"${gold}$"), parse(response)))
         except Exception:
@@ -82,7 +86,7 @@ def run(grader: Grader, cases: list[dict]) -> tuple[list[bool], list[float]]:
     verdicts, times = [], []
     for case in cases:
         start = time.perf_counter()
-        verdicts.append(grader(case["response"], case["gold"]))
+        verdicts.append(grader(case["response"], case["gold"], case.get("problem")))
         times.append(time.perf_counter() - start)
     return verdicts, times
 
@@ -124,12 +128,15 @@ def math500_check(graders: dict[str, Grader], path: Path) -> str:
     ]
     for name, grader in graders.items():
         clear_caches()
-        pairs = [(r["solution"], r["answer"], True) for r in rows] + [
-            (r["solution"], rows[(i + 1) % len(rows)]["answer"], False) for i, r in enumerate(rows)
+        pairs = [(r["solution"], r["answer"], r["problem"], True) for r in rows] + [
+            (r["solution"], rows[(i + 1) % len(rows)]["answer"], r["problem"], False)
+            for i, r in enumerate(rows)
         ]
-        verdicts, times = run(grader, [{"response": p, "gold": g} for p, g, _ in pairs])
-        own = sum(v for v, (_, _, mine) in zip(verdicts, pairs, strict=True) if mine)
-        shifted = sum(v for v, (_, _, mine) in zip(verdicts, pairs, strict=True) if not mine)
+        verdicts, times = run(
+            grader, [{"response": s, "gold": g, "problem": q} for s, g, q, _ in pairs]
+        )
+        own = sum(v for v, (*_, mine) in zip(verdicts, pairs, strict=True) if mine)
+        shifted = sum(v for v, (*_, mine) in zip(verdicts, pairs, strict=True) if not mine)
         ordered = sorted(times)
         lines.append(
             f"| {name} | {own}/{len(rows)} | {shifted}/{len(rows)} "
@@ -196,12 +203,51 @@ def math500_perturbations(graders: dict[str, Grader], path: Path) -> str:
     for name, grader in graders.items():
         clear_caches()
         counts = [
-            sum(grader(f"$\\boxed{{{r}}}$", g) for r, g in pairs)
+            sum(grader(f"$\\boxed{{{r}}}$", g, None) for r, g in pairs)
             for pairs in (same, wrong, exact, rounded)
         ]
         totals = [len(same), len(wrong), len(exact), len(rounded)]
         cells = " | ".join(f"{c}/{t}" for c, t in zip(counts, totals, strict=True))
         lines.append(f"| {name} | {cells} |")
+    return "\n".join(lines)
+
+
+def restatements(row: dict) -> list[str]:
+    """Answers that restate a computation the problem writes out whose value is the gold: the
+    math between ``$`` signs, as written, behind an empty text block, and plus zero."""
+    gold = grading.parse_answer(row["answer"])
+    if not isinstance(gold, grading.Scalar) or not is_number_literal(gold.raw):
+        return []
+    out = []
+    for segment in re.findall(r"\$([^$]+)\$", row["problem"]):
+        segment = segment.strip().rstrip(".,")
+        if is_number_literal(grading.normalize_answer(segment)):
+            continue  # a number, not a computation: "Write $\\frac{3}{20}$ as a decimal."
+        if "=" in segment or not re.search(
+            r"[-+^!/]|\\(?:frac|sqrt|binom|times|cdot|div)", segment
+        ):
+            continue
+        try:
+            value = grading.parse_answer(segment)
+        except ValueError:
+            continue
+        if isinstance(value, grading.Scalar) and grading.answers_equal(gold, value):
+            out += [segment, f"\\text{{}}{segment}", f"({segment})+0"]
+    return out
+
+
+def math500_restating(graders: dict[str, Grader], path: Path) -> str:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    cases = [(a, r["answer"], r["problem"]) for r in rows for a in restatements(r)]
+    problems = len({q for _, _, q in cases})
+    lines = [
+        f"| grader | restatements accepted ({problems} problems) |",
+        "|---|---:|",
+    ]
+    for name, grader in graders.items():
+        clear_caches()
+        accepted = sum(grader(f"$\\boxed{{{a}}}$", g, q) for a, g, q in cases)
+        lines.append(f"| {name} | {accepted}/{len(cases)} |")
     return "\n".join(lines)
 
 
@@ -216,7 +262,7 @@ def adversarial_check(graders: dict[str, Grader], length: int) -> str:
         times, accepted = {}, 0
         for family, response in responses.items():
             start = time.perf_counter()
-            accepted += bool(grader(response, "3"))
+            accepted += bool(grader(response, "3", None))
             times[family] = time.perf_counter() - start
         worst = max(times, key=times.__getitem__)
         lines.append(
@@ -252,7 +298,7 @@ def main() -> None:
 
     # Import-time and first-call costs (sympy caches, regex compilation) are not per-call costs.
     for grader in graders.values():
-        grader("$\\boxed{1}$", "1")
+        grader("$\\boxed{1}$", "1", None)
 
     all_rows, strict_rows, errors = {}, {}, {}
     for name, grader in graders.items():
@@ -276,6 +322,10 @@ def main() -> None:
         print(math500_check(graders, math500))
         print("\nMATH-500 gold answers against perturbed copies of themselves:\n")
         print(math500_perturbations(graders, math500))
+        print(
+            "\nMATH-500 problems whose own computation is the gold, restated (the problem given):\n"
+        )
+        print(math500_restating(graders, math500))
     if args.adversarial_length:
         print(f"\nHostile responses of {args.adversarial_length:,} characters (gold '3'):\n")
         print(adversarial_check(graders, args.adversarial_length))

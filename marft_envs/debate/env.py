@@ -8,7 +8,7 @@
 | Action | any text; a solver's last ``\\boxed{}`` is its answer; the judge's last ``Verdict:`` line is its verdict (:mod:`marft_envs.debate.verdict`) |
 | Reward | the team reward: 1 when the verdict picks a solver whose latest answer is equivalent to the gold answer, else 0; credit ``team`` (v1: every agent that acted in the debate; v0: every agent that acted in the final round) |
 | Termination | when the judge picks a solver, gives no readable verdict, or asks for a rebuttal in the last of ``max_rounds`` rounds (these two score 0) |
-| Versions | v0: initial release (out of date: ``make`` builds v4 and warns; ``credit_scope="round"`` keeps its credit); v1: a solver idle in the final round (after ``rebut B``) shares the team reward too (``credit_scope="episode"``; out of date: ``make`` builds v4 and warns); v2: graded by the math grader of math-*-v2 (out of date: ``make`` builds v4 and warns); v3: graded by the math grader of math-*-v3 (out of date: ``make`` builds v4 and warns); v4: graded by the math grader of math-*-v4 (see ``marft_envs/math/env.py``) |
+| Versions | v0: initial release (out of date: ``make`` builds v5 and warns; ``credit_scope="round"`` keeps its credit); v1: a solver idle in the final round (after ``rebut B``) shares the team reward too (``credit_scope="episode"``; out of date: ``make`` builds v5 and warns); v2: graded by the math grader of math-*-v2 (out of date: ``make`` builds v5 and warns); v3: graded by the math grader of math-*-v3 (out of date: ``make`` builds v5 and warns); v4: graded by the math grader of math-*-v4 (see ``marft_envs/math/env.py``; out of date: ``make`` builds v5 and warns); v5: graded by the math grader of math-*-v5, which is handed the problem text |
 
 The judge's verdict is the dependency function's input: ``Verdict: rebut A`` makes the next round
 hold solver A and the judge only, ``rebut both`` both solvers, ``Verdict: B`` ends the debate with
@@ -181,7 +181,7 @@ class DebateEnv(MathEnv):
             return Transition(reward=0.0, terminated=False, info={**info, "correct": False})
         final = self.latest.get(verdict.pick, "") if verdict is not None and verdict.pick else None
         correct = final is not None and grade_answer(
-            final, self.problem.answer, timeout=self.grading_timeout
+            final, self.problem.answer, timeout=self.grading_timeout, problem=self.problem.problem
         )
         failure = None
         if verdict is None:

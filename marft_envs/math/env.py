@@ -8,7 +8,7 @@
 | Action | any text; the graded agent's last ``\\boxed{}`` is its answer |
 | Reward | 1 when every graded agent's answer is equivalent to the gold answer, else 0 (credit ``graded``) |
 | Termination | when the answer is right, or when ``max_attempts`` attempts were used |
-| Versions | v0: initial release (out of date: ``make`` builds v4 and warns; its grader dropped value-changing words after a number, e.g. ``5\text{ thousand}`` scored 1 for 5); v1: the grader keeps value words (multipliers, powers, negations) and compares chained relations, intervals and set-builder sets (out of date: ``make`` builds v4 and warns); v2: the grader refuses ``5_{1000}``, ``5\text{ ways times ways}``, digits after a repeating block and long decimals of irrationals, grades a box after 1,000,000 characters and matrices up to 100x100, and its time limit holds from threads (out of date: ``make`` builds v4 and warns); v3: a plain-number gold answer needs a number, not an unevaluated computation of it (``6 \times 8 - 9`` for 39 no longer scores; ``6 \times 8 - 9 = 39`` does; out of date: ``make`` builds v4 and warns); v4: an empty text block (``\text{}``, ``\text{ }``) no longer turns a computation into a text answer that escapes v3's rule (``\text{}6 \times 8 - 9`` for 39 no longer scores); prompts and data unchanged |
+| Versions | v0: initial release (out of date: ``make`` builds v5 and warns; its grader dropped value-changing words after a number, e.g. ``5\text{ thousand}`` scored 1 for 5); v1: the grader keeps value words (multipliers, powers, negations) and compares chained relations, intervals and set-builder sets (out of date: ``make`` builds v5 and warns); v2: the grader refuses ``5_{1000}``, ``5\text{ ways times ways}``, digits after a repeating block and long decimals of irrationals, grades a box after 1,000,000 characters and matrices up to 100x100, and its time limit holds from threads (out of date: ``make`` builds v5 and warns); v3: a plain-number gold answer needs a number, not an unevaluated computation of it (``6 \times 8 - 9`` for 39 no longer scores; ``6 \times 8 - 9 = 39`` does; out of date: ``make`` builds v5 and warns); v4: an empty text block (``\text{}``, ``\text{ }``) no longer turns a computation into a text answer that escapes v3's rule (``\text{}6 \times 8 - 9`` for 39 no longer scores; out of date: ``make`` builds v5 and warns); v5: the env passes the problem text to the grader, which refuses an unevaluated computation of a plain-number gold only when it restates the problem (``2^{10}`` for 1024 in a counting problem, ``\binom{10}{3}``, ``5!`` score; ``6 \times 8 - 9`` for "Compute 6 \times 8 - 9." does not), reads ``(-3)/4``, ``-{5}``, ``1 000``, ``USD 5`` and ``five`` as numbers, and a gold ``3\frac12`` as 3.5; prompts and data unchanged |
 
 The problem comes from ``dataset`` — the built-in generator by default, or any source
 :func:`marft_envs.math.data.load_dataset` accepts (a MATH or GSM8K JSONL file, a table, a list of
@@ -107,7 +107,12 @@ class MathEnv(FlexPOMDPEnv):
     def _transition(self, actions: Mapping[str, str]) -> Transition:
         assert self.problem is not None
         graded = {
-            a: grade_answer(actions[a], self.problem.answer, timeout=self.grading_timeout)
+            a: grade_answer(
+                actions[a],
+                self.problem.answer,
+                timeout=self.grading_timeout,
+                problem=self.problem.problem,
+            )
             for a in actions
             if self.profiles[a].graded
         }

@@ -8,7 +8,7 @@
 | Action | any text; ``<python>EXPR</python>`` calls the tool (first call of a text); a graded agent's ``\\boxed{}`` is its final answer |
 | Reward | 1 when the final ``\\boxed{}`` answer is equivalent to the gold answer, else 0 (credit ``graded``); tool calls earn nothing themselves |
 | Termination | when a graded agent answers with ``\\boxed{}``, or a round has neither an answer nor a call that can run; at most ``max_calls + 1`` rounds |
-| Versions | v0: initial release (out of date: ``make`` builds v4 and warns); v1: graded by the math grader of math-*-v2 (out of date: ``make`` builds v4 and warns); v2: graded by the math grader of math-*-v3 (out of date: ``make`` builds v4 and warns); v3: graded by the math grader of math-*-v4 (see ``marft_envs/math/env.py``), and a call past its time limit names both limits (2 s of CPU time, 5 s in all) instead of "the 2-second limit" (out of date: ``make`` builds v4 and warns); v4: calls run in the sandbox of code-*-v2 (an expression that kills its own process reads "killed by signal 9 (SIGKILL)", not a time-out; kernel keys and user namespaces refused; no host path in the output) |
+| Versions | v0: initial release (out of date: ``make`` builds v5 and warns); v1: graded by the math grader of math-*-v2 (out of date: ``make`` builds v5 and warns); v2: graded by the math grader of math-*-v3 (out of date: ``make`` builds v5 and warns); v3: graded by the math grader of math-*-v4 (see ``marft_envs/math/env.py``), and a call past its time limit names both limits (2 s of CPU time, 5 s in all) instead of "the 2-second limit" (out of date: ``make`` builds v5 and warns); v4: calls run in the sandbox of code-*-v2 (an expression that kills its own process reads "killed by signal 9 (SIGKILL)", not a time-out; kernel keys and user namespaces refused; no host path in the output; out of date: ``make`` builds v5 and warns); v5: graded by the math grader of math-*-v5, which is handed the problem text (see ``marft_envs/math/env.py``) |
 
 A round in which a tool agent's text holds a call (and no ``\\boxed{}`` answer from a graded agent)
 runs the expression in the code family's sandbox (:mod:`marft_envs.tools.calls`) and shows the
@@ -196,7 +196,12 @@ class ToolMathEnv(MathEnv):
         self._pending.clear()
         graded = {
             a: bool(a in answers)
-            and grade_answer(answers[a], self.problem.answer, timeout=self.grading_timeout)
+            and grade_answer(
+                answers[a],
+                self.problem.answer,
+                timeout=self.grading_timeout,
+                problem=self.problem.problem,
+            )
             for a in actions
             if self.profiles[a].graded
         }

@@ -18,7 +18,7 @@ FAMILY_IDS = [
     "planpath-dual-v1",
 ]
 #: Families whose problems come from the math data family (--dataset as for math envs).
-MATH_DATA_IDS = ["tool-math-single-v4", "tool-math-dual-v4", "debate-v4"]
+MATH_DATA_IDS = ["tool-math-single-v5", "tool-math-dual-v5", "debate-v5"]
 REAL = [
     *["--iterations", "1", "--max-new-tokens", "4", "--eval-episodes", "2"],
     *["--episodes-per-iteration", "2", "--rollout-threads", "2", "--eval-every", "1"],
@@ -92,9 +92,9 @@ def test_marft_envs_lists_the_new_ids_with_their_dependency_functions():
         "sudoku-dual-v1": (["planner", "executor"], "Chain"),
         "planpath-single-v1": (["navigator"], "Chain"),
         "planpath-dual-v1": (["planner", "executor"], "Chain"),
-        "tool-math-single-v4": (["actor"], "Chain"),
-        "tool-math-dual-v4": (["caller", "answerer"], "ToolRouter"),
-        "debate-v4": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
+        "tool-math-single-v5": (["actor"], "Chain"),
+        "tool-math-dual-v5": (["caller", "answerer"], "ToolRouter"),
+        "debate-v5": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
     }
     for env_id, (agents, dependency) in expected.items():
         assert "error" not in rows[env_id], rows[env_id]

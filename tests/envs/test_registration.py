@@ -180,19 +180,29 @@ def test_installed_plugins_register_through_the_entry_point_group(monkeypatch, s
 
 
 @pytest.mark.parametrize("name", ["math-single", "math-dual", "math-trio", "math-dual-retry"])
-@pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3"])
-def test_out_of_date_math_ids_still_make_with_a_warning_naming_v4_and_what_changed(name, old):
+@pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3", "v4"])
+def test_out_of_date_math_ids_still_make_with_a_warning_naming_v5_and_what_changed(name, old):
     # Gymnasium's convention: an old version makes, and warns with the newest one.
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v4'.*"
-        rf"What changed: its grader .*empty text block.*\\text\{{\}}6 \\times 8 - 9.*"
-        rf"make\('{name}-{old}'\) now builds '{name}-v4'",
+        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v5'.*"
+        rf"What changed: its grader .*refused right answers.*2\^\{{10\}} for 1024.*"
+        rf"refuses a computation only when it restates the problem.*"
+        rf"make\('{name}-{old}'\) now builds '{name}-v5'",
     ):
         env = marft_envs.make(f"{name}-{old}")
-    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v4")  # what was built, recorded as such
-    assert marft_envs.spec(f"{name}-v4").kwargs["profiles"] in ("single", "dual", "trio")
+    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v5")  # what was built, recorded as such
+    assert marft_envs.spec(f"{name}-v5").kwargs["profiles"] in ("single", "dual", "trio")
     assert f"{name}-{old}" not in marft_envs.registry  # listed once, under its newest id
+
+
+@pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3"])
+def test_ids_older_than_v4_also_name_v4s_fix(old):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning,
+        match=r"empty text block.*\\text\{\}6 \\times 8 - 9.*restates the problem",
+    ):
+        marft_envs.make(f"math-dual-{old}")
 
 
 @pytest.mark.parametrize("old", ["v0", "v1", "v2"])
@@ -206,22 +216,34 @@ def test_ids_older_than_v3_also_name_v3s_fix(old):
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("tool-math-single-v0", "tool-math-single-v4"),
-        ("tool-math-single-v1", "tool-math-single-v4"),
-        ("tool-math-single-v2", "tool-math-single-v4"),
-        ("tool-math-dual-v0", "tool-math-dual-v4"),
-        ("tool-math-dual-v1", "tool-math-dual-v4"),
-        ("tool-math-dual-v2", "tool-math-dual-v4"),
-        ("debate-v0", "debate-v4"),
-        ("debate-v1", "debate-v4"),
-        ("debate-v2", "debate-v4"),
-        ("debate-v3", "debate-v4"),
+        ("tool-math-single-v0", "tool-math-single-v5"),
+        ("tool-math-single-v1", "tool-math-single-v5"),
+        ("tool-math-single-v2", "tool-math-single-v5"),
+        ("tool-math-dual-v0", "tool-math-dual-v5"),
+        ("tool-math-dual-v1", "tool-math-dual-v5"),
+        ("tool-math-dual-v2", "tool-math-dual-v5"),
+        ("debate-v0", "debate-v5"),
+        ("debate-v1", "debate-v5"),
+        ("debate-v2", "debate-v5"),
+        ("debate-v3", "debate-v5"),
     ],
 )
 def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old, new):
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"newest version is '{new}'.*empty text block.*text is judged by what it wraps",
+        match=rf"newest version is '{new}'.*empty text block.*text is judged by what it wraps"
+        r".*restates the problem",
+    ):
+        env = marft_envs.make(old)
+    assert env.unwrapped.spec == marft_envs.spec(new)
+
+
+@pytest.mark.parametrize("old", ["tool-math-single-v4", "tool-math-dual-v4", "debate-v4"])
+def test_the_v4_ids_of_tool_math_and_debate_name_the_fix_of_v5(old):
+    new = old[:-1] + "5"
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning,
+        match=rf"newest version is '{new}'.*3\\frac12 as 3/2.*restates the problem",
     ):
         env = marft_envs.make(old)
     assert env.unwrapped.spec == marft_envs.spec(new)
@@ -231,10 +253,10 @@ def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old
 def test_tool_math_ids_name_the_sandbox_fix_of_v4(old):
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=r"newest version is 'tool-math-dual-v4'.*killed by signal 9.*no host path",
+        match=r"newest version is 'tool-math-dual-v5'.*killed by signal 9.*no host path",
     ):
         env = marft_envs.make(f"tool-math-dual-{old}")
-    assert env.unwrapped.spec == marft_envs.spec("tool-math-dual-v4")
+    assert env.unwrapped.spec == marft_envs.spec("tool-math-dual-v5")
 
 
 def test_the_design_cards_first_line_makes_an_env_that_passes_the_api_test():

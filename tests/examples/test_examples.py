@@ -88,12 +88,12 @@ def test_help_documents_every_option(monkeypatch):
 @pytest.mark.parametrize(
     ("algo", "env", "extra"),
     [
-        ("action-marft", "math-dual-v4", []),
-        ("token-marft", "math-dual-v4", []),
-        ("ppo", "math-single-v4", ["--level", "token"]),
-        ("grpo", "math-dual-v4", ["--num-generations", "2"]),
-        ("rloo", "math-dual-v4", ["--num-generations", "2", "--level", "token"]),
-        ("reinforce-pp", "math-dual-v4", []),
+        ("action-marft", "math-dual-v5", []),
+        ("token-marft", "math-dual-v5", []),
+        ("ppo", "math-single-v5", ["--level", "token"]),
+        ("grpo", "math-dual-v5", ["--num-generations", "2"]),
+        ("rloo", "math-dual-v5", ["--num-generations", "2", "--level", "token"]),
+        ("reinforce-pp", "math-dual-v5", []),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
@@ -142,12 +142,12 @@ def test_stop_resume_and_evaluate(model_path, tmp_path):
 
 def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     out = tmp_path / "single"
-    run_once("train_math.py", model_path, out, "--env", "math-single-v4")
+    run_once("train_math.py", model_path, out, "--env", "math-single-v5")
     result = launch(
         str(ROOT / "examples" / "evaluate.py"),
         str(out / "checkpoint-1"),
         "--env",
-        "math-dual-v4",
+        "math-dual-v5",
         "--episodes",
         "2",
     )

@@ -178,7 +178,7 @@ def grpo_config():
 
 def test_a_grpo_iteration_on_the_engine_starts_at_ratio_one(smollm2_path):
     algo = "grpo"
-    env_fn = lambda: marft_envs.make("math-dual-v4")  # noqa: E731
+    env_fn = lambda: marft_envs.make("math-dual-v5")  # noqa: E731
     agents = env_fn().possible_agents
     policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
     config = grpo_config()

@@ -9,8 +9,9 @@ The pipeline, cheapest first:
    solutions, matrix, text) and parses each expression with a strict LaTeX parser into sympy.
 4. :func:`~marft_envs.math.grading.compare.answers_equal` compares structure first, then values:
    exact rationals directly, other numbers to 40 significant digits, expressions symbolically.
-   When the gold answer is a plain number, the answer must be a number too, not the computation
-   that gives it (:func:`~marft_envs.math.grading.compare.states_the_number`).
+   When the gold answer is a plain number, an answer that restates a computation of the problem
+   is no answer, and without the problem text every unevaluated computation is refused
+   (:func:`~marft_envs.math.grading.compare.states_the_number`).
 
 The whole call runs under a wall-clock limit (:func:`~marft_envs.math.grading.timeout.time_limit`)
 that works in the main thread and in worker threads. Parsed gold answers and comparison results
@@ -108,7 +109,7 @@ def _parse_pred(normalised: str, prefer_list: bool) -> Answer | None:
 
 
 @functools.lru_cache(maxsize=65536)
-def _grade_normalised(pred: str, gold: str) -> bool:
+def _grade_normalised(pred: str, gold: str, problem: str | None) -> bool:
     gold_answer = _parse_gold(gold)
     if pred == gold_answer.raw:
         return True
@@ -117,14 +118,16 @@ def _grade_normalised(pred: str, gold: str) -> bool:
     if parsed is None:
         # Words that happen not to parse as math can still match a text answer.
         return isinstance(gold_answer, Text) and answers_equal(gold_answer, Text(pred, ""))
-    # A number is asked for: its unevaluated computation is not an answer (see the rule's doc).
-    return states_the_number(gold_answer, parsed) and answers_equal(gold_answer, parsed)
+    # A number is asked for: restating the problem's computation is no answer (the rule's doc).
+    return states_the_number(gold_answer, parsed, problem) and answers_equal(gold_answer, parsed)
 
 
-def grade_answer(response: str, gold: str, *, timeout: float = 2.0) -> bool:
+def grade_answer(
+    response: str, gold: str, *, timeout: float = 2.0, problem: str | None = None
+) -> bool:
     """Whether the final answer in ``response`` is mathematically equivalent to ``gold``.
 
-    Never raises: a response without an answer, an unparsable answer, an unparsable gold answer
+    Never raises on any response or gold: a response without an answer, an unparsable answer, an unparsable gold answer
     (use :func:`check_gold` at load time to catch those), and a comparison that runs past
     ``timeout`` all grade ``False``.
 
@@ -133,12 +136,21 @@ def grade_answer(response: str, gold: str, *, timeout: float = 2.0) -> bool:
         gold: The reference answer (LaTeX, without ``\\boxed``).
         timeout: Wall-clock seconds allowed for the whole call (extraction, normalisation,
             parsing, comparison); ``None`` or ``0`` for no limit.
+        problem: The problem statement. With it, an unevaluated form of a plain-number gold
+            (``2^{10}`` for ``1024``) is right unless it restates a computation of the problem
+            ("Compute $2^{10}$."); without it every such form grades ``False``
+            (:func:`~marft_envs.math.grading.compare.states_the_number`).
 
     Returns:
         ``True`` iff the answer is equivalent to the gold answer.
+
+    Raises:
+        TypeError: If ``problem`` is neither ``None`` nor a string (a caller's bug).
     """
     if not isinstance(response, str) or not isinstance(gold, str):
         return False
+    if problem is not None and not isinstance(problem, str):
+        raise TypeError(f"problem must be the problem text (a str) or None, not {problem!r}")
     if len(response) > MAX_RESPONSE_CHARS:
         return False
     try:
@@ -152,7 +164,7 @@ def grade_answer(response: str, gold: str, *, timeout: float = 2.0) -> bool:
             normalised = normalize_answer(pred)
             if not normalised:
                 return False
-            return _grade_normalised(normalised, gold)
+            return _grade_normalised(normalised, gold, problem)
     except GradingTimeout:
         logger.debug("grading timed out after %ss: %.80r vs %.80r", timeout, response, gold)
         return False

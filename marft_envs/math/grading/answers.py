@@ -281,11 +281,20 @@ def _equalities(text: str, sides: list[sympy.Expr]) -> Answer:
     """``a = b`` is an equation; ``2 \\cdot 3 = 6`` (every side a number) is its last side.
 
     A computation written out to its result ends with the answer (``x = 2 \\cdot 3 = 6``; the
-    name before it is handled by the assignment rule). Numbers that differ (``5 = 6``) are a
+    name before it is handled by the assignment rule), also after a name the assignment rule does
+    not know (``AB = \\sqrt{3^2+4^2} = 5``: a first side with letters, every later side a number). Numbers that differ (``5 = 6``) are a
     false statement and stay an equation, which never equals a number.
     """
     numeric = all(not side.free_symbols for side in sides)
     if numeric and all(numbers_equal(side, sides[-1]) for side in sides[:-1]):
+        return Scalar(text, sides[-1])
+    if (
+        len(sides) > 2
+        and sides[0].free_symbols
+        and not any(side.free_symbols for side in sides[1:])
+        and all(numbers_equal(side, sides[-1]) for side in sides[1:-1])
+    ):
+        # AB = \sqrt{3^2+4^2} = 5: a name (a segment, an angle) worked out to its value.
         return Scalar(text, sides[-1])
     if len(sides) == 2:
         return Equation(text, sides[0] - sides[1])

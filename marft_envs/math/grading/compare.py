@@ -3,10 +3,13 @@
 Exact rationals are compared directly, other numbers to 40 significant digits (confirmed at 150),
 expressions symbolically; equations up to a nonzero factor, inequalities up to a positive one;
 intervals, inequalities in one variable and set-builder sets as the sets of reals they denote.
+One rule is about form: for a plain-number gold, an answer that restates a computation of the
+problem is refused (:func:`states_the_number`, :func:`restates_problem`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 import sympy
@@ -24,11 +27,22 @@ from marft_envs.math.grading.answers import (
     Union,
     parse_structure,
 )
-from marft_envs.math.grading.normalize import strip_text_units, text_key, unwrap_text
+from marft_envs.math.grading.normalize import (
+    normalize_answer,
+    strip_text_units,
+    text_key,
+    unwrap_text,
+)
 from marft_envs.math.grading.numeric import numbers_equal
 from marft_envs.math.grading.sets import real_set, sets_equal
 
-__all__ = ["answers_equal", "exprs_equal", "is_number_literal", "states_the_number"]
+__all__ = [
+    "answers_equal",
+    "exprs_equal",
+    "is_number_literal",
+    "restates_problem",
+    "states_the_number",
+]
 
 _TEXT_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mbox)\s*\{")
 _WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
@@ -36,11 +50,12 @@ _WORD_RE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{2,}")
 # -- form: a numeric question wants a number ---------------------------------------------------
 
 _INT = r"[-+]?\d+"
+_TERM = rf"(?:{_INT}|\({_INT}\))"  # -3 or (-3), a numerator or denominator of a/b
 _NUMBER_LITERAL_RE = re.compile(
     r"[-+]?(?:"
     r"\d+(?:\.\d*)?|\.\d+"  # 39, 39.0, .5
     rf"|\\frac(?:\{{{_INT}\}}\{{{_INT}\}}|\d\d)"  # \frac{6}{4}, \frac{-3}{2}, \frac34
-    r"|\d+/\d+|\(\d+\)/\(\d+\)"  # 3/2, (3)/(2)
+    rf"|{_TERM}/{_TERM}"  # 3/2, (3)/(2), (-3)/4, -1/-2
     r"|\(\d+\+\\frac\{\d+\}\{\d+\}\)"  # a mixed number 2\frac{1}{2}, as normalised
     r"|(?:\d+(?:\.\d*)?|\.\d+)(?:\\times|\\cdot)10\^(?:\{[-+]?\d+\}|\d)"  # 1.5 \times 10^{6}
     r")"
@@ -53,21 +68,156 @@ def is_number_literal(text: str) -> bool:
     Number literals: an integer or decimal (``39``, ``-4``, ``39.0``), a fraction of two integers
     (``\\frac{6}{4}``, ``3/2``; unsimplified is fine), a mixed number, and scientific notation,
     a decimal times a power of ten (``1.5 \\times 10^{6}``, ``15 \\cdot 10^2``; a bare power such
-    as ``10^{9}`` is a computation), optionally signed and in one layer of braces or parentheses.
-    Thousands separators, ``$``, percent signs and units are gone by now
+    as ``10^{9}`` is a computation), optionally signed, in any number of braces (``-{5}``,
+    ``{{{5}}}``; braces are invisible in TeX) and in one pair of parentheses (``(39)``; ``-(4)``
+    is a computation). Thousands separators, ``$``, percent signs and units are gone by now
     (:func:`~marft_envs.math.grading.normalize.normalize_answer`).
     """
     compact = re.sub(r"\s+", "", text)
-    for _ in range(2):
-        if _NUMBER_LITERAL_RE.fullmatch(compact):
-            return True
-        if len(compact) < 3 or compact[0] + compact[-1] not in ("{}", "()"):
+    parentheses = 0
+    while not _NUMBER_LITERAL_RE.fullmatch(compact):
+        sign = compact[:1] if compact[:1] in ("-", "+") else ""
+        body = compact[len(sign) :]
+        if len(body) < 3 or body[0] + body[-1] not in ("{}", "()") or not _encloses(body):
             return False
-        compact = compact[1:-1]
-    return _NUMBER_LITERAL_RE.fullmatch(compact) is not None
+        if body[0] == "(":
+            parentheses += 1
+            if sign or parentheses > 1:
+                return False
+        inner = body[1:-1]
+        if sign and inner[:1] in ("-", "+"):
+            return False  # -{-5}: two signs are a computation
+        compact = sign + inner
+    return True
 
 
-def states_the_number(gold: Answer, pred: Answer) -> bool:
+def _encloses(text: str) -> bool:
+    """Whether the bracket opening ``text`` is the one that closes it (``(1)+(2)`` is not)."""
+    depth = 0
+    for i, char in enumerate(text):
+        if char in "({":
+            depth += 1
+        elif char in ")}":
+            depth -= 1
+            if depth == 0:
+                return i == len(text) - 1
+    return False
+
+
+# -- form: restating the problem is no answer ---------------------------------------------------
+
+# A computation in the problem: a run of math (no word of two or more letters) with an operator.
+_PROBLEM_WORD_RE = re.compile(
+    r"(?<![\\a-zA-Z])[a-zA-Z]{2,}(?![a-zA-Z])|\$|\\[()\[\]]|[?!:;]\s|[.,]\s|[.,]$"
+)
+_OPERATOR_RE = re.compile(
+    r"[-+*/^!]|\\(?:frac|sqrt|binom|choose|times|cdot|ast|div|pm|log|ln|sin|cos|tan)(?![a-zA-Z])"
+)
+
+
+_SHORT_ARGS_RE = re.compile(r"(\\(?:frac|binom)|\\sqrt|[\^_])\s*([0-9a-zA-Z])(?:\s*([0-9]))?")
+
+
+def _explicit_args(m: re.Match[str]) -> str:
+    """``\\frac34`` as ``\\frac{3}{4}``, ``2^3`` as ``2^{3}``: one spelling for each."""
+    command, first, second = m.group(1), m.group(2), m.group(3)
+    if command in ("\\frac", "\\binom") and second is not None:
+        return f"{command}{{{first}}}{{{second}}}"
+    return f"{command}{{{first}}}" + (second or "")
+
+
+def _drop_grouping_braces(text: str) -> str:
+    """Remove braces that only group (``{6\\times 8}``); keep the arguments of commands,
+    powers and subscripts, so ``\\frac{6}{4}`` never reads as ``64``."""
+    out: list[str] = []
+    kept: list[bool] = []
+    for char in text:
+        if char == "{":
+            previous = "".join(out[-12:])
+            keep = bool(out) and (out[-1] in "^_}]" or re.search(r"\\[a-zA-Z]+$", previous))
+            kept.append(bool(keep))
+            if keep:
+                out.append(char)
+        elif char == "}" and kept:
+            if kept.pop():
+                out.append(char)
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _restating_key(text: str) -> str:
+    """The form of ``text`` in which restatements are looked for: layout and synonyms gone."""
+    s = normalize_answer(text)
+    s = re.sub(r"\\(?:times|cdot|ast)(?![a-zA-Z])|\*", "*", s)
+    s = re.sub(r"\\div(?![a-zA-Z])", "/", s)
+    s = re.sub(r"\s+", "", s)
+    s = _SHORT_ARGS_RE.sub(_explicit_args, s)
+    return _drop_grouping_braces(s)
+
+
+def _occurs(needle: str, haystack: str) -> bool:
+    """Whether ``needle`` occurs in ``haystack`` as a whole: not inside a longer numeral."""
+    start = haystack.find(needle)
+    while start >= 0:
+        before = haystack[start - 1 : start]
+        after = haystack[start + len(needle) : start + len(needle) + 1]
+        if not (needle[0].isdigit() and before and (before.isdigit() or before == ".")) and not (
+            needle[-1].isdigit() and after and (after.isdigit() or after == ".")
+        ):
+            return True
+        start = haystack.find(needle, start + 1)
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _problem_keys(problem: str) -> tuple[str, tuple[str, ...]]:
+    """The restating key of ``problem`` and of each computation written in it."""
+    return _restating_key(problem), tuple(_problem_computations(problem))
+
+
+def _problem_computations(problem: str) -> list[str]:
+    """Keys of the computations written in ``problem`` (``6 \\times 8 - 9``, ``2^{10}``)."""
+    runs = _PROBLEM_WORD_RE.split(problem)
+    keys = []
+    for run in runs:
+        if not re.search(r"\d", run) or not _OPERATOR_RE.search(run):
+            continue
+        try:
+            key = _restating_key(run)
+        except (ValueError, TypeError, RecursionError):
+            continue
+        key = key.strip("=")
+        if len(key) >= 3 and _OPERATOR_RE.search(key) and not is_number_literal(key):
+            keys.append(key)
+    return keys
+
+
+def restates_problem(answer: str, problem: str) -> bool:
+    """Whether ``answer`` (a normalised expression) restates a computation of ``problem``.
+
+    True when the answer, normalised, occurs in the normalised problem ("Compute $6 \\times 8 -
+    9$." answered ``6 \\cdot 8 - 9``), or when a computation written in the problem (a run of
+    math between its words holding an operator) occurs in the answer (``(6\\times 8-9)+0``).
+    Spaces, braces, ``\\left``/``\\right``, ``\\dfrac`` and the other presentation rules
+    of :func:`~marft_envs.math.grading.normalize.normalize_answer` do not count, and ``\\times``,
+    ``\\cdot`` and ``*`` are one sign, as are ``\\div`` and ``/``.
+
+    Args:
+        answer: The compared text of the answer.
+        problem: The problem statement the answer was given for.
+
+    Returns:
+        Whether the answer copies a computation the problem already wrote out.
+    """
+    key = _restating_key(answer)
+    if not key:
+        return False
+    problem_key, computations = _problem_keys(problem)
+    return _occurs(key, problem_key) or any(_occurs(c, key) for c in computations)
+
+
+def states_the_number(gold: Answer, pred: Answer, problem: str | None = None) -> bool:
     """When the gold answer is a plain number, the answer must be one too, not its computation.
 
     The grader compares values, so without this rule an answer that restates the problem's own
@@ -80,24 +230,41 @@ def states_the_number(gold: Answer, pred: Answer) -> bool:
     the last side is, so a computation written out to its result is still right. Any other gold
     (expressions, sets, intervals, equations, matrices, ...) is graded on values alone, as before.
     An answer read as text (``\\text{6 \\times 8 - 9}``) is judged by what its text blocks wrap,
-    since that is what :func:`answers_equal` compares once the text is unwrapped.
+    since that is what :func:`answers_equal` compares once the text is unwrapped, however many
+    layers deep.
+
+    With the ``problem`` text (the envs pass it), only a restatement is refused: an unevaluated
+    form that does not copy a computation of the problem (``2^{10}`` for "How many subsets has a
+    10-element set?", ``\\binom{10}{3}``, ``5!``) is a legitimate answer and is compared on
+    value; one that does (:func:`restates_problem`) is not. Without it (the grader called
+    alone) restating cannot be told from solving, and every computation is refused.
 
     Args:
         gold: The parsed gold answer.
         pred: The parsed answer to grade.
+        problem: The problem statement, or ``None`` when it is not known.
 
     Returns:
         ``False`` only when the gold is a plain number and ``pred`` is a scalar, or text wrapping
-        one, that is not.
+        one, that is not a number and (with ``problem``) restates the problem.
     """
     if not isinstance(gold, Scalar) or not is_number_literal(gold.raw.split("=")[-1]):
         return True
     if isinstance(pred, Text):
-        wrapped = strip_text_units(unwrap_text(pred.raw)).strip()
-        return is_number_literal(wrapped.split("=")[-1])
-    if not isinstance(pred, Scalar):
+        wrapped = pred.raw
+        while True:  # \\text{\\text{...}}: the rule holds after every unwrapping
+            inner = strip_text_units(unwrap_text(wrapped)).strip()
+            if inner == wrapped:
+                break
+            wrapped = inner
+        compared = wrapped.split("=")[-1]
+    elif isinstance(pred, Scalar):
+        compared = pred.raw.split("=")[-1]
+    else:
         return True
-    return is_number_literal(pred.raw.split("=")[-1])
+    if is_number_literal(compared):
+        return True
+    return problem is not None and not restates_problem(compared, problem)
 
 
 # -- comparison ---------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ _UNIT_WORDS_TEXT = """
     millimeters in inch inches ft foot feet yd yard yards mi mile miles
     sq square cubic unit units per
     deg degree degrees radian radians
-    dollar dollars cent cents
+    dollar dollars cent cents usd eur euro euros gbp yen
     sec second seconds min minute minutes hr hrs hour hours day days week weeks month months
     year years
     gram grams kg kilogram kilograms lb lbs pound pounds oz ounce ounces
@@ -87,6 +87,9 @@ _UNICODE = {
     "∓": "\\mp ",
     "∪": "\\cup ",
     "\u00a0": " ",
+    "€": " ",
+    "£": " ",
+    "¥": " ",
 }
 _SPACING_RE = re.compile(r"(?<!\\)\\[,;:! ]|\\q?quad(?![a-zA-Z])|~")
 _SIZING_RE = re.compile(r"\\(?:left|right|middle|[bB]igg?[lr]?)(?![a-zA-Z])\.?")
@@ -113,7 +116,27 @@ _LEADING_ZERO_RE = re.compile(r"(?<![\d.])\.(\d)")
 _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d.a-zA-Z])")
 # 1\frac{4}{5} is the mixed number 1 + 4/5 wherever it stands (an integer times a numeric
 # fraction is never written that way); not after ^, _, a letter or a digit ("x^2\frac{1}{3}").
-_MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*\{(\d+)\}\s*\{(\d+)\}")
+# The TeX shorthand counts too: 3\frac12 is 3 + 1/2, never 3 * 1/2 (each argument one digit).
+_MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*(?:\{(\d+)\}|(\d))\s*(?:\{(\d+)\}|(\d))")
+# 1 000, 1\ 000, 12~345: digits grouped by threes with a space are one number (a space between
+# two numbers means nothing else in an answer).
+_SPACE_GROUPS_RE = re.compile(r"(?<![\w.,^_])\d{1,3}(?:(?:\\[ ,;:]|~|\s)\d{3})+(?![\d.]?\d)")
+# USD 5, EUR 5: a currency code before a number is presentation, like a dollar sign.
+_CURRENCY_CODE_RE = re.compile(r"^\s*(?:USD|US\$|EUR|GBP|JPY|CAD|AUD)\s*(?=[-+]?\.?\d)")
+# An answer that is one number word, alone ("five"), is that number.
+_NUMBER_WORDS_TEXT = """
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty
+"""
+_NUMBER_WORDS = {word: value for value, word in enumerate(_NUMBER_WORDS_TEXT.split())} | {
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+}
 # 0.1\overline{6}: a repeating decimal, an exact fraction.
 # Digits after the repeating block are not part of it (0.\overline{3}5 is no number), so such a
 # numeral is left as written and does not parse.
@@ -176,6 +199,11 @@ def _repeating_to_fraction(m: re.Match[str]) -> str:
         Fraction(int(fixed or "0")) + Fraction(int(repeat), 10 ** len(repeat) - 1)
     ) / 10 ** len(fixed)
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _mixed_number(m: re.Match[str]) -> str:
+    whole, numerator, denominator = m.group(1), m.group(2) or m.group(3), m.group(4) or m.group(5)
+    return f"({whole}+\\frac{{{numerator}}}{{{denominator}}})"
 
 
 def _base_numeral(m: re.Match[str]) -> str:
@@ -279,9 +307,11 @@ def normalize_answer(text: str) -> str:
     Removes dollar signs and math delimiters, ``\\left``/``\\right`` and sizing commands, spacing
     commands (``\\!``, ``\\,``, ``~``, ``\\quad``), empty ``\\text{}`` blocks,
     ``\\displaystyle``, degree marks, percent signs, base subscripts on numerals (``52_8`` → ``52``), ``{,}`` thousands separators,
-    word-only ``\\text{}`` units, trailing unit words and trailing periods; unwraps ``\\boxed{}``;
-    rewrites ``\\dfrac``/``\\tfrac`` to ``\\frac`` and common Unicode symbols to LaTeX; collapses
-    whitespace.
+    spaces between digits grouped by threes (``1 000``), currency signs and leading currency
+    codes (``€5``, ``USD 5``), word-only ``\\text{}`` units, trailing unit words and trailing
+    periods; unwraps ``\\boxed{}``; rewrites ``\\dfrac``/``\\tfrac`` to ``\\frac``, mixed numbers
+    (``3\\frac12``) to ``(3+\\frac{1}{2})``, one number word alone (``five``) to its numeral and
+    common Unicode symbols to LaTeX; collapses whitespace.
 
     Args:
         text: A raw answer, e.g. the content of a ``\\boxed{}``.
@@ -300,6 +330,8 @@ def normalize_answer(text: str) -> str:
     s = _SIZING_RE.sub("", s)
     s = re.sub(r",\\!\s*(?=\d{3})", ",", s)  # 10,\!080 is a thousands separator
     s = re.sub(r"(?<=\d)\\,(?=\d{3}(?!\d))", "", s)  # 3\,000: a thin space groups digits
+    s = _SPACE_GROUPS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)
+    s = _CURRENCY_CODE_RE.sub("", s)
     s = _SPACING_RE.sub(" ", s)
     while True:  # \text{\text{}} is empty too once the inner block is gone
         s, dropped = _EMPTY_TEXT_RE.subn(" ", s)
@@ -310,7 +342,7 @@ def normalize_answer(text: str) -> str:
     s = _SCI_RE.sub(r"\1\\times10^{\2}", s)
     s = _REPEATING_RE.sub(_repeating_to_fraction, s)
     s = re.sub(r"\\mathbb\s*\{?R\}?", r"(-\\infty,\\infty)", s)
-    s = _MIXED_RE.sub(r"(\1+\\frac{\2}{\3})", s)
+    s = _MIXED_RE.sub(_mixed_number, s)
     # "x = 1 or x = 2" lists solutions; the words must become separators before units go.
     s = re.sub(r"\\(?:text|mbox)\s*\{\s*(?:or|and)\s*\}", ",", s)
     if re.search(r"[\d=]", s):
@@ -325,6 +357,9 @@ def normalize_answer(text: str) -> str:
     # as a list where "1,500" reads as fifteen hundred.
     s = re.sub(r"(?<=[(\[{]) | (?=[)\]},]|\\\})", "", s)
     s = re.sub(r"(?:\s*(?<!\\)[.;])+$", "", s).strip()
+    word = re.fullmatch(r"(?:\\(?:text|mbox)\{)?\s*([a-zA-Z]+)\s*\}?", s)
+    if word is not None and word.group(1).lower() in _NUMBER_WORDS:
+        s = str(_NUMBER_WORDS[word.group(1).lower()])
     return s
 
 

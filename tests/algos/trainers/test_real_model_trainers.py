@@ -40,17 +40,17 @@ def gsm8k(shared_data):
 @pytest.mark.parametrize(
     ("algo", "env_id", "extra"),
     [
-        ("action-marft", "math-dual-v4", {}),
-        ("token-marft", "math-dual-v4", {}),
-        ("ppo", "math-single-v4", {"level": "action"}),
-        ("ppo", "math-single-v4", {"level": "token"}),
+        ("action-marft", "math-dual-v5", {}),
+        ("token-marft", "math-dual-v5", {}),
+        ("ppo", "math-single-v5", {"level": "action"}),
+        ("ppo", "math-single-v5", {"level": "token"}),
         # Eight tokens rarely solve a GSM8K problem, so groups are usually flat (zero advantages);
         # the KL and entropy terms make GRPO update all the same (and exercise the reference).
-        ("grpo", "math-dual-v4", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
-        ("grpo", "math-single-v4", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
+        ("grpo", "math-dual-v5", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
+        ("grpo", "math-single-v5", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
         # RLOO and REINFORCE++ fold the KL into the reward (a reference forward per iteration).
-        ("rloo", "math-dual-v4", {"num_generations": 2, "level": "token", "entropy_coef": 0.01}),
-        ("reinforce-pp", "math-dual-v4", {"entropy_coef": 0.01}),
+        ("rloo", "math-dual-v5", {"num_generations": 2, "level": "token", "entropy_coef": 0.01}),
+        ("reinforce-pp", "math-dual-v5", {"entropy_coef": 0.01}),
     ],
 )
 def test_every_trainer_trains_the_real_model_on_gsm8k(algo, env_id, extra, smollm2_path, gsm8k):

@@ -50,7 +50,8 @@ def boxed(answer: str) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_labelled_case(case: dict) -> None:
-    assert grade_answer(case["response"], case["gold"]) is case["expected"], case.get("note")
+    verdict = grade_answer(case["response"], case["gold"], problem=case.get("problem"))
+    assert verdict is case["expected"], case.get("note")
 
 
 def test_case_file_is_large_varied_and_valid() -> None:
@@ -241,7 +242,11 @@ def test_concurrent_grading_matches_sequential() -> None:
     subset = CASES[::5]
     expected = [c["expected"] for c in subset]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        got = list(pool.map(lambda c: grade_answer(c["response"], c["gold"]), subset))
+        got = list(
+            pool.map(
+                lambda c: grade_answer(c["response"], c["gold"], problem=c.get("problem")), subset
+            )
+        )
     assert got == expected
 
 
