@@ -73,7 +73,9 @@ REASONER_PROMPT, ACTOR_PROMPT = (p.system_prompt for p in DUAL_PROFILES)
 
 
 def dual_math(problem, client):
-    """The reasoner -> actor team of math-dual-v5, as a program."""
+    """The reasoner -> actor team of math-dual-v5, as a program: the same messages. It grades
+    with the grader alone (no problem text), so an unevaluated form that restates nothing, which
+    math-dual-v5 accepts, is refused here as it was in v4."""
     question = f"Problem: {problem.problem}"
     steps = client.chat.completions.create(
         model="reasoner",
