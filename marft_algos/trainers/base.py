@@ -18,6 +18,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -176,7 +177,7 @@ class Trainer(ABC):
         """The shared policy-gradient step with this trainer's objective and sampling settings."""
         return PolicyGradient(
             self.policy,
-            self.objective(),
+            replace(self.objective(), behaviour_weight_cap=self.config.behaviour_weight_cap),
             sampling=self.config.sampling,
             accumulation_steps=self.config.gradient_accumulation_steps,
             distributed=self.dist,
