@@ -380,6 +380,13 @@ class CriticFreeTrainer(Trainer):
             if objective.beta != 0 or objective.entropy_coef != 0 or not c.skip_zero_advantages
             else nonzero
         )
+        if not self.dist.sum([float(active.sum())])[0]:
+            logger.info(
+                "Iteration %d: every advantage is 0 and no KL or entropy term needs a gradient, "
+                "so the update runs no forward or backward pass (the optimizers step on zero "
+                "gradients, as they would have).",
+                self.iteration + 1,
+            )
         first_episode, total_episodes = self.dist.offset(len(episodes))
         for _ in range(c.num_iterations):
             for rows in batch.minibatch_indices(

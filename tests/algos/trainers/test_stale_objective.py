@@ -48,7 +48,9 @@ def test_the_decoupled_surrogate_matches_a_hand_computation(staleness, behaviour
     ]
     torch.testing.assert_close(per_entry[0], torch.tensor(expected, dtype=torch.float64))
     weights = [min(math.exp(p - b), cap) for p, b in zip(prox, behaviour, strict=True)]
-    torch.testing.assert_close(terms["behaviour_weight"][0], torch.tensor(weights, dtype=torch.float64))
+    torch.testing.assert_close(
+        terms["behaviour_weight"][0], torch.tensor(weights, dtype=torch.float64)
+    )
     # The ratio and its statistics are against the proximal policy, not the behaviour one.
     ratios = [math.exp(n - p) for n, p in zip(new, prox, strict=True)]
     torch.testing.assert_close(terms["ratio_mean"][0], torch.tensor(ratios, dtype=torch.float64))
@@ -126,7 +128,9 @@ def test_every_trainers_loss_on_stale_decisions(kind, staleness, tiny_path):
     prox = torch.where(mask, current + 0.3 * torch.randn(mask.shape, generator=g), 0.0)
     behav = torch.where(mask, prox + 0.4 * staleness * torch.randn(mask.shape, generator=g), 0.0)
     adv = torch.randn(len(batch), generator=g)
-    stale = replace(batch, old_log_probs=behav, proximal_log_probs=prox).with_targets(advantages=adv)
+    stale = replace(batch, old_log_probs=behav, proximal_log_probs=prox).with_targets(
+        advantages=adv
+    )
     cap = trainer.config.behaviour_weight_cap
     if step.objective.level == "action":
         norm, words = step.objective.logprob_normalization, batch.word_counts
@@ -165,3 +169,39 @@ def test_a_batch_without_proximal_log_probs_trains_as_before(tiny_path):
     torch.testing.assert_close(
         batch.proximal_log_probs[0, :n], torch.tensor(decisions[0].log_probs) - 0.1
     )
+
+
+def test_an_update_whose_advantages_are_all_zero_runs_no_forward(tiny_path, caplog):
+    trainer = build("grpo", tiny_path, iterations=2, num_iterations=2, num_minibatches=2)
+    forwards: list[int] = []
+    token_log_probs = trainer.policy.token_log_probs
+
+    def counting(agent, prompt_ids, action_ids, **kwargs):
+        forwards.append(len(prompt_ids))
+        return token_log_probs(agent, prompt_ids, action_ids, **kwargs)
+
+    collect = trainer.collect_with_stats
+
+    def flat():
+        episodes, stats = collect()
+        for e in episodes:
+            e.team_return = 0.0
+        return episodes, stats
+
+    trainer.collect_with_stats = flat
+    trainer.policy.token_log_probs = counting
+    steps = {k: 0 for k in trainer.optimizers}
+    for key, optimizer in trainer.optimizers.items():
+        optimizer.register_step_post_hook(
+            lambda *_, key=key: steps.__setitem__(key, steps[key] + 1)
+        )
+    with caplog.at_level("INFO", logger="marft_algos.trainers.critic_free"):
+        records = trainer.train()
+    assert forwards == []  # no forward at all, with or without gradient
+    assert "runs no forward or backward pass" in caplog.text
+    # The run's state is that of an update that ran: every optimizer stepped once per minibatch
+    # and pass, and each iteration has its metrics row.
+    assert steps == {k: 2 * 2 * 2 for k in trainer.optimizers}
+    assert [r["iteration"] for r in records] == [0, 1, 2]
+    assert all(r["train/skipped_empty"] == 1 for r in records[1:])
+    assert trainer.iteration == 2
