@@ -226,12 +226,18 @@ class CriticFreeTrainer(Trainer):
                     break
         return keep
 
-    def _run_groups(self, n_groups: int, first_group: int) -> list[Episode]:
-        """Draw ``n_groups`` tasks (alike on every rank) and run this rank's share of whole groups."""
+    def _rank_groups(self, n_groups: int, first_group: int) -> list[EpisodeRequest]:
+        """Draw ``n_groups`` tasks (alike on every rank): this rank's share of whole groups."""
         requests = self._group_requests(n_groups, first_group)
         share = self.dist.shard(n_groups)
         per = self.config.num_generations
-        return self.collector.collect([r for g in share for r in requests[g * per : (g + 1) * per]])
+        return [r for g in share for r in requests[g * per : (g + 1) * per]]
+
+    def _run_groups(self, n_groups: int, first_group: int) -> list[Episode]:
+        return self.collector.collect(self._rank_groups(n_groups, first_group))
+
+    def iteration_requests(self) -> list[EpisodeRequest]:
+        return self._rank_groups(self.config.groups_per_iteration, 0)
 
     def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
         c = self.config
