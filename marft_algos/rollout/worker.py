@@ -108,7 +108,7 @@ def _serve(payload: bytes, jobs: Any, results: Any, parent: int) -> None:
                 collector.close()
 
 
-def _stop(process: Any, jobs: Any) -> None:
+def _stop(process: Any, jobs: Any, results: Any) -> None:
     """Ask the worker to finish, then end it by force if it does not (every exit path)."""
     if process.is_alive():
         with contextlib.suppress(Exception):
@@ -120,6 +120,10 @@ def _stop(process: Any, jobs: Any) -> None:
     if process.is_alive():
         process.kill()
         process.join()
+    for q in (jobs, results):
+        # Jobs the worker never read must not hold this process at exit.
+        q.cancel_join_thread()
+        q.close()
 
 
 class RolloutWorker:
@@ -159,7 +163,7 @@ class RolloutWorker:
             name="marft-rollout-worker",
         )
         self._process.start()
-        self._finalizer = weakref.finalize(self, _stop, self._process, self._jobs)
+        self._finalizer = weakref.finalize(self, _stop, self._process, self._jobs, self._results)
         self.pending = 0
         """Jobs submitted and not yet read back."""
 
