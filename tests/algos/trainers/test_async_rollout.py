@@ -155,7 +155,7 @@ def test_settings_async_rollouts_cannot_run_with_are_refused(tiny_path):
         GRPOConfig(max_staleness=-1)
     with pytest.raises(ValueError, match="behaviour_weight_cap must be > 0"):
         GRPOConfig(behaviour_weight_cap=0.0)
-    with pytest.raises(ValueError, match="dynamic_sampling .* max_staleness=1"):
+    with pytest.raises(ValueError, match=r"dynamic_sampling .* max_staleness=1"):
         build("grpo", tiny_path, max_staleness=1, dynamic_sampling=True)
 
 
