@@ -152,7 +152,14 @@ class RolloutWorker:
         import cloudpickle
 
         threads = threads or torch.get_num_threads()
-        payload = cloudpickle.dumps((policy, env_fn, num_envs, settings, seed, threads))
+        try:
+            payload = cloudpickle.dumps((policy, env_fn, num_envs, settings, seed, threads))
+        except Exception as err:
+            raise ValueError(
+                f"Asynchronous rollouts copy the policy and env_fn into a worker process, but "
+                f"they cannot be pickled ({type(err).__name__}: {err}); make env_fn a plain "
+                f"function or lambda over importable classes, or set max_staleness=0."
+            ) from err
         context = torch.multiprocessing.get_context("spawn")
         self._jobs = context.Queue()
         self._results = context.Queue()

@@ -155,10 +155,14 @@ class AsyncRollouts:
         under the current weights (one forward pass without gradient)."""
         t = self.trainer
         agents = set(t.trainable_agents())
+        # A trainer may name the decisions whose loss terms can have a gradient (critic-free:
+        # the non-zero advantages); the others add exactly 0 and need no proximal log-probs.
+        chooser = getattr(t, "decisions_with_gradient", None)
+        chosen = chooser(episodes) if chooser is not None else None
+        pool = [d for e in episodes for d in e.decisions] if chosen is None else chosen
         stale = [
             d
-            for e in episodes
-            for d in e.decisions
+            for d in pool
             if d.agent in agents and d.policy_version is not None and d.policy_version < version
         ]
         if not stale:

@@ -22,13 +22,20 @@ def _without_times(records):
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
 
 
-def test_an_async_run_trains_each_batch_one_version_stale(tiny_path):
-    trainer = build("grpo", tiny_path, iterations=3, max_staleness=1)
+@pytest.mark.parametrize("kind", ["action", "grpo"])
+def test_an_async_run_trains_each_batch_one_version_stale(kind, tiny_path):
+    trainer = build(kind, tiny_path, iterations=3, max_staleness=1)
     seen = []
     update = trainer.update
 
     def recording(episodes):
-        seen.append((trainer.iteration, [d for e in episodes for d in e.decisions]))
+        decisions = [d for e in episodes for d in e.decisions]
+        nonzero = None
+        if kind == "grpo":  # the decisions whose advantage is not 0
+            batch = trainer.rollout_batch(episodes)
+            advantages, _ = trainer.batch_advantages(episodes, batch)
+            nonzero = [bool(a != 0) for a in advantages]
+        seen.append((trainer.iteration, decisions, nonzero))
         return update(episodes)
 
     trainer.update = recording
@@ -39,20 +46,26 @@ def test_an_async_run_trains_each_batch_one_version_stale(tiny_path):
     assert [r.get("rollout/staleness") for r in records] == [None, 0.0, 1.0, 1.0]
     assert [r.get("rollout/staleness_max") for r in records[1:]] == [0, 1, 1]
     assert all(r["rollout/dropped_stale"] == 0 for r in records[1:])
-    for iteration, decisions in seen:
+    for iteration, decisions, nonzero in seen:
         version = max(iteration - 1, 0)  # the first batch is fresh, the others one update old
         assert {d.policy_version for d in decisions} == {version}
         if iteration == 0:
             assert all(d.proximal_log_probs is None for d in decisions)
             continue
-        # Stale: proximal log-probs under the weights of this update, which the last update moved.
-        assert all(len(d.proximal_log_probs) == len(d.action_ids) for d in decisions)
-        gap = max(
-            abs(p - b)
-            for d in decisions
-            for p, b in zip(d.proximal_log_probs, d.log_probs, strict=True)
-        )
-        assert gap > 1e-4
+        # Stale: proximal log-probs under the weights of this update (which the last update
+        # moved) for every decision whose loss has a gradient; GRPO skips zero advantages.
+        wanted = [True] * len(decisions) if nonzero is None else nonzero
+        assert [d.proximal_log_probs is not None for d in decisions] == wanted
+        with_prox = [d for d in decisions if d.proximal_log_probs is not None]
+        assert all(len(d.proximal_log_probs) == len(d.action_ids) for d in with_prox)
+        if with_prox:
+            gap = max(
+                abs(p - b)
+                for d in with_prox
+                for p, b in zip(d.proximal_log_probs, d.log_probs, strict=True)
+            )
+            assert gap > 1e-4
+    assert any(d.proximal_log_probs is not None for _, ds, _ in seen for d in ds)
     assert trainer.async_rollouts.worker is None  # stopped when train() returned
 
 
