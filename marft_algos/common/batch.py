@@ -55,6 +55,9 @@ class RolloutBatch:
         values: Rollout values, ``(N,)`` or ``(N, T)``; None for critic-free trainers.
         advantages: ``(N,)`` or ``(N, T)``.
         returns: Value targets, shaped like ``values``; None without a critic.
+        proximal_log_probs: ``(N, T)`` log-probs under the weights at the start of the update,
+            for stale decisions (the decoupled objective, ``docs/maths.md``); None when every
+            decision is fresh (the plain surrogate against ``old_log_probs``).
     """
 
     agents: tuple[str, ...]
@@ -69,6 +72,7 @@ class RolloutBatch:
     values: Tensor | None = None
     advantages: Tensor | None = None
     returns: Tensor | None = None
+    proximal_log_probs: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -244,6 +248,7 @@ def build_rollout_batch(
         action_ids[k, :length] = torch.as_tensor(d.action_ids, dtype=torch.long)
         action_mask[k, :length] = True
         old[k, :length] = torch.as_tensor(d.log_probs, dtype=torch.float32)
+    proximal = _proximal_log_probs([d for _, d in rows], old)
     caps = dict(token_caps or {})
     return RolloutBatch(
         agents=tuple(d.agent for _, d in rows),
@@ -258,4 +263,24 @@ def build_rollout_batch(
         token_caps=torch.tensor(
             [int(caps.get(d.agent, default_cap)) for _, d in rows], dtype=torch.long
         ),
+        proximal_log_probs=proximal,
     )
+
+
+def _proximal_log_probs(decisions: Sequence[_Decision], old: Tensor) -> Tensor | None:
+    """``(N, T)`` proximal log-probs where some decision carries them (the others' are their
+    rollout log-probs: fresh decisions are sampled by the proximal policy); None where none does."""
+    given = [getattr(d, "proximal_log_probs", None) for d in decisions]
+    if all(p is None for p in given):
+        return None
+    out = old.clone()
+    for k, (d, p) in enumerate(zip(decisions, given, strict=True)):
+        if p is None:
+            continue
+        if len(p) != len(d.action_ids):
+            raise ValueError(
+                f"Decision {k} of agent {d.agent!r} has {len(d.action_ids)} tokens but "
+                f"{len(p)} proximal log-probs."
+            )
+        out[k, : len(p)] = torch.as_tensor(p, dtype=torch.float32)
+    return out

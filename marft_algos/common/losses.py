@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "BEHAVIOUR_WEIGHT_CAP",
     "KLEstimator",
     "LossType",
     "action_log_prob",
@@ -33,6 +34,10 @@ __all__ = [
 
 #: How per-token losses are aggregated: TRL's ``loss_type`` names, the config knob's values.
 LossType = Literal["grpo", "bnpo", "dapo", "dr_grpo"]
+
+#: Default cap of the decoupled objective's importance weight π_prox/π_behav (AReaL's
+#: ``behav_imp_weight_cap`` example value); larger weights are truncated to it.
+BEHAVIOUR_WEIGHT_CAP = 5.0
 _LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
@@ -312,8 +317,20 @@ def clipped_surrogate(
     *,
     epsilon: float = 0.2,
     epsilon_high: float | None = None,
+    proximal_log_probs: Tensor | None = None,
+    behaviour_weight_cap: float = BEHAVIOUR_WEIGHT_CAP,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-entry PPO clipped surrogate (paper eq. 5, DAPO clip-higher), before any aggregation.
+
+    With ``proximal_log_probs`` it is the decoupled objective for stale data (AReaL's decoupled
+    PPO, after Hilton et al. 2021): ``old_log_probs`` are then the behaviour policy's (the version
+    that sampled), the ratio and its clip are taken against the proximal policy (the weights at
+    the start of this update), and each entry is weighted by ``min(π_prox/π_behav, cap)``::
+
+        ℓ = −min(π_prox/π_behav, cap) · min(r·A, clip(r, 1−ε_low, 1+ε_high)·A),  r = π_θ/π_prox
+
+    Without them (or on fresh data, where the caller passes none) it is the plain surrogate, by
+    the same code as before. See ``docs/maths.md``, "Stale rollouts".
 
     Use it to weight entries yourself (:func:`sequence_weights`); :func:`ppo_clip_loss` is this
     plus TRL's aggregation.
@@ -325,12 +342,18 @@ def clipped_surrogate(
         mask: bool, same shape as ``log_probs`` (default: all valid).
         epsilon: ε_low.
         epsilon_high: ε_high (default ``epsilon``).
+        proximal_log_probs: same shape as ``log_probs``, under the proximal policy (None: the
+            behaviour policy is the proximal one, the plain surrogate).
+        behaviour_weight_cap: Largest importance weight π_prox/π_behav (> 0; larger ones are
+            truncated to it).
 
     Returns:
         ``(per_entry_loss, terms)``: the ``(B, L)`` loss to minimise (``L = 1`` for ``(B,)``
         inputs; 0 on padding) and detached ``(B, L)`` tensors ``approx_kl`` (k3 of
-        KL(π_old ‖ π_θ)), ``clip_fraction``, ``clip_low_fraction``, ``clip_high_fraction``,
-        ``ratio_mean`` (the ratio) and the ``(B, L)`` bool ``mask``.
+        KL(π_old ‖ π_θ), π_old the proximal policy when given), ``clip_fraction``,
+        ``clip_low_fraction``, ``clip_high_fraction``, ``ratio_mean`` (the ratio), the ``(B, L)``
+        bool ``mask`` and, with ``proximal_log_probs``, ``behaviour_weight`` (the truncated
+        importance weight).
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     if epsilon < 0 or eps_high < 0:
@@ -357,11 +380,26 @@ def clipped_surrogate(
     adv = adv.reshape(lp.shape[0], -1).to(lp.dtype).detach()
     m = torch.ones_like(lp, dtype=torch.bool) if mask is None else mask.reshape(lp.shape).bool()
 
+    behaviour_weight = None
+    if proximal_log_probs is not None:
+        if proximal_log_probs.shape != log_probs.shape:
+            raise ValueError(
+                f"proximal_log_probs {tuple(proximal_log_probs.shape)} and log_probs "
+                f"{tuple(log_probs.shape)} differ"
+            )
+        if not behaviour_weight_cap > 0:
+            raise ValueError(f"behaviour_weight_cap must be > 0, got {behaviour_weight_cap}.")
+        prox = proximal_log_probs.reshape(lp.shape).detach()
+        log_weight = torch.where(m, prox - old.detach(), torch.zeros_like(lp))  # (B, L)
+        behaviour_weight = torch.exp(log_weight).clamp(max=behaviour_weight_cap)
+        old = prox  # the ratio and its clip are around the proximal policy
     # Pad entries get ratio 1, so garbage log-probs there (−inf) cannot turn gradients into NaN.
     log_ratio = torch.where(m, lp - old.detach(), torch.zeros_like(lp))  # (B, L)
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, L)
+    if behaviour_weight is not None:
+        per_token = behaviour_weight * per_token
     per_token = torch.where(m, per_token, torch.zeros_like(per_token))
 
     with torch.no_grad():
@@ -375,6 +413,8 @@ def clipped_surrogate(
             "ratio_mean": ratio.detach(),
             "mask": m,
         }
+        if behaviour_weight is not None:
+            terms["behaviour_weight"] = behaviour_weight
     return per_token, terms
 
 

@@ -56,6 +56,11 @@ class Decision:
             ``prompt_ids``), kept so a model with another tokenizer (e.g. the critic's) can
             render it itself instead of reading ids of a foreign vocabulary.
         tools: The tools the observation offered (rendered with the messages), or None.
+        policy_version: The adapters' version that sampled it (updates applied before; None:
+            not recorded, the synchronous loop, where it is always the current one).
+        proximal_log_probs: Per-token log-probs of ``action_ids`` under the weights at the start
+            of the update that trains on it, set by the trainer when the decision is stale
+            (sampled by an older version); None: fresh, ``log_probs`` are the proximal ones.
     """
 
     episode: int
@@ -73,6 +78,8 @@ class Decision:
     truncated: bool = False
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
+    policy_version: int | None = None
+    proximal_log_probs: list[float] | None = None
 
 
 @dataclass

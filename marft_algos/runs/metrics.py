@@ -51,6 +51,11 @@ METRICS: dict[str, str] = {
     "(0 without it)",
     "rollout/resample_rounds": "critic-free: extra sampling rounds dynamic sampling ran to refill "
     "the batch (0 without it)",
+    "rollout/staleness": "`max_staleness` ≥ 1: mean over the batch's decisions of the updates "
+    "applied since the adapters that sampled them (0: fresh)",
+    "rollout/staleness_max": "`max_staleness` ≥ 1: the largest staleness of the batch's decisions",
+    "rollout/dropped_stale": "`max_staleness` ≥ 1: batches dropped for being more than "
+    "`max_staleness` versions old (sampled again)",
     "eval/episodes": "held-out episodes of the greedy evaluation (before training, every "
     "`eval_every`, at the end)",
     "eval/reward_mean": "mean team return of those episodes",

@@ -18,6 +18,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,11 +29,12 @@ from pettingzoo import AECEnv
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.distributed import DistributedContext
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
-from marft_algos.rollout.collector import Episode, RolloutCollector
+from marft_algos.rollout.collector import Episode, EpisodeRequest, RolloutCollector
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, TrainingDiverged
 from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.runs.progress import TrainingProgress
 from marft_algos.runs.samples import trim_samples
+from marft_algos.trainers.async_rollout import AsyncRollouts
 from marft_algos.trainers.checkpointer import (
     Checkpointer,
     load_trainer_state,
@@ -95,6 +97,7 @@ class Trainer(ABC):
         # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
         # on the world size); sampling uses a per-rank generator derived from the run seed.
         self.rollout_backend = rollout_backend
+        self.env_fn = env_fn
         self.collector = RolloutCollector.from_factory(
             rollout_backend or policy,
             env_fn,
@@ -132,6 +135,8 @@ class Trainer(ABC):
         )
         """Snapshots, the entropy blow-up check and the non-finite stop."""
         self._progress: TrainingProgress | None = None
+        self.async_rollouts = AsyncRollouts(self) if config.max_staleness else None
+        """The batches of an asynchronous run (``max_staleness >= 1``); None: collected here."""
 
     @classmethod
     def check_team(cls, agents: Sequence[str]) -> None:
@@ -176,7 +181,7 @@ class Trainer(ABC):
         """The shared policy-gradient step with this trainer's objective and sampling settings."""
         return PolicyGradient(
             self.policy,
-            self.objective(),
+            replace(self.objective(), behaviour_weight_cap=self.config.behaviour_weight_cap),
             sampling=self.config.sampling,
             accumulation_steps=self.config.gradient_accumulation_steps,
             distributed=self.dist,
@@ -230,9 +235,12 @@ class Trainer(ABC):
     def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
         """This process's share of the iteration's rollouts and ``rollout/...`` statistics of how
         they were sampled (GRPO overrides this to sample groups)."""
+        return self.collector.collect(self.iteration_requests()), {}
+
+    def iteration_requests(self) -> list[EpisodeRequest]:
+        """This process's share of one iteration's episode requests (drawn alike on every rank)."""
         requests = self.collector.requests(self.config.episodes_per_iteration)  # the global list
-        share = self.dist.shard(len(requests))
-        return self.collector.collect([requests[i] for i in share]), {}
+        return [requests[i] for i in self.dist.shard(len(requests))]
 
     @property
     def eval_collector(self) -> RolloutCollector | None:
@@ -251,7 +259,10 @@ class Trainer(ABC):
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
         self._phase("rollout", len(self.dist.shard(self.config.episodes_per_iteration)))
-        episodes, sampling_stats = self.collect_with_stats()
+        if self.async_rollouts is None:
+            episodes, sampling_stats = self.collect_with_stats()
+        else:
+            episodes, sampling_stats = self.async_rollouts.next_batch()
         rollout_time = time.perf_counter() - start
         metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
@@ -312,6 +323,8 @@ class Trainer(ABC):
                 self._run_iterations(bar, records)
         finally:
             self._progress = None
+            if self.async_rollouts is not None:
+                self.async_rollouts.close()  # no worker outlives train(), however it ends
         return records
 
     def _phase(self, name: str, episodes: int | None = None) -> None:
@@ -362,6 +375,8 @@ class Trainer(ABC):
     def save_checkpoint(self, directory: str | Path) -> Path:
         """Save adapters, critic, optimizers, RNG states and counters (atomic; rank 0 writes)."""
         optimizers, state = self.checkpointed_optimizers(), trainer_state(self)
+        if self.async_rollouts is not None:
+            state.update(self.async_rollouts.state())  # the in-flight batch, waited for
         return self.checkpointer.save(directory, self.policy, self.critic, optimizers, state)
 
     def load_checkpoint(self, directory: str | Path, *, allow_config_change: bool = False) -> None:
@@ -377,6 +392,8 @@ class Trainer(ABC):
             directory, self.policy, self.critic, optimizers, allow_config_change=allowed
         )
         load_trainer_state(self, state)
+        if self.async_rollouts is not None:
+            self.async_rollouts.load_state(state)
         self.sync_rollout_backend(self.iteration)
 
     def resume(
@@ -401,6 +418,8 @@ class Trainer(ABC):
         """Release the run folder's lock, close TensorBoard and the env copies (the process's exit
         does all of it too)."""
         self.logger.close()
+        if self.async_rollouts is not None:
+            self.async_rollouts.close()
         for collector in (self.collector, self.eval_collector):
             if collector is not None:
                 collector.close()

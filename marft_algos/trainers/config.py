@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from marft_algos.common.losses import BEHAVIOUR_WEIGHT_CAP
 from marft_algos.rollout.collector import GenerationSettings
 
 __all__ = ["TrainerConfig", "check_clip_range", "check_finite_numbers", "check_num_minibatches"]
@@ -77,6 +78,14 @@ class TrainerConfig:
     sync_check_every: int = 10
     """With several processes: compare a checksum of every rank's adapters and critic every K
     iterations and stop with an error if they differ (0: never)."""
+    max_staleness: int = 0
+    """Asynchronous rollouts: 0 runs rollout and update one after the other; k >= 1 generates
+    the next iteration's rollouts in a worker process while this one updates, and drops batches
+    sampled more than k versions ago (docs/scaling.md). Stale decisions are trained with the
+    decoupled objective (docs/maths.md, "Stale rollouts")."""
+    behaviour_weight_cap: float = BEHAVIOUR_WEIGHT_CAP
+    """Cap of the decoupled objective's importance weight π_prox/π_behav on stale decisions
+    (larger weights are truncated to it); unused at max_staleness 0."""
 
     def __post_init__(self) -> None:
         check_finite_numbers(self)
@@ -110,11 +119,17 @@ class TrainerConfig:
             "keep_checkpoints",
             "max_nonfinite_iterations",
             "eval_samples",
+            "max_staleness",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(
                     f"{type(self).__name__}.{name} must be >= 0, got {getattr(self, name)}."
                 )
+        if not self.behaviour_weight_cap > 0:
+            raise ValueError(
+                f"behaviour_weight_cap must be > 0 (the largest importance weight kept), got "
+                f"{self.behaviour_weight_cap}; the default is {BEHAVIOUR_WEIGHT_CAP}."
+            )
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
         if self.adam_eps <= 0:

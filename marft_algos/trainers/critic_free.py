@@ -26,7 +26,7 @@ from torch import Tensor
 from marft_algos.common.advantages import zero_std_group_mask
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.losses import KLEstimator, Normalizer, kl_penalty
-from marft_algos.rollout.collector import Episode, EpisodeRequest
+from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 from marft_algos.trainers.base import Trainer
 from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
 from marft_algos.trainers.policy_gradient import Objective
@@ -226,12 +226,18 @@ class CriticFreeTrainer(Trainer):
                     break
         return keep
 
-    def _run_groups(self, n_groups: int, first_group: int) -> list[Episode]:
-        """Draw ``n_groups`` tasks (alike on every rank) and run this rank's share of whole groups."""
+    def _rank_groups(self, n_groups: int, first_group: int) -> list[EpisodeRequest]:
+        """Draw ``n_groups`` tasks (alike on every rank): this rank's share of whole groups."""
         requests = self._group_requests(n_groups, first_group)
         share = self.dist.shard(n_groups)
         per = self.config.num_generations
-        return self.collector.collect([r for g in share for r in requests[g * per : (g + 1) * per]])
+        return [r for g in share for r in requests[g * per : (g + 1) * per]]
+
+    def _run_groups(self, n_groups: int, first_group: int) -> list[Episode]:
+        return self.collector.collect(self._rank_groups(n_groups, first_group))
+
+    def iteration_requests(self) -> list[EpisodeRequest]:
+        return self._rank_groups(self.config.groups_per_iteration, 0)
 
     def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
         c = self.config
@@ -332,6 +338,23 @@ class CriticFreeTrainer(Trainer):
         return {}
 
     # ------------------------------------------------------------------ update
+    def decisions_with_gradient(self, episodes: list[Episode]) -> list[Decision] | None:
+        """The trained decisions whose loss terms can have a gradient: with
+        ``skip_zero_advantages``, no KL or entropy term and no reference forward for the
+        advantages (``beta == 0``), those with a non-zero advantage; None (all of them)
+        otherwise. Asynchronous runs compute proximal log-probs for these alone."""
+        c = self.config
+        if c.beta != 0 or c.entropy_coef != 0 or not c.skip_zero_advantages:
+            return None
+        trained = set(self.trainable_agents())
+        batch = build_rollout_batch(episodes, agents=sorted(trained))
+        if not len(batch):
+            return []
+        advantages, _ = self.batch_advantages(episodes, batch)  # no forward pass with beta == 0
+        nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
+        rows = [d for e in episodes for d in e.decisions if d.agent in trained]
+        return [d for d, keep in zip(rows, nonzero.tolist(), strict=True) if keep]
+
     def _agents_in(self, agents: Sequence[str], active: Tensor) -> tuple[list[str], list[str]]:
         """The agents with a decision on some rank, and those with an active one, each in the same
         order on every rank."""
@@ -381,6 +404,13 @@ class CriticFreeTrainer(Trainer):
             if objective.beta != 0 or objective.entropy_coef != 0 or not c.skip_zero_advantages
             else nonzero
         )
+        if not self.dist.sum([float(active.sum())])[0]:
+            logger.info(
+                "Iteration %d: every advantage is 0 and no KL or entropy term needs a gradient, "
+                "so the update runs no forward or backward pass (the optimizers step on zero "
+                "gradients, as they would have).",
+                self.iteration + 1,
+            )
         first_episode, total_episodes = self.dist.offset(len(episodes))
         for _ in range(c.num_iterations):
             for rows in batch.minibatch_indices(

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.common.losses import (
+    BEHAVIOUR_WEIGHT_CAP,
     Normalizer,
     action_log_prob,
     clipped_surrogate,
@@ -62,6 +63,8 @@ class Objective:
         entropy_coef: Entropy bonus weight.
         beta: Weight of the k3 KL to the reference policy (adapters off); 0 skips its forward.
         logprob_normalization: Action level: divide the action log-prob by its token or word count.
+        behaviour_weight_cap: Stale decisions (a batch with proximal log-probs): cap of the
+            decoupled objective's importance weight π_prox/π_behav.
     """
 
     level: Literal["action", "token"] = "token"
@@ -71,6 +74,7 @@ class Objective:
     entropy_coef: float = 0.0
     beta: float = 0.0
     logprob_normalization: Literal["none", "token", "word"] = "none"
+    behaviour_weight_cap: float = BEHAVIOUR_WEIGHT_CAP
 
 
 class PolicyGradient:
@@ -167,21 +171,43 @@ class PolicyGradient:
         return (per_token * weights).sum()
 
     def _entries(self, log_probs: Tensor, mask: Tensor, chunk: RolloutBatch, weights: Tensor):
-        """The surrogate's entries: ``(new, old, advantages, mask, entry weights)``."""
+        """The surrogate's entries: ``(new, old, advantages, mask, entry weights, proximal)``,
+        ``proximal`` None unless the chunk holds stale decisions."""
         o = self.objective
         device = log_probs.device
         width = mask.shape[1]
         old = chunk.old_log_probs[:, :width].to(device)
+        prox = chunk.proximal_log_probs
+        prox = None if prox is None else prox[:, :width].to(device)
         assert chunk.advantages is not None
         adv = chunk.advantages.to(device)
         if o.level == "action":
             words = chunk.word_counts.to(device)
-            new = action_log_prob(log_probs, mask, o.logprob_normalization, words)  # (B,)
-            old_a = action_log_prob(old, mask, o.logprob_normalization, words)  # (B,)
-            return new, old_a, adv.reshape(-1), None, weights.sum(-1, keepdim=True)  # (B, 1)
+            norm = o.logprob_normalization
+            new = action_log_prob(log_probs, mask, norm, words)  # (B,)
+            old_a = action_log_prob(old, mask, norm, words)  # (B,)
+            prox_a = None if prox is None else action_log_prob(prox, mask, norm, words)
+            return new, old_a, adv.reshape(-1), None, weights.sum(-1, keepdim=True), prox_a
         if adv.dim() == 2:
             adv = adv[:, :width]
-        return log_probs, old, adv, mask, weights
+        return log_probs, old, adv, mask, weights, prox
+
+    def _surrogate(self, new: Tensor, old: Tensor, adv: Tensor, mask: Tensor | None, prox):
+        o = self.objective
+        if prox is None:  # fresh decisions: the plain surrogate
+            return clipped_surrogate(
+                new, old, adv, mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high
+            )
+        return clipped_surrogate(
+            new,
+            old,
+            adv,
+            mask,
+            epsilon=o.epsilon,
+            epsilon_high=o.epsilon_high,
+            proximal_log_probs=prox,
+            behaviour_weight_cap=o.behaviour_weight_cap,
+        )
 
     def _weights(self, chunk: RolloutBatch, mask: Tensor, totals: tuple[float, float]) -> Tensor:
         normalizer = "sequence" if self.objective.level == "action" else self.objective.normalizer
@@ -239,12 +265,10 @@ class PolicyGradient:
                 lp, uncut = self._log_probs(agent, chunk, with_entropy=True, with_uncut=o.beta > 0)
                 mask = lp.mask
                 weights = self._weights(chunk, mask, totals)  # (B, T)
-                new, old, adv, entry_mask, entry_w = self._entries(
+                new, old, adv, entry_mask, entry_w, prox = self._entries(
                     lp.log_probs, mask, chunk, weights
                 )
-                per_entry, terms = clipped_surrogate(
-                    new, old, adv, entry_mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high
-                )
+                per_entry, terms = self._surrogate(new, old, adv, entry_mask, prox)
                 policy_loss = (per_entry * entry_w).sum()
                 assert lp.entropy is not None  # requested above
                 entropy = (lp.entropy * weights).sum()
@@ -355,18 +379,33 @@ class PolicyGradient:
         return out
 
     @torch.no_grad()
+    def current_log_probs(self, batch: RolloutBatch) -> Tensor:
+        """``(N, T)`` log-probs of the batch's tokens under the current weights and the
+        distribution the rollout sampled from (the proximal log-probs of stale decisions); 0 on
+        padding. Forwards run agent by agent in ``accumulation_steps`` chunks."""
+        out = torch.zeros_like(batch.old_log_probs)  # (N, T)
+        for agent in dict.fromkeys(batch.agents):
+            rows = batch.indices_of(agent)
+            for part in np.array_split(np.asarray(rows), min(self.accumulation_steps, len(rows))):
+                lp, _ = self._log_probs(agent, batch[part], with_entropy=False)
+                width = lp.mask.shape[1]
+                kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
+                out[torch.as_tensor(part), :width] = kept.float().cpu()
+        return out
+
+    @torch.no_grad()
     def approx_kl(self, batch: RolloutBatch) -> float:
-        """k3 estimate of KL(π_old ‖ π_θ) on the batch's entries under the current weights."""
-        o = self.objective
+        """k3 estimate of KL(π_old ‖ π_θ) on the batch's entries under the current weights
+        (π_old: the proximal policy where the batch has stale decisions)."""
         total, count = 0.0, 0
         for agent in dict.fromkeys(batch.agents):
             for chunk in batch[batch.indices_of(agent)].chunks(self.accumulation_steps):
                 lp, _ = self._log_probs(agent, chunk, with_entropy=False)
                 weights = self._weights(chunk, lp.mask, (1.0, 1.0))
-                new, old, adv, entry_mask, _ = self._entries(lp.log_probs, lp.mask, chunk, weights)
-                _, terms = clipped_surrogate(
-                    new, old, adv, entry_mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high
+                new, old, adv, entry_mask, _, prox = self._entries(
+                    lp.log_probs, lp.mask, chunk, weights
                 )
+                _, terms = self._surrogate(new, old, adv, entry_mask, prox)
                 m = terms["mask"]
                 total += float(
                     torch.where(m, terms["approx_kl"], torch.zeros_like(terms["approx_kl"])).sum()

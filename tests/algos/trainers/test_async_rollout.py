@@ -1,0 +1,179 @@
+"""Asynchronous rollouts (``max_staleness >= 1``): one-step-stale batches trained with the
+decoupled objective, exact resume with the in-flight batch, a dead worker stopping the run with
+its error and no process left behind, and the settings it refuses."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+
+import pytest
+import torch
+from test_trainers import adapter_params, build
+from trainer_envs import DigitsEnv
+
+from marft_algos.rollout.worker import RolloutWorkerError
+from marft_algos.trainers.grpo import GRPOConfig
+
+
+def _without_times(records):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+
+
+@pytest.mark.parametrize("kind", ["action", "grpo"])
+def test_an_async_run_trains_each_batch_one_version_stale(kind, tiny_path):
+    trainer = build(kind, tiny_path, iterations=3, max_staleness=1)
+    seen = []
+    update = trainer.update
+
+    def recording(episodes):
+        decisions = [d for e in episodes for d in e.decisions]
+        nonzero = None
+        if kind == "grpo":  # the decisions whose advantage is not 0
+            batch = trainer.rollout_batch(episodes)
+            advantages, _ = trainer.batch_advantages(episodes, batch)
+            nonzero = [bool(a != 0) for a in advantages]
+        seen.append((trainer.iteration, decisions, nonzero))
+        return update(episodes)
+
+    trainer.update = recording
+    try:
+        records = trainer.train()
+    finally:
+        trainer.close()
+    assert [r.get("rollout/staleness") for r in records] == [None, 0.0, 1.0, 1.0]
+    assert [r.get("rollout/staleness_max") for r in records[1:]] == [0, 1, 1]
+    assert all(r["rollout/dropped_stale"] == 0 for r in records[1:])
+    for iteration, decisions, nonzero in seen:
+        version = max(iteration - 1, 0)  # the first batch is fresh, the others one update old
+        assert {d.policy_version for d in decisions} == {version}
+        if iteration == 0:
+            assert all(d.proximal_log_probs is None for d in decisions)
+            continue
+        # Stale: proximal log-probs under the weights of this update (which the last update
+        # moved) for every decision whose loss has a gradient; GRPO skips zero advantages.
+        wanted = [True] * len(decisions) if nonzero is None else nonzero
+        assert [d.proximal_log_probs is not None for d in decisions] == wanted
+        with_prox = [d for d in decisions if d.proximal_log_probs is not None]
+        assert all(len(d.proximal_log_probs) == len(d.action_ids) for d in with_prox)
+        if with_prox:
+            gap = max(
+                abs(p - b)
+                for d in with_prox
+                for p, b in zip(d.proximal_log_probs, d.log_probs, strict=True)
+            )
+            assert gap > 1e-4
+    assert any(d.proximal_log_probs is not None for _, ds, _ in seen for d in ds)
+    assert trainer.async_rollouts.worker is None  # stopped when train() returned
+
+
+def test_a_too_stale_batch_is_dropped_and_sampled_again(tiny_path, caplog):
+    trainer = build("grpo", tiny_path, iterations=2, max_staleness=1)
+    try:
+        trainer.train_iteration()  # iteration 2's batch is on its way, sampled by version 0
+        trainer.iteration += 1  # as if another update had happened meanwhile: two versions old
+        with caplog.at_level("WARNING", logger="marft_algos.trainers.async_rollout"):
+            episodes, stats = trainer.async_rollouts.next_batch()
+    finally:
+        trainer.close()
+    assert stats["rollout/dropped_stale"] == 1 and stats["rollout/staleness"] == 0.0
+    assert "dropping a batch sampled by version 0, 2 updates old" in caplog.text
+    assert {d.policy_version for e in episodes for d in e.decisions} == {2}
+
+
+def test_resume_continues_with_the_saved_in_flight_batch_exactly(tiny_path, tmp_path):
+    def run(output_dir, **kwargs):
+        return build(
+            "grpo", tiny_path, iterations=4, max_staleness=1, output_dir=output_dir, **kwargs
+        )
+
+    straight = run(str(tmp_path / "straight"))
+    try:
+        expected = straight.train()
+    finally:
+        straight.close()
+
+    class Interrupted(Exception):
+        pass
+
+    first = run(str(tmp_path / "cut"))
+    save = first.save_checkpoint
+
+    def save_then_stop(directory):
+        out = save(directory)
+        if first.iteration == 2:
+            raise Interrupted  # killed after the checkpoint, iteration 3's batch in flight
+        return out
+
+    first.save_checkpoint = save_then_stop
+    with pytest.raises(Interrupted):
+        first.train()
+    first.close()
+    assert first.async_rollouts.worker is None  # stopped on the error path too
+    state = json.loads((tmp_path / "cut" / "checkpoint-2" / "state.json").read_text())
+    # Iteration 3's batch, sampled by the adapters after one update while the second ran.
+    assert state["in_flight"]["version"] == 1 and len(state["in_flight"]["episodes"]) == 4
+
+    second = run(str(tmp_path / "cut"))
+    second.resume()
+    try:
+        resumed = second.train()
+    finally:
+        second.close()
+    assert _without_times(resumed) == _without_times(expected[3:])
+    for agent in ("writer", "answerer"):
+        for name, value in adapter_params(straight, agent).items():
+            assert torch.equal(value, adapter_params(second, agent)[name]), name
+
+
+class FailsInWorker(DigitsEnv):
+    """Fails on reset in a child process (the rollout worker), works in the trainer."""
+
+    def reset(self, seed=None, options=None):
+        if multiprocessing.parent_process() is not None:
+            raise RuntimeError("the env broke in the worker")
+        return super().reset(seed=seed, options=options)
+
+
+def test_an_error_in_the_worker_stops_the_run_with_it(tiny_path):
+    trainer = build("grpo", tiny_path, iterations=2, max_staleness=1)
+    trainer.env_fn = lambda: FailsInWorker(team=2)
+    with pytest.raises(RolloutWorkerError, match="the env broke in the worker"):
+        trainer.train()
+    trainer.close()
+
+
+def test_a_killed_worker_stops_the_run_and_leaves_no_process(tiny_path):
+    trainer = build("grpo", tiny_path, iterations=3, max_staleness=1)
+    update = trainer.update
+    pids = []
+
+    def kill_worker_then_update(episodes):
+        pids.append(trainer.async_rollouts.worker.pid)
+        os.kill(pids[-1], signal.SIGKILL)
+        return update(episodes)
+
+    trainer.update = kill_worker_then_update
+    with pytest.raises(RolloutWorkerError, match=r"died with exit code -9"):
+        trainer.train()
+    trainer.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)  # reaped: not even a zombie is left
+
+
+def test_settings_async_rollouts_cannot_run_with_are_refused(tiny_path):
+    with pytest.raises(ValueError, match="max_staleness must be >= 0"):
+        GRPOConfig(max_staleness=-1)
+    with pytest.raises(ValueError, match="behaviour_weight_cap must be > 0"):
+        GRPOConfig(behaviour_weight_cap=0.0)
+    with pytest.raises(ValueError, match=r"dynamic_sampling .* max_staleness=1"):
+        build("grpo", tiny_path, max_staleness=1, dynamic_sampling=True)
+
+
+def test_staleness_zero_keeps_the_synchronous_loop(tiny_path):
+    trainer = build("grpo", tiny_path, iterations=1)
+    assert trainer.async_rollouts is None
+    record = trainer.train()[-1]
+    assert "rollout/staleness" not in record and "rollout/dropped_stale" not in record
