@@ -515,20 +515,31 @@ def _train(
         _show_samples(console, config.output_dir, min(config.eval_samples, 2))
     _summary(console, evals, config)
     if args.plot and dist.is_main:
-        from marft_algos.runs.plotting import plot_learning_curve
-
-        path = plot_learning_curve(
-            trainer.logger.records,
-            Path(config.output_dir) / "learning_curve.png",
-            title=f"{args.algo} on {args.env}",
-        )
-        console.print(f"learning curve: {path}")
+        _plot(console, trainer.logger.records, config.output_dir, f"{args.algo} on {args.env}")
     return {
         "records": records,
         "evals": evals,
         "output_dir": config.output_dir,
         "config": dataclasses.asdict(config),
     }
+
+
+def _plot(console: Any, records: list[dict[str, Any]], output_dir: str, title: str) -> None:
+    """Save the learning curve; matplotlib missing is one warning line, never a failed run (the
+    work is done and every number is in metrics.jsonl)."""
+    from marft_algos.runs.plotting import plot_learning_curve
+
+    try:
+        path = plot_learning_curve(records, Path(output_dir) / "learning_curve.png", title=title)
+    except ImportError as exc:
+        logger.warning(
+            "No learning_curve.png: %s is not installed (pip install matplotlib, or pass "
+            "--no-plot); the numbers are in %s.",
+            exc.name or "matplotlib",
+            Path(output_dir) / "metrics.jsonl",
+        )
+        return
+    console.print(f"learning curve: {path}")
 
 
 def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
