@@ -34,7 +34,9 @@ What the sandbox guarantees, and how:
   i.e. ``unshare --net --mount --pid --ipc`` (Linux, as root or with ``CAP_SYS_ADMIN``): a network
   namespace with only a down loopback (127.0.0.1 of the host is unreachable), and a private root:
   a tmpfs that holds only the interpreter's own files (its standard library without
-  ``site-packages``, its executable and the shared libraries they load, bind-mounted read-only)
+  ``site-packages``, its real executable — never a venv's ``bin/python`` link, and of a venv only
+  the ``pyvenv.cfg`` a copied binary reads — and the shared libraries they load, bind-mounted
+  read-only)
   and a fresh size-capped ``/tmp`` as the working directory, entered with ``pivot_root`` and the
   host's root detached. So no task data, no project, no ``/etc``, ``/proc``, ``/dev``, and no host
   ``/tmp``, ``/run`` or ``/var`` (no unix socket of the host). As root the program also runs under
@@ -93,6 +95,7 @@ from typing import Literal
 from marft_envs.sandbox.confinement import (
     MemoryCgroups,
     available_memory,
+    interpreter,
     memory_cgroups,
     root_plan,
 )
@@ -392,7 +395,7 @@ class Sandbox:
 
     # ------------------------------------------------------------------ internals
     def _command(self) -> list[str]:
-        python = [sys.executable, "-I", "-S", str(_HARNESS)]
+        python = [interpreter(), "-I", "-S", str(_HARNESS)]
         if self.isolation == "namespaces":
             return [shutil.which("unshare") or "unshare", *_UNSHARE, *python]
         return python
