@@ -18,7 +18,12 @@ BENCHMARKS_README = ROOT / "benchmarks" / "README.md"
 MACHINE_PATH = re.compile(r"\.\./shared|/work/|/home/\w|/tmp/[\w.-]+\.lock|/Users/\w")
 
 PAGES = sorted(
-    [README, ROOT / "CONTRIBUTING.md", *ROOT.glob("docs/*.md"), *ROOT.glob("benchmarks/**/*.md")]
+    [
+        README,
+        ROOT / "CONTRIBUTING.md",
+        *(p for p in ROOT.glob("docs/**/*.md") if "_build" not in p.parts),
+        *ROOT.glob("benchmarks/**/*.md"),
+    ]
 )
 
 
