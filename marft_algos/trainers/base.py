@@ -295,7 +295,10 @@ class Trainer(ABC):
         self.checkpointer.prepare(self.iteration, self.describe())
         records: list[dict[str, Any]] = []
         bar = TrainingProgress(
-            progress if self.dist.is_main else False, self.config.iterations, self.iteration
+            progress if self.dist.is_main else False,
+            self.config.iterations,
+            self.iteration,
+            eval_every=self.config.eval_every if self.eval_collector is not None else None,
         )
         self._progress = bar
         try:
