@@ -40,7 +40,12 @@ from marft_algos.trainers.checkpointer import (
     trainer_state,
 )
 from marft_algos.trainers.config import TrainerConfig, check_agents, check_world_size
-from marft_algos.trainers.evaluator import Evaluator, flag_no_signal, summarize
+from marft_algos.trainers.evaluator import (
+    Evaluator,
+    flag_no_signal,
+    summarize,
+    warn_unpaid_agents,
+)
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers, clip_and_step
 from marft_algos.trainers.policy_gradient import Objective, PolicyGradient
@@ -132,6 +137,7 @@ class Trainer(ABC):
         )
         """Snapshots, the entropy blow-up check and the non-finite stop."""
         self._progress: TrainingProgress | None = None
+        self._credit_checked = False
 
     @classmethod
     def check_team(cls, agents: Sequence[str]) -> None:
@@ -252,6 +258,9 @@ class Trainer(ABC):
         self._phase("rollout", len(self.dist.shard(self.config.episodes_per_iteration)))
         episodes, sampling_stats = self.collect_with_stats()
         rollout_time = time.perf_counter() - start
+        if not self._credit_checked:  # once, on the run's first episodes
+            self._credit_checked = True
+            warn_unpaid_agents(episodes, self.collector.envs[0], self.config)
         metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)

@@ -14,13 +14,14 @@ from marft_algos.rollout.evaluation import (
     greedy,
     no_signal_reason,
     summarize_episodes,
+    unpaid_agents_reason,
 )
 from marft_algos.runs.folder import RunDirectory
 from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.runs.samples import transcripts_markdown, write_samples
 from marft_algos.trainers.config import TrainerConfig
 
-__all__ = ["Evaluator", "flag_no_signal", "summarize"]
+__all__ = ["Evaluator", "flag_no_signal", "summarize", "warn_unpaid_agents"]
 
 logger = logging.getLogger("marft_algos.trainers.base")
 
@@ -44,6 +45,22 @@ def flag_no_signal(
         spread = (min(p[0] for p in parts), max(p[1] for p in parts))
     why = no_signal_reason(spread, metrics, iteration)
     metrics["rollout/nothing_to_learn"] = int(why is not None)
+    if why is not None:
+        logger.warning(why)
+
+
+def warn_unpaid_agents(episodes: Sequence[Episode], env: Any, config: TrainerConfig) -> None:
+    """Warn when the env's credit rule lets no reward reach some agent's decisions (checked on the
+    run's first episodes; critic-free trainers on the team return never are affected)."""
+    source = getattr(config, "reward_source", None)
+    if source == "team":
+        return
+    base = env.unwrapped
+    profiles = getattr(base, "profiles", {})
+    graded = {name: bool(getattr(p, "graded", False)) for name, p in profiles.items()}
+    why = unpaid_agents_reason(
+        episodes, getattr(base, "credit", None), graded, own_return=source == "agent"
+    )
     if why is not None:
         logger.warning(why)
 
