@@ -43,7 +43,10 @@ def test_a_checker_after_the_graded_writer_is_named_with_its_unreached_decisions
     # "team" pays every agent that acted; "last" pays the checker, the writer learns through it.
     assert unpaid_agents_reason(episodes, "team", GRADED, own_return=False) is None
     assert unpaid_agents_reason(episodes, "last", GRADED, own_return=False) is None
-    assert unpaid_agents_reason([episode(["planner", "writer"])], "graded", GRADED, own_return=False) is None
+    assert (
+        unpaid_agents_reason([episode(["planner", "writer"])], "graded", GRADED, own_return=False)
+        is None
+    )
 
 
 def trainer(tiny_path, kind, dependency):
