@@ -138,6 +138,7 @@ class Trainer(ABC):
         """Snapshots, the entropy blow-up check and the non-finite stop."""
         self._progress: TrainingProgress | None = None
         self._credit_checked = False
+        self._told_prompts = False  # the first "nothing to learn" warning says how to change them
 
     @classmethod
     def check_team(cls, agents: Sequence[str]) -> None:
@@ -272,7 +273,9 @@ class Trainer(ABC):
         metrics["time/update_s"] = time.perf_counter() - start_update
         self.guards.check_entropy(metrics, self.iteration)
         self.guards.check_nonfinite(self.iteration)
-        flag_no_signal(episodes, metrics, self.iteration + 1, self.dist)
+        hint = not self._told_prompts
+        if flag_no_signal(episodes, metrics, self.iteration + 1, self.dist, hint=hint):
+            self._told_prompts = True
         # After the guards, which may roll the adapters back: the engine serves what trains next.
         self.sync_rollout_backend(self.iteration + 1)
         self.iteration += 1

@@ -34,10 +34,26 @@ def summarize(episodes: Sequence[Episode], prefix: str, dist: DistributedContext
     return summarize_episodes([e for part in gathered for e in part], prefix)
 
 
+#: Added to a run's first "nothing to learn" warning: the usual cause with a real model is a
+#: prompt the model does not follow.
+PROMPT_HINT = (
+    " If the model never writes the answer format the env grades, give the agents prompts it "
+    "follows: marft train --profiles FILE (docs/cli.md), or system_prompts= and "
+    "message_layout='user' in marft_envs.make."
+)
+
+
 def flag_no_signal(
-    episodes: Sequence[Episode], metrics: dict[str, Any], iteration: int, dist: DistributedContext
-) -> None:
-    """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal."""
+    episodes: Sequence[Episode],
+    metrics: dict[str, Any],
+    iteration: int,
+    dist: DistributedContext,
+    *,
+    hint: bool = False,
+) -> bool:
+    """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal;
+    ``hint`` adds how to change the prompts (the run's first such warning). Returns whether it
+    warned."""
     rewards = [d.reward for e in episodes for d in e.decisions]
     spread = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
     if dist.enabled:
@@ -46,7 +62,8 @@ def flag_no_signal(
     why = no_signal_reason(spread, metrics, iteration)
     metrics["rollout/nothing_to_learn"] = int(why is not None)
     if why is not None:
-        logger.warning(why)
+        logger.warning(why + (PROMPT_HINT if hint else ""))
+    return why is not None
 
 
 def warn_unpaid_agents(episodes: Sequence[Episode], env: Any, config: TrainerConfig) -> None:

@@ -63,13 +63,16 @@ def _trainer(kind, tiny_path, env_cls, **overrides):
 
 @pytest.mark.parametrize("kind", ["grpo", "action"])
 def test_an_iteration_with_nothing_to_learn_from_warns(kind, tiny_path, caplog):
-    trainer = _trainer(kind, tiny_path, NoRewardEnv)
+    trainer = _trainer(kind, tiny_path, NoRewardEnv, iterations=2)
     with caplog.at_level(logging.WARNING, logger="marft_algos.trainers.base"):
         records = trainer.train()
     assert records[-1]["rollout/nothing_to_learn"] == 1
     warned = [r.getMessage() for r in caplog.records if "nothing to learn from" in r.getMessage()]
-    assert len(warned) == 1
+    assert len(warned) == 2
     assert ("zero_std_fraction 1.0" if kind == "grpo" else "got reward 0") in warned[0]
+    # The first one says how to give the agents prompts the model follows; later ones do not.
+    assert "marft train --profiles FILE" in warned[0] and "system_prompts=" in warned[0]
+    assert "--profiles" not in warned[1]
 
 
 def test_rewards_with_spread_do_not_warn(tiny_path, caplog):
