@@ -14,10 +14,11 @@ as ``python benchmarks/<topic>/<script>.py``)::
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,26 @@ def portable_path(path: str | os.PathLike[str]) -> str:
         return resolved.relative_to(ROOT).as_posix()
     except ValueError:
         return resolved.name
+
+
+def run_jobs(
+    args: Any,
+    settings: Sequence[str],
+    run_job: Callable[[str, int, Any], dict[str, Any]],
+    env_ids: Callable[[str], Sequence[str]],
+) -> None:
+    """Run ``args.jobs`` (``setting:seed`` strings) one after another; each job's row, with the
+    arguments and :func:`run_info`, goes to ``<args.out>/<setting>-seed<k>.json`` and stdout."""
+    for job in args.jobs:
+        setting, _, seed = job.partition(":")
+        if setting not in settings or not seed.isdigit():
+            raise SystemExit(
+                f"--jobs {job!r}: expected setting:seed with a setting in {sorted(settings)}"
+            )
+        row = run_job(setting, int(seed), args)
+        row["args"] = {
+            k: portable_path(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+        }
+        row["run_info"] = run_info(env_ids(setting))
+        (args.out / f"{setting}-seed{seed}.json").write_text(json.dumps(row, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in row.items() if k != "args"}), flush=True)

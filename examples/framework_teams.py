@@ -3,12 +3,20 @@
     pip install 'marft[agents]'
     python examples/framework_teams.py --env helpdesk-langgraph-v0
     python examples/framework_teams.py --env helpdesk-agents-sdk-v0 --algo grpo --num-generations 4
+    python examples/framework_teams.py --env helpdesk-handoff-v0
 
 The help desk of ``examples/program_team.py`` (planner -> math or writing specialist -> critic,
-reward: success minus 0.02 per call), twice more, as the frameworks' users write it:
+reward: success minus 0.02 per call), three times more, as the frameworks' users write it:
 
 - ``helpdesk-langgraph-v0``: a LangGraph graph whose nodes call ``ChatOpenAI``;
-- ``helpdesk-agents-sdk-v0``: OpenAI Agents SDK agents run one after the other by ``Runner``.
+- ``helpdesk-agents-sdk-v0``: OpenAI Agents SDK agents run one after the other by ``Runner``;
+- ``helpdesk-handoff-v0``: an Agents SDK triage agent that *hands off* to the specialist, with the
+  SDK's handoff tools (``transfer_to_math``, ``transfer_to_writer``). The planner's reply is parsed
+  into tool calls (``<tool_call>`` blocks); a reply that hands off to no one, or to a tool that
+  does not exist, is a failed hand-off (success 0). The built-in model and SmolLM2 have no tool
+  support in their chat templates, so the env describes the tools in the system prompt
+  (``tool_prompt="hermes"``); with a model whose template renders tools (Qwen2.5-Instruct), pass
+  ``--env-kwargs '{"tool_prompt": null}'``.
 
 Both are registered with ``transport="http"``: each episode's program gets an ``openai.OpenAI``
 client whose ``base_url`` is the episode's own URL on a local endpoint, and builds the framework's
@@ -109,9 +117,70 @@ async def agents_sdk_team(task: dict[str, Any], client: Any) -> dict[str, float]
     return {"success": float(grade_answer(answer, task["answer"])), "cost": -0.02 * calls}
 
 
-for env_id, program, framework in (
-    ("helpdesk-langgraph-v0", langgraph_team, "LangGraph"),
-    ("helpdesk-agents-sdk-v0", agents_sdk_team, "OpenAI Agents SDK"),
+TRIAGE = (
+    "You route customer requests. Hand each request to the specialist who can answer it: the math "
+    "specialist for a calculation, the writer for anything else."
+)
+
+
+async def agents_sdk_handoff_team(task: dict[str, Any], client: Any) -> dict[str, float]:
+    """The help desk with an Agents SDK triage agent that hands off to a specialist."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from agents.exceptions import AgentsException
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    api = AsyncOpenAI(base_url=str(client.base_url), api_key="marft", max_retries=0)
+
+    def model(name: str) -> OpenAIChatCompletionsModel:
+        return OpenAIChatCompletionsModel(model=name, openai_client=api)
+
+    math = Agent(
+        name="math",
+        instructions=SPECIALISTS["math"],
+        model=model("math"),
+        handoff_description="Computes the answer to a calculation.",
+    )
+    writer = Agent(
+        name="writer",
+        instructions=SPECIALISTS["writer"],
+        model=model("writer"),
+        handoff_description="Answers requests that are not calculations.",
+    )
+    triage = Agent(
+        name="planner", instructions=TRIAGE, model=model("planner"), handoffs=[math, writer]
+    )
+    try:
+        result = await Runner.run(triage, task["request"], max_turns=3)
+    except AgentsException:  # a call to a tool that does not exist, or no end in three turns
+        return {"success": 0.0, "handoff": 0.0, "cost": -0.02 * sum(client.counts.calls.values())}
+    handed_to = result.last_agent.name
+    answer = str(result.final_output) if handed_to != "planner" else ""
+    if answer:
+        review = f"Request: {task['request']}\nAnswer: {answer}"
+        critic = Agent(name="critic", instructions=CRITIC, model=model("critic"))
+        verdict = str((await Runner.run(critic, review)).final_output)
+        if "REVISE" in verdict.upper():
+            retry = f"{task['request']}\n\nA reviewer sent your answer back: {verdict}"
+            specialist = math if handed_to == "math" else writer
+            answer = str((await Runner.run(specialist, retry)).final_output)
+    calls = sum(client.counts.calls.values())
+    return {
+        "success": float(bool(answer) and grade_answer(answer, task["answer"])),
+        "handoff": float(handed_to != "planner"),
+        "cost": -0.02 * calls,
+    }
+
+
+for env_id, program, framework, extra in (
+    ("helpdesk-langgraph-v0", langgraph_team, "LangGraph", {}),
+    ("helpdesk-agents-sdk-v0", agents_sdk_team, "OpenAI Agents SDK", {}),
+    (
+        "helpdesk-handoff-v0",
+        agents_sdk_handoff_team,
+        "OpenAI Agents SDK and its handoffs",
+        {"tool_prompt": "hermes", "reward_weights": {"handoff": 0.0}},
+    ),
 ):
     marft_envs.register_program(
         env_id,
@@ -121,6 +190,7 @@ for env_id, program, framework in (
         test_tasks=helpdesk_tasks("test"),
         transport="http",
         description=f"The help desk written with the {framework}, over the local endpoint.",
+        **extra,
     )
 
 

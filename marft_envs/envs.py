@@ -96,19 +96,19 @@ for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.sandbox.runner) -----
 register(
-    "code-single-v1",
+    "code-single-v2",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "single"},
     description="One graded coder writes a Python program; reward 1 when every hidden test passes.",
 )
 register(
-    "code-dual-v1",
+    "code-dual-v2",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "dual"},
     description="Tester (edge cases, extra asserts) -> coder; the coder's program is graded.",
 )
 register(
-    "code-dual-retry-v1",
+    "code-dual-retry-v2",
     "marft_envs.code.env:CodeEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual code team with up to 3 attempts; failing programs come back with how they failed.",
@@ -119,61 +119,97 @@ _SANDBOX_FIX = (
     "or by reading the hidden tests from disk) and failure details were unbounded; v1 has the same "
     "prompts and data, graded in the hardened sandbox, and the v0 sandbox is not kept."
 )
+#: What the sandbox of v2 changed, for every env whose programs or tool calls run in it.
+SANDBOX_FIX_V2 = (
+    "a program's own kill of its process (os.kill(os.getpid(), 9)) was reported as 'used up its "
+    "CPU time' and is now a runtime_error 'killed by signal 9 (SIGKILL)'; the sandbox refuses "
+    "kernel keys (they outlived the run) and new user namespaces, and, where no memory cgroup "
+    "counts the run, SysV shared memory and memfd files; no host path (the run's folder, its "
+    "cgroup) reaches the program or a failure detail. Prompts and data are unchanged, and the "
+    "old sandbox is not kept."
+)
 for _name in ("code-single", "code-dual", "code-dual-retry"):
-    deprecate(f"{_name}-v0", f"{_name}-v1", _SANDBOX_FIX)
+    deprecate(f"{_name}-v0", f"{_name}-v2", f"{_SANDBOX_FIX[:-1]}; later, {SANDBOX_FIX_V2}")
+    deprecate(f"{_name}-v1", f"{_name}-v2", SANDBOX_FIX_V2)
 
 # --- procedural puzzles: generated per episode (split="train" / "test", disjoint by a hash) -----
 register(
-    "sudoku-single-v0",
+    "sudoku-single-v1",
     "marft_envs.puzzles.env:SudokuEnv",
     kwargs={"profiles": "single"},
     description="One graded solver fills a 4x4 Sudoku (blanks=4); reward 1 for a solved grid.",
 )
 register(
-    "sudoku-dual-v0",
+    "sudoku-dual-v1",
     "marft_envs.puzzles.env:SudokuEnv",
     kwargs={"profiles": "dual"},
     description="Planner proposes digits for the blanks -> executor writes the graded 4x4 grid.",
 )
 register(
-    "planpath-single-v0",
+    "planpath-single-v1",
     "marft_envs.puzzles.env:PlanPathEnv",
     kwargs={"profiles": "single"},
     description="One graded navigator writes moves from S to G on a 5x5 map with walls.",
 )
 register(
-    "planpath-dual-v0",
+    "planpath-dual-v1",
     "marft_envs.puzzles.env:PlanPathEnv",
     kwargs={"profiles": "dual"},
     description="Planner describes a route -> executor writes the graded moves, checked by simulation.",
 )
 
+_SUDOKU_PARSER_V1 = (
+    "v0 refused a solved grid written with a rule between the two bands of boxes "
+    "(----+----, +---+---+). Puzzles, prompts and the rules of a solved grid are unchanged."
+)
+_PLANPATH_PARSER_V1 = (
+    "v0 refused a right path in markdown: **Path:** R D D R, **Path: R D D R**, backticks, "
+    "brackets and quotes around the moves. Maps, prompts and the simulation are unchanged."
+)
+for _name in ("sudoku-single", "sudoku-dual"):
+    deprecate(f"{_name}-v0", f"{_name}-v1", _SUDOKU_PARSER_V1)
+for _name in ("planpath-single", "planpath-dual"):
+    deprecate(f"{_name}-v0", f"{_name}-v1", _PLANPATH_PARSER_V1)
+
 # --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
 register(
-    "tool-math-single-v3",
+    "tool-math-single-v4",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
 )
 register(
-    "tool-math-dual-v3",
+    "tool-math-dual-v4",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
 )
+_TIMEOUT_WORDS = (
+    "a call past its time limit names both limits (CPU and wall) instead of 'the 2-second limit'."
+)
+_TOOL_SANDBOX_FIX_V4 = (
+    "tool calls run in the sandbox of code-*-v2: an expression that kills its own process reads "
+    "'killed by signal 9 (SIGKILL)' instead of a time-out, kernel keys and user namespaces are "
+    "refused, and no host path reaches the output."
+)
 for _name in ("tool-math-single", "tool-math-dual"):
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v3",
-        f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4}",
+        f"{_name}-v4",
+        f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
+        f"then, {_TOOL_SANDBOX_FIX_V4}",
     )
-    deprecate(f"{_name}-v1", f"{_name}-v3", f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4}")
+    deprecate(
+        f"{_name}-v1",
+        f"{_name}-v4",
+        f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; then, {_TOOL_SANDBOX_FIX_V4}",
+    )
     deprecate(
         f"{_name}-v2",
-        f"{_name}-v3",
-        f"{GRADER_FIX_V4[:-1]}; and a call past its time limit names both limits (CPU and "
-        f"wall) instead of 'the 2-second limit'.",
+        f"{_name}-v4",
+        f"{GRADER_FIX_V4[:-1]}; and {_TIMEOUT_WORDS[:-1]}; later, {_TOOL_SANDBOX_FIX_V4}",
     )
+    deprecate(f"{_name}-v3", f"{_name}-v4", _TOOL_SANDBOX_FIX_V4)
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(

@@ -30,12 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from runner import portable_path, run_info
 
 DEFAULT_IDS = [
-    "sudoku-single-v0",
-    "sudoku-dual-v0",
-    "planpath-single-v0",
-    "planpath-dual-v0",
-    "tool-math-single-v3",
-    "tool-math-dual-v3",
+    "sudoku-single-v1",
+    "sudoku-dual-v1",
+    "planpath-single-v1",
+    "planpath-dual-v1",
+    "tool-math-single-v4",
+    "tool-math-dual-v4",
     "math-single-v4",
     "debate-v4",
 ]

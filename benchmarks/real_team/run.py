@@ -27,7 +27,6 @@ Run (two jobs at a time on two cores, one torch thread each; about 90 minutes in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ from marft_envs import AgentProfile
 from marft_envs.math.data import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
-from runner import portable_path, run_info
+from runner import run_jobs
 
 MODEL = "smollm2-135m-instruct"
 
@@ -180,19 +179,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
-    for job in args.jobs:
-        setting, _, seed = job.partition(":")
-        if setting not in SETTINGS or not seed.isdigit():
-            raise SystemExit(
-                f"--jobs {job!r}: expected setting:seed with a setting in {sorted(SETTINGS)}"
-            )
-        row = run_job(setting, int(seed), args)
-        row["args"] = {
-            k: portable_path(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-        }
-        row["run_info"] = run_info([SETTINGS[setting][0]])
-        (args.out / f"{setting}-seed{seed}.json").write_text(json.dumps(row, indent=1) + "\n")
-        print(json.dumps({k: v for k, v in row.items() if k != "args"}), flush=True)
+    run_jobs(args, list(SETTINGS), run_job, lambda setting: [SETTINGS[setting][0]])
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ def main() -> None:
             "isolation": sandbox.isolation,
             "workers": sandbox.max_workers,
             "seconds_per_program": times,
-            "run_info": run_info(["code-single-v1"]),
+            "run_info": run_info(["code-single-v2"]),
         }
         args.json.write_text(json.dumps(record, indent=2) + "\n")
 

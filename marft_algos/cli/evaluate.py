@@ -4,6 +4,10 @@ The env id and its arguments, the data plan, the model, the LoRA settings, the g
 the number of held-out episodes, the batch (env copies) and the torch thread count all come from
 the checkpoint's manifest, so on a finished run this reproduces the run's final ``eval/accuracy``
 exactly. Flags override them, e.g. ``--dataset math500.jsonl`` for other problems.
+
+The untuned team (adapters off) runs on the same episodes for the paired before → after line, and
+``--attribution`` adds every agent alone reverted and alone tuned
+(:mod:`marft_algos.rollout.attribution`).
 """
 
 from __future__ import annotations
@@ -39,7 +43,19 @@ class EvalArguments:
     episodes: int | None = None
     """Held-out episodes (default: the run's eval_episodes)."""
     samples: int = 0
-    """Print this many whole transcripts (every agent's observation, action and reward)."""
+    """Print this many whole transcripts (every agent's system prompt once, observations, actions,
+    rewards, and the env's final info with its reward parts)."""
+    show_system: bool = False
+    """With --samples: print each agent's system prompt at every turn, not only the first time."""
+    before: bool = True
+    """Also evaluate the untuned team (adapters off: the team before training) on the same
+    episodes and print the paired before → after line (--no-before: the checkpoint alone; the
+    vLLM backend evaluates the checkpoint alone)."""
+    attribution: bool = False
+    """Also run every agent alone reverted to untuned and alone tuned (2n + 2 settings) and print
+    each setting's accuracy and reward with its paired difference to all tuned."""
+    attribution_sampled: bool = False
+    """With --attribution: also compare the settings with the run's sampling, not only greedy."""
     batch: int | None = None
     """Env copies generated together (default: the run's rollout_threads, which reproduces its numbers)."""
     model: str | None = None
@@ -168,13 +184,22 @@ def _recorded_env_kwargs(run: Mapping[str, Any], dataset_given: bool) -> dict[st
 def evaluate_checkpoint(
     checkpoint: str | Path, overrides: EvalArguments | None = None
 ) -> dict[str, Any]:
-    """Greedy held-out metrics of a checkpoint, every setting read from it unless overridden."""
+    """Greedy held-out metrics of a checkpoint, every setting read from it unless overridden.
+
+    Returns:
+        ``eval/...`` metrics of the checkpoint; with ``before``, ``before/...`` of the untuned
+        team and ``paired/...`` (:meth:`~marft_algos.rollout.paired.PairedComparison.as_dict`);
+        with ``attribution``, ``attribution`` (``{"greedy": rows, "sampled": rows}``, rows of
+        :func:`~marft_algos.rollout.attribution.attribution_rows`); with ``samples``, ``samples``
+        (transcripts).
+    """
     import torch
 
     import marft_envs
     from marft_algos.cli.train import apply_chat_template
+    from marft_algos.rollout.attribution import SettingsPolicy
     from marft_algos.rollout.collector import GenerationSettings, RolloutCollector
-    from marft_algos.rollout.evaluation import evaluation_requests, greedy, summarize_episodes
+    from marft_algos.rollout.evaluation import evaluation_requests, greedy
     from marft_algos.runs.checkpoint import policy_from_checkpoint, read_manifest, read_state
 
     o = overrides or EvalArguments()
@@ -210,29 +235,100 @@ def evaluate_checkpoint(
         raise UsageError(
             f"{checkpoint} does not record its generation settings (an older checkpoint)."
         )
-    settings = greedy(GenerationSettings(**recorded))
+    sampling = GenerationSettings(**recorded)
+    settings = greedy(sampling)
     batch = o.batch or int(config.get("rollout_threads", 1))
-    generator: Any = policy
+    seed = int(config.get("seed", 0))
+    generator: Any = SettingsPolicy(policy)
     if o.rollout_backend == "vllm":
         from marft_algos.rollout.vllm import VLLMRolloutBackend
 
+        if o.attribution:
+            raise UsageError(
+                "--attribution turns adapters off per agent, which the vLLM backend does not do; "
+                "leave --rollout-backend at transformers."
+            )
         generator = VLLMRolloutBackend(policy)
     try:
-        collector = RolloutCollector.from_factory(
-            generator, env_fn, batch, settings, seed=int(config.get("seed", 0))
+        collector = RolloutCollector.from_factory(generator, env_fn, batch, settings, seed=seed)
+        requests = evaluation_requests(
+            collector, o.episodes or int(config.get("eval_episodes", 64))
         )
-        episodes = collector.collect(
-            evaluation_requests(collector, o.episodes or int(config.get("eval_episodes", 64))),
-            settings,
-        )
+        if isinstance(generator, SettingsPolicy):
+            metrics = _evaluate_settings(
+                generator, collector, requests, settings, sampling, seed, o
+            )
+        else:
+            metrics = _summaries(collector.collect(requests, settings), None, o)
     finally:
-        if generator is not policy:
+        if not isinstance(generator, SettingsPolicy):
             generator.close()
-    metrics = summarize_episodes(episodes, "eval")
+    return metrics
+
+
+def _evaluate_settings(
+    policy: Any,
+    collector: Any,
+    requests: Sequence[Any],
+    greedy_settings: Any,
+    sampling: Any,
+    seed: int,
+    o: EvalArguments,
+) -> dict[str, Any]:
+    """The checkpoint's episodes and, as asked, the untuned team's and the attribution settings'
+    (greedy generations reused across settings, see :mod:`marft_algos.rollout.attribution`)."""
+    import torch
+
+    from marft_algos.rollout.attribution import (
+        attribution_rows,
+        attribution_settings,
+        collect_settings,
+    )
+
+    agents = [a for a in policy.agents if policy.is_trainable(a)]  # a frozen agent never moved
+    everyone = frozenset(agents)
+    if o.attribution:
+        chosen = attribution_settings(agents)
+    else:
+        chosen = attribution_settings(agents)[: 2 if o.before else 1]
+
+    def run(settings: Any) -> Any:
+        def collect() -> list[Any]:
+            collector.generator = torch.Generator().manual_seed(seed)  # the same seeds per setting
+            return collector.collect(requests, settings)
+
+        return collect
+
+    episodes = collect_settings(policy, run(greedy_settings), chosen)
+    metrics = _summaries(episodes[frozenset()], episodes.get(everyone) if o.before else None, o)
+    if o.attribution:
+        metrics["attribution"] = {"greedy": attribution_rows(chosen, episodes)}
+        if o.attribution_sampled:
+            sampled = collect_settings(policy, run(sampling), chosen)
+            metrics["attribution"]["sampled"] = attribution_rows(chosen, sampled)
+        metrics["attribution"]["generations"] = {"run": policy.generated, "reused": policy.reused}
+    return metrics
+
+
+def _summaries(
+    tuned: Sequence[Any], untuned: Sequence[Any] | None, o: EvalArguments
+) -> dict[str, Any]:
+    """``eval/...`` of the checkpoint's episodes, ``before/...`` and ``paired/...`` with the
+    untuned team's, and the transcripts."""
+    from marft_algos.rollout.evaluation import episode_outcomes, summarize_episodes
+    from marft_algos.rollout.paired import paired_outcomes
+
+    metrics = summarize_episodes(tuned, "eval")
+    if untuned is not None:
+        before = summarize_episodes(untuned, "before")
+        metrics.update({k: v for k, v in before.items() if k.count("/") == 1})
+        comparison = paired_outcomes(episode_outcomes(untuned), episode_outcomes(tuned))
+        if comparison is not None:
+            metrics.update(comparison.as_dict("paired"))
     if o.samples:
         from marft_algos.runs.samples import episode_transcript
 
-        metrics["samples"] = [episode_transcript(e, i) for i, e in enumerate(episodes[: o.samples])]
+        metrics["samples"] = [episode_transcript(e, i) for i, e in enumerate(tuned[: o.samples])]
     return metrics
 
 
@@ -254,27 +350,99 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         import_vllm()  # a missing engine is one line with the install command
     with open_checkpoint(values["run"]) as checkpoint:
         metrics = evaluate_checkpoint(checkpoint, args)
-    samples = metrics.pop("samples", [])
-    text = json.dumps(metrics, indent=2)
+    text = json.dumps(metrics, indent=2, default=repr)
+    if "attribution" in metrics:
+        saved = checkpoint.parent / ATTRIBUTION_FILE
+        saved.write_text(json.dumps(_attribution_record(checkpoint, metrics), indent=2) + "\n")
     if args.json == "-":
         sys.stdout.write(text + "\n")
         return metrics
     if args.json is not None:
         Path(args.json).write_text(text + "\n")
     console = Console()
+    samples = metrics.get("samples", [])
     if samples:
         from marft_algos.runs.samples import print_transcripts
 
-        print_transcripts(console, samples)
+        print_transcripts(console, samples, show_system=args.show_system)
     table = Table(title=f"{checkpoint} ({metrics['eval/episodes']} held-out episodes, greedy)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+        if isinstance(value, int | float | str):
+            table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
-    accuracy = metrics.get("eval/accuracy")
-    if isinstance(accuracy, int | float):
-        from marft_algos.rollout.evaluation import format_accuracy
-
-        console.print(f"accuracy {format_accuracy(accuracy, metrics['eval/episodes'])}")
+    for decoding, rows in (metrics.get("attribution") or {}).items():
+        if decoding in ("greedy", "sampled"):
+            console.print(_attribution_table(rows, decoding))
+    if "attribution" in metrics:
+        console.print(
+            f"attribution saved to {checkpoint.parent / ATTRIBUTION_FILE}. Reading it: an agent "
+            f"whose reversion costs nothing did not contribute; one whose reversion helps "
+            f"(a positive difference) regressed."
+        )
+    _headline(console, metrics)
     return metrics
+
+
+#: File the attribution is saved to, in the run folder.
+ATTRIBUTION_FILE = "attribution.json"
+
+
+def _attribution_record(checkpoint: Path, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    return {"checkpoint": checkpoint.name, **metrics["attribution"]}
+
+
+def _attribution_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> Any:
+    """The settings as a rich table: accuracy and reward, each with its paired difference to
+    all tuned."""
+    from rich.table import Table
+
+    n = rows[0]["episodes"] if rows else 0
+    table = Table(
+        title=f"attribution ({decoding}, {n} held-out episodes): each setting against all tuned "
+        f"on the same episodes, ± paired standard error"
+    )
+    table.add_column("setting")
+    table.add_column("accuracy", justify="right")
+    table.add_column("Δ points", justify="right")
+    table.add_column("→right/→wrong (p)", justify="right")
+    table.add_column("reward (Δ)", justify="right")
+    for r in rows:
+        first = not r["untuned"]
+        table.add_row(
+            r["setting"].replace(" = ", "\n= "),
+            f"{r['accuracy']:.3f} ± {r['accuracy_se']:.3f}",
+            ""
+            if first
+            else f"{100 * r['accuracy_difference']:+.1f} ± {100 * r['accuracy_difference_se']:.1f}",
+            "" if first else f"{r['wrong_to_right']}/{r['right_to_wrong']} (p={r['p_value']:.2g})",
+            f"{r['reward_mean']:.3f}"
+            + (
+                ""
+                if first
+                else f" ({r['reward_difference']:+.3f} ± {r['reward_difference_se']:.3f})"
+            ),
+        )
+    return table
+
+
+def _headline(console: Any, metrics: Mapping[str, Any]) -> None:
+    """``accuracy ...`` or, with the untuned team evaluated, the before → after lines."""
+    from marft_algos.rollout.evaluation import format_accuracy, format_change
+    from marft_algos.rollout.paired import PairedComparison, format_paired
+
+    accuracy, n = metrics.get("eval/accuracy"), metrics.get("eval/episodes")
+    if not isinstance(accuracy, int | float):
+        return
+    before, n_before = metrics.get("before/accuracy"), metrics.get("before/episodes")
+    if not isinstance(before, int | float):
+        console.print(f"accuracy {format_accuracy(accuracy, n)}")
+        return
+    console.print(
+        f"accuracy before (untuned) {format_accuracy(before, n_before)} → after "
+        f"{format_accuracy(accuracy, n)} ({format_change(before, n_before, accuracy, n)})"
+    )
+    fields = {k.removeprefix("paired/"): v for k, v in metrics.items() if k.startswith("paired/")}
+    if fields:
+        console.print(f"  same episodes: {format_paired(PairedComparison(**fields))}")

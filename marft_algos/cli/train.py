@@ -541,12 +541,13 @@ def _train(
     evals = [r for r in trainer.logger.records if "eval/accuracy" in r]
     if dist.is_main:
         _show_samples(console, config.output_dir, min(config.eval_samples, 2))
-    _summary(console, evals, config)
+    paired = _summary(console, evals, config)
     if args.plot and dist.is_main:
         _plot(console, trainer.logger.records, config.output_dir, f"{args.algo} on {args.env}")
     return {
         "records": records,
         "evals": evals,
+        "paired": paired,
         "output_dir": config.output_dir,
         "config": dataclasses.asdict(config),
     }
@@ -570,12 +571,15 @@ def _plot(console: Any, records: list[dict[str, Any]], output_dir: str, title: s
     console.print(f"learning curve: {path}")
 
 
-def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
+def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> dict[str, Any]:
     """The held-out table and the before → after lines (the whole run, also after a resume), each
-    accuracy with its binomial standard error and episode count."""
+    accuracy with its binomial standard error and episode count, and the paired comparison of the
+    same episodes (``eval_outcomes.jsonl``); returns the paired comparisons by prefix."""
     from rich.table import Table
 
     from marft_algos.rollout.evaluation import format_accuracy, format_change
+    from marft_algos.rollout.paired import format_paired
+    from marft_algos.runs.outcomes import paired_before_after
 
     sampled = any("eval_sampled/accuracy" in r for r in evals)
     table = Table(title="held-out accuracy (± standard error, n episodes)")
@@ -583,6 +587,10 @@ def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
     table.add_column("greedy", justify="right")
     if sampled:
         table.add_column(f"sampled (T={config.temperature:g})", justify="right")
+    # Named reward parts (agent programs, or an env's info["reward_parts"]): one column each.
+    parts = sorted({k for r in evals for k in r if k.startswith("eval/reward/")})
+    for key in parts:
+        table.add_column(key.removeprefix("eval/"), justify="right")
 
     def cell(record: dict[str, Any], prefix: str) -> str:
         value = record.get(f"{prefix}/accuracy")
@@ -594,8 +602,10 @@ def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
         row = [str(r["iteration"]), cell(r, "eval")]
         if sampled:
             row.append(cell(r, "eval_sampled"))
+        row += [f"{r[k]:.3f}" if isinstance(r.get(k), int | float) else "" for k in parts]
         table.add_row(*row)
     console.print(table)
+    paired: dict[str, Any] = {}
     if len(evals) >= 2:
         for prefix, name in (("eval", "greedy"), ("eval_sampled", "sampled")):
             first, last = evals[0], evals[-1]
@@ -606,6 +616,13 @@ def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> None:
                     f"{name} accuracy before {format_accuracy(a, na)} → after "
                     f"{format_accuracy(b, nb)} ({format_change(a, na, b, nb)})"
                 )
+                comparison = paired_before_after(
+                    config.output_dir, first["iteration"], last["iteration"], prefix
+                )
+                if comparison is not None:
+                    paired[prefix] = comparison.as_dict(prefix)
+                    console.print(f"  same episodes: {format_paired(comparison)}")
+    return paired
 
 
 def _show_samples(console: Any, output_dir: str, count: int) -> None:

@@ -360,6 +360,23 @@ class MultiAgentPolicy:
         with self._backbones[b.backbone].using(adapter) as model:
             yield model
 
+    @contextlib.contextmanager
+    def untuned(self, agents: Sequence[str]) -> Iterator[None]:
+        """Context in which ``agents`` act with the plain base model (their adapters off), as
+        before training: a fresh LoRA adapter (B zero-initialised, peft's default) leaves the base
+        model's outputs unchanged. Other agents, even ones sharing an adapter, keep theirs.
+
+        Raises:
+            KeyError: An agent the policy does not have.
+        """
+        saved = {a: self._binding(a) for a in agents}
+        try:
+            for agent, binding in saved.items():
+                self._bindings[agent] = _AgentBinding(binding.backbone, None, False)
+            yield
+        finally:
+            self._bindings.update(saved)
+
     # ------------------------------------------------------------------ rendering
     def render(
         self, agent: str, messages: Sequence[Mapping[str, Any]] | Mapping[str, Any]

@@ -4,6 +4,11 @@ Environments emit ``{"messages": [{"role": ..., "content": ...}, ...]}``; which 
 each turn is a property of the model, so rendering happens here with the tokenizer's own chat
 template (``tokenizer.apply_chat_template``). Tokenizers without a template (base models) get
 :data:`FALLBACK_CHAT_TEMPLATE`, a plain ``System: ...`` / ``User: ...`` / ``Assistant:`` layout.
+
+An observation that also holds ``"tools"`` (an agent program's call that offers tools) is rendered
+with them, through the template's own tool support; messages keep their ``tool_calls``,
+``tool_call_id`` and ``name`` fields. A template without tool support is refused by name
+(:class:`ToolTemplateError`): marft never guesses a model's tool format.
 """
 
 from __future__ import annotations
@@ -11,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["FALLBACK_CHAT_TEMPLATE", "as_messages", "render_prompt_ids", "render_prompt_text"]
+__all__ = [
+    "FALLBACK_CHAT_TEMPLATE",
+    "ToolTemplateError",
+    "as_messages",
+    "observation_tools",
+    "render_prompt_ids",
+    "render_prompt_text",
+    "supports_tools",
+]
 
 #: Used when a tokenizer has no ``chat_template``: plain role-prefixed lines, then ``Assistant:``.
 FALLBACK_CHAT_TEMPLATE = (
@@ -30,7 +43,8 @@ def as_messages(observation: Sequence[Mapping[str, Any]] | Mapping[str, Any] | s
             (treated as one user message).
 
     Returns:
-        A list of ``{"role": str, "content": str}`` dicts.
+        A list of ``{"role": str, "content": str}`` dicts (plus ``tool_calls``, ``tool_call_id``
+        and ``name`` where a message has them; a missing content reads as "").
     """
     if isinstance(observation, str):
         return [{"role": "user", "content": observation}]
@@ -44,10 +58,52 @@ def as_messages(observation: Sequence[Mapping[str, Any]] | Mapping[str, Any] | s
         messages = observation["messages"]
     else:
         messages = observation
-    return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+    return [_message(m) for m in messages]
 
 
-def _template_kwargs(tokenizer: Any) -> dict[str, Any]:
+_TOOL_FIELDS = ("tool_calls", "tool_call_id", "name")
+
+
+def _message(m: Mapping[str, Any]) -> dict[str, Any]:
+    content = m.get("content")
+    out: dict[str, Any] = {
+        "role": str(m["role"]),
+        "content": "" if content is None else str(content),
+    }
+    out.update({k: m[k] for k in _TOOL_FIELDS if m.get(k) is not None})
+    return out
+
+
+class ToolTemplateError(ValueError):
+    """An observation offers tools, and the agent's chat template cannot render them."""
+
+
+def observation_tools(observation: Any) -> list[dict[str, Any]] | None:
+    """The tools an observation offers (None when it offers none)."""
+    tools = observation.get("tools") if isinstance(observation, Mapping) else None
+    return [dict(t) for t in tools] if tools else None
+
+
+def supports_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template renders ``tools`` (it refers to them)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, Mapping):
+        return "tool_use" in template or any("tools" in str(t) for t in template.values())
+    return isinstance(template, str) and "tools" in template
+
+
+def _template_kwargs(tokenizer: Any, observation: Any = None) -> dict[str, Any]:
+    tools = observation_tools(observation)
+    if tools:
+        if not supports_tools(tokenizer):
+            names = [t.get("function", {}).get("name") for t in tools]
+            raise ToolTemplateError(
+                f"The call offers tools {names}, and this model's chat template does not render "
+                f"tools. Use a model whose template does (e.g. Qwen2.5-Instruct), or register the "
+                f"program with tool_prompt='hermes' so that the env describes the tools in the "
+                f"system prompt and the replies' <tool_call> blocks are parsed."
+            )
+        return {"tools": tools}
     if getattr(tokenizer, "chat_template", None):
         return {}
     return {"chat_template": FALLBACK_CHAT_TEMPLATE}
@@ -69,7 +125,7 @@ def render_prompt_text(
         as_messages(messages),
         add_generation_prompt=True,
         tokenize=False,
-        **_template_kwargs(tokenizer),
+        **_template_kwargs(tokenizer, messages),
     )
 
 
@@ -92,7 +148,7 @@ def render_prompt_ids(
         as_messages(messages),
         add_generation_prompt=True,
         tokenize=True,
-        **_template_kwargs(tokenizer),
+        **_template_kwargs(tokenizer, messages),
     )
     # transformers 5 returns a BatchEncoding; older releases return the id list itself.
     if isinstance(out, Mapping) or hasattr(out, "keys"):

@@ -55,6 +55,7 @@ class Decision:
         messages: The rollout observation as chat messages (what was rendered into
             ``prompt_ids``), kept so a model with another tokenizer (e.g. the critic's) can
             render it itself instead of reading ids of a foreign vocabulary.
+        tools: The tools the observation offered (rendered with the messages), or None.
     """
 
     episode: int
@@ -71,6 +72,7 @@ class Decision:
     done: bool = False
     truncated: bool = False
     messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -111,7 +113,7 @@ class _Pending:
 
     agent: str
     generation: GenerationLike
-    messages: Sequence[Mapping[str, Any]]
+    messages: Sequence[Mapping[str, Any]] | Mapping[str, Any]  # what was rendered
 
 
 def _unwrapped(env: AECEnv) -> FlexPOMDPEnv:
@@ -243,7 +245,7 @@ class RolloutCollector:
             for env_index in running:
                 waiting[self.envs[env_index].agent_selection].append(env_index)
             for agent, env_indices in waiting.items():
-                messages = [self.envs[i].observe(agent)["messages"] for i in env_indices]
+                messages = [_prompt(self.envs[i].observe(agent)) for i in env_indices]
                 generations = self.policy.generate(
                     agent, messages, settings, generator=self.generator
                 )
@@ -295,7 +297,7 @@ class RolloutCollector:
         episode_index: int,
         agent: str,
         generation: GenerationLike,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, Any]] | Mapping[str, Any],
         results: list[Episode],
         round_buffer: dict[int, list[_Pending]],
     ) -> bool:
@@ -335,8 +337,16 @@ class RolloutCollector:
         return True
 
 
+def _prompt(observation: Mapping[str, Any]) -> Any:
+    """What the policy renders: the messages, or the whole observation when it offers tools."""
+    return observation if observation.get("tools") else observation["messages"]
+
+
 def _decision(episode: int, timestep: int, turn: int, pending: _Pending, reward: float) -> Decision:
     g = pending.generation
+    observed = pending.messages
+    tools = observed.get("tools") if isinstance(observed, Mapping) else None
+    messages = observed["messages"] if isinstance(observed, Mapping) else observed
     return Decision(
         episode=episode,
         timestep=timestep,
@@ -348,7 +358,8 @@ def _decision(episode: int, timestep: int, turn: int, pending: _Pending, reward:
         text=g.text,
         finished=bool(g.finished),
         reward=reward,
-        messages=[dict(m) for m in pending.messages],
+        messages=[dict(m) for m in messages],
+        tools=[dict(t) for t in tools] if tools else None,
     )
 
 

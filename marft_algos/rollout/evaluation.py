@@ -22,7 +22,9 @@ from marft_algos.rollout.collector import Episode, EpisodeRequest, RolloutCollec
 __all__ = [
     "EVAL_SEED_OFFSET",
     "NoisyMessages",
+    "agent_metrics",
     "episode_correct",
+    "episode_outcomes",
     "evaluation_requests",
     "format_accuracy",
     "format_change",
@@ -51,6 +53,21 @@ def episode_correct(episode: Episode) -> bool:
     if "correct" in episode.info:
         return bool(episode.info["correct"])
     return episode.team_return > 0
+
+
+def episode_outcomes(episodes: Sequence[Episode]) -> list[dict[str, Any]]:
+    """Each episode's task (reset seed and options), whether the team was right and its return:
+    what pairs two evaluations of the same held-out episodes
+    (:func:`~marft_algos.rollout.paired.paired_outcomes`)."""
+    return [
+        {
+            "seed": e.seed,
+            "options": dict(e.options),
+            "correct": episode_correct(e),
+            "team_return": e.team_return,
+        }
+        for e in episodes
+    ]
 
 
 def standard_error(accuracy: float, n: int) -> float:
@@ -185,7 +202,51 @@ def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, An
         metrics[f"{prefix}/action_cut_fraction"] = sum(not d.finished for d in decisions) / len(
             decisions
         )
+    metrics.update(agent_metrics(episodes, prefix))
+    metrics.update(_info_counters(episodes, prefix))
     return metrics
+
+
+def agent_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
+    """Per agent: reward received per episode, generated tokens per decision, share of its
+    decisions cut at the token cap, and model calls (decisions) per episode."""
+    n = len(episodes)
+    if not n:
+        return {}
+    rows: dict[str, list[Any]] = {}
+    for e in episodes:
+        for d in e.decisions:
+            rows.setdefault(d.agent, []).append(d)
+    received = {a: sum(e.agent_returns.get(a, 0.0) for e in episodes) / n for a in rows}
+    metrics: dict[str, float] = {}
+    for agent, decisions in sorted(rows.items()):
+        metrics[f"{prefix}/reward_mean/{agent}"] = received[agent]
+        metrics[f"{prefix}/action_tokens_mean/{agent}"] = sum(
+            len(d.action_ids) for d in decisions
+        ) / len(decisions)
+        metrics[f"{prefix}/action_cut_fraction/{agent}"] = sum(
+            not d.finished for d in decisions
+        ) / len(decisions)
+        metrics.setdefault(f"{prefix}/calls/{agent}", len(decisions) / n)
+    return metrics
+
+
+#: Final-info keys that have metrics of their own (not aggregated as counters).
+_OWN_METRICS = frozenset({"correct", "graded", "reward_parts", "calls", "program_error"})
+
+
+def _info_counters(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
+    """``<prefix>/info/<key>``: the mean of each numeric or boolean value of the episodes' final
+    info, over the episodes that report it (e.g. a tool env's ``tool_calls``)."""
+    values: dict[str, list[float]] = {}
+    for e in episodes:
+        for key, value in e.info.items():
+            if key in _OWN_METRICS or not isinstance(value, int | float):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                continue
+            values.setdefault(key, []).append(float(value))
+    return {f"{prefix}/info/{k}": sum(v) / len(v) for k, v in sorted(values.items())}
 
 
 def _program_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:

@@ -39,11 +39,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from marft_algos.policy.adapters import load_adapters, policy_layout, save_adapters
 from marft_algos.common.files import file_sha256
-from marft_algos.runs.folder import RunDirectory, disk_full_error
-
+from marft_algos.policy.adapters import load_adapters, policy_layout, save_adapters
 from marft_algos.policy.multi_agent import MultiAgentPolicy
+from marft_algos.runs.folder import RunDirectory, disk_full_error
 
 if TYPE_CHECKING:
     from marft_algos.policy.critic import Critic

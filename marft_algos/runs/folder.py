@@ -370,10 +370,12 @@ class RunDirectory:
         return "files of an earlier run"
 
     def clear(self) -> None:
-        """Delete the earlier run's config, metrics, checkpoints, plot and TensorBoard logs."""
+        """Delete the earlier run's config, metrics, per-episode held-out outcomes, attribution,
+        checkpoints, plot and TensorBoard logs."""
         for path in self.checkpoints():
             self._delete(path)
-        for name in ("config.json", "metrics.jsonl", "learning_curve.png"):
+        names = ("eval_outcomes.jsonl", "attribution.json", "learning_curve.png")
+        for name in ("config.json", "metrics.jsonl", *names):
             (self.path / name).unlink(missing_ok=True)
         shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
 

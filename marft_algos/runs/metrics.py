@@ -33,8 +33,15 @@ METRICS: dict[str, str] = {
     "rollout/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
     "rollout/action_tokens_mean": "generated tokens per decision, mean over the decisions",
     "rollout/action_cut_fraction": "share of decisions cut at their token cap (`max_new_tokens`)",
-    "rollout/reward/<name>": "agent programs: mean of the named reward part over those episodes (before its weight)",
-    "rollout/calls/<agent>": "agent programs: the agent's model calls per episode",
+    "rollout/reward_mean/<agent>": "reward the agent received per episode (the sum of its "
+    "decisions' rewards), mean over those episodes",
+    "rollout/action_tokens_mean/<agent>": "the agent's generated tokens per decision",
+    "rollout/action_cut_fraction/<agent>": "share of the agent's decisions cut at their token cap",
+    "rollout/info/<name>": "mean of the numeric or boolean value `info[<name>]` of the episodes' "
+    "final info, over the episodes that report it (an env's own counters)",
+    "rollout/reward/<name>": 'mean of the named reward part (`info["reward_parts"]` of an env or '
+    "agent program; a program's before its weight) over those episodes",
+    "rollout/calls/<agent>": "the agent's model calls (decisions) per episode",
     "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward or timed out",
     "rollout/nothing_to_learn": "1 when the rewards carry no signal (every critic-free group "
     "flat, or every decision rewarded alike); a warning says so",
@@ -49,12 +56,18 @@ METRICS: dict[str, str] = {
     "eval/reward_mean": "mean team return of those episodes",
     "eval/accuracy": "share of those episodes the team solved",
     "eval/accuracy_se": "binomial standard error of `eval/accuracy`, √(p(1−p)/n)",
-    "eval/reward/<name>": "agent programs: as `rollout/reward/<name>`, on the held-out episodes",
-    "eval/calls/<agent>": "agent programs: as `rollout/calls/<agent>`, on the held-out episodes",
+    "eval/reward/<name>": "as `rollout/reward/<name>`, on the held-out episodes",
+    "eval/calls/<agent>": "as `rollout/calls/<agent>`, on the held-out episodes",
     "eval/program_errors": "agent programs: as `rollout/program_errors`, on the held-out episodes",
     "eval/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
     "eval/action_tokens_mean": "generated tokens per decision of those episodes",
     "eval/action_cut_fraction": "share of their decisions cut at the token cap",
+    "eval/reward_mean/<agent>": "as `rollout/reward_mean/<agent>`, on the held-out episodes",
+    "eval/action_tokens_mean/<agent>": "as `rollout/action_tokens_mean/<agent>`, on the held-out "
+    "episodes",
+    "eval/action_cut_fraction/<agent>": "as `rollout/action_cut_fraction/<agent>`, on the "
+    "held-out episodes",
+    "eval/info/<name>": "as `rollout/info/<name>`, on the held-out episodes",
     "eval_sampled/<name>": "with `eval_sampled=True`: `eval/<name>` of the same episodes sampled "
     "as in training",
     "train/agents": "the agents whose adapters the iteration trained, comma-separated",
@@ -83,6 +96,17 @@ METRICS: dict[str, str] = {
     "advantage 0)",
     "train/advantage_abs_mean": "mean absolute advantage over the trained agents' entries (decisions at action "
     "level, tokens at token level), as the objective uses them",
+    "train/policy_loss/<agent>": "`train/policy_loss` over the agent's own entries (their "
+    "weighted mean), mean over the policy steps",
+    "train/entropy/<agent>": "`train/entropy` over the agent's own entries",
+    "train/approx_kl/<agent>": "`train/approx_kl` over the agent's own entries (first policy step)",
+    "train/clip_fraction/<agent>": "`train/clip_fraction` over the agent's own entries (first "
+    "policy step)",
+    "train/advantage_mean/<agent>": "mean advantage over the agent's entries",
+    "train/advantage_abs_mean/<agent>": "`train/advantage_abs_mean` over the agent's entries",
+    "train/grad_norm/<agent>": "gradient norm of the agent's adapter before clipping, mean over "
+    "the applied policy steps; an adapter that several agents share is named by them joined "
+    "with `+` (e.g. `critic+planner`)",
     "train/value_mean": "actor-critic: mean critic value of the batch's entries at rollout",
     "train/value_loss": "actor-critic: critic loss (Huber or MSE to the returns), mean over "
     "minibatches",

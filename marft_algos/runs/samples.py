@@ -9,7 +9,8 @@ in the run folder, one JSON object per episode::
      "turns": [{"timestep": 0, "agent": "reasoner", "messages": [...], "action": "...",
                 "reward": 0.0, "finished": true}, ...]}
 
-``marft eval RUN --samples N`` prints N such transcripts; :func:`transcript_table` is the short
+``marft eval RUN --samples N`` prints N such transcripts (each agent's system prompt once, the
+final info and its reward parts; ``--json`` includes them); :func:`transcript_table` is the short
 terminal view the command line shows after training.
 """
 
@@ -20,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from marft_algos.rollout.evaluation import episode_correct
 from marft_algos.rollout.collector import Episode
+from marft_algos.rollout.evaluation import episode_correct
 
 __all__ = [
     "SAMPLES_FILE",
@@ -63,6 +64,7 @@ def episode_transcript(episode: Episode, index: int) -> dict[str, Any]:
                 "timestep": d.timestep,
                 "agent": d.agent,
                 "messages": d.messages,
+                **({"tools": d.tools} if d.tools else {}),
                 "action": d.text,
                 "reward": d.reward,
                 "finished": d.finished,
@@ -141,8 +143,17 @@ def transcript_table(rows: Iterable[Mapping[str, Any]], *, title: str, width: in
     return table
 
 
-def print_transcripts(console: Any, rows: Iterable[Mapping[str, Any]]) -> None:
-    """Print whole transcripts: for every turn, what the agent read last and what it answered."""
+def _system_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+
+
+def print_transcripts(
+    console: Any, rows: Iterable[Mapping[str, Any]], *, show_system: bool = False
+) -> None:
+    """Print whole transcripts: each agent's system prompt the first time it speaks (every turn
+    with ``show_system``), for every turn what the agent read last and what it answered, then the
+    env's final info (failure kind, solution, counters) and the reward parts."""
+    shown: dict[str, str] = {}
     for row in rows:
         verdict = "correct" if row.get("correct") else "wrong"
         console.rule(
@@ -150,17 +161,35 @@ def print_transcripts(console: Any, rows: Iterable[Mapping[str, Any]]) -> None:
             f"{float(row.get('team_return', 0.0)):g}"
         )
         for turn in row.get("turns") or []:
-            console.print(
-                f"[bold]{turn.get('agent')}[/] (round {turn.get('timestep')}) read:", markup=True
-            )
+            agent = str(turn.get("agent"))
+            system = _system_text(turn.get("messages") or [])
+            if system and (show_system or shown.get(agent) != system):
+                shown[agent] = system
+                console.print(f"[bold]{agent}[/]'s system prompt:", markup=True)
+                console.print(system, markup=False, style="dim")
+            console.print(f"[bold]{agent}[/] (round {turn.get('timestep')}) read:", markup=True)
             console.print(_last_user_text(turn.get("messages") or []), markup=False)
             console.print(
-                f"[bold]{turn.get('agent')}[/] said (reward {float(turn.get('reward', 0.0)):g}"
+                f"[bold]{agent}[/] said (reward {float(turn.get('reward', 0.0)):g}"
                 + ("" if turn.get("finished", True) else ", cut at the token budget")
                 + "):",
                 markup=True,
             )
             console.print(str(turn.get("action", "")), markup=False)
+        info = dict(row.get("info") or {})
+        parts = info.pop("reward_parts", None)
+        if info:
+            console.print("[bold]final info[/]:", markup=True)
+            console.print(json.dumps(info, ensure_ascii=False, default=repr), markup=False)
+        if isinstance(parts, Mapping) and parts:
+            console.print(
+                "[bold]reward parts[/]: "
+                + ", ".join(
+                    f"{k} {v:g}" if isinstance(v, int | float) else f"{k} {v}"
+                    for k, v in parts.items()
+                ),
+                markup=True,
+            )
 
 
 def transcripts_markdown(rows: Iterable[Mapping[str, Any]], width: int = 500) -> str:

@@ -37,7 +37,7 @@ from marft_algos.trainers.base import Trainer
 from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
 from marft_algos.trainers.levels import Level, level_named, normalize, normalize_by_agent
 from marft_algos.trainers.policy_gradient import Objective
-from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean
+from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean, agent_advantages
 
 __all__ = ["ActorCriticConfig", "ActorCriticTrainer"]
 
@@ -263,7 +263,9 @@ class ActorCriticTrainer(Trainer):
                         f"marft_algos.rollout.collector.RolloutCollector."
                     )
                 else:
-                    out.append(render_prompt_ids(tokenizer, d.messages))
+                    out.append(
+                        render_prompt_ids(tokenizer, {"messages": d.messages, "tools": d.tools})
+                    )
         return out
 
     # ------------------------------------------------------------------ values and advantages
@@ -344,6 +346,9 @@ class ActorCriticTrainer(Trainer):
         trained = torch.tensor([a in train_agents for a in batch.agents])
         entries = mask & (trained if mask.dim() == 1 else trained.unsqueeze(-1))
         metrics.update(advantage_abs_mean(batch.advantages, entries, self.dist))
+        metrics.update(
+            agent_advantages(batch.advantages, entries, batch.agents, train_agents, self.dist)
+        )
         return metrics
 
     def critic_step(self, batch: RolloutBatch) -> float:

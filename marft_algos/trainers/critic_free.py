@@ -30,7 +30,7 @@ from marft_algos.rollout.collector import Episode, EpisodeRequest
 from marft_algos.trainers.base import Trainer
 from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
 from marft_algos.trainers.policy_gradient import Objective
-from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean
+from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean, agent_advantages
 
 __all__ = [
     "LOSS_NORMALIZERS",
@@ -372,6 +372,7 @@ class CriticFreeTrainer(Trainer):
             else torch.ones(len(batch), dtype=torch.bool)
         )
         metrics.update(advantage_abs_mean(advantages, entries, self.dist))
+        metrics.update(agent_advantages(advantages, entries, batch.agents, trained, self.dist))
         batch = batch.with_targets(advantages=advantages)
         # Zero-advantage rows add nothing to the surrogate; without entropy or KL terms they need no forward.
         nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)

@@ -10,6 +10,7 @@ from typing import Any
 from marft_algos.distributed import DistributedContext
 from marft_algos.rollout.collector import Episode, RolloutCollector
 from marft_algos.rollout.evaluation import (
+    episode_outcomes,
     evaluation_requests,
     greedy,
     no_signal_reason,
@@ -18,6 +19,7 @@ from marft_algos.rollout.evaluation import (
 )
 from marft_algos.runs.folder import RunDirectory
 from marft_algos.runs.metrics import MetricsLogger
+from marft_algos.runs.outcomes import write_outcomes
 from marft_algos.runs.samples import transcripts_markdown, write_samples
 from marft_algos.trainers.config import TrainerConfig
 
@@ -114,6 +116,7 @@ class Evaluator:
         phase("eval", len(requests))
         episodes = self.collector.collect(requests, greedy(self.config.generation))
         metrics = summarize(episodes, "eval", self.dist)
+        self._keep_outcomes(run_dir, iteration, "eval", episodes)
         if run_dir is not None and self.dist.is_main and self.config.eval_samples:
             rows = write_samples(run_dir.path, iteration, episodes, self.config.eval_samples)
             metrics_logger.log_text("eval/samples", transcripts_markdown(rows), iteration)
@@ -121,7 +124,18 @@ class Evaluator:
             phase("eval (sampled)", len(requests))
             episodes = self.collector.collect(requests, self.config.generation)
             metrics.update(summarize(episodes, "eval_sampled", self.dist))
+            self._keep_outcomes(run_dir, iteration, "eval_sampled", episodes)
         return metrics
+
+    def _keep_outcomes(
+        self, run_dir: RunDirectory | None, iteration: int, prefix: str, episodes: Sequence[Episode]
+    ) -> None:
+        """Append every rank's per-episode outcomes to the run folder (paired before/after)."""
+        rows = episode_outcomes(episodes)
+        if self.dist.enabled:
+            rows = [r for part in self.dist.gather(rows) for r in part]
+        if run_dir is not None and self.dist.is_main:
+            write_outcomes(run_dir.path, iteration, prefix, rows)
 
 
 def _light(episode: Episode) -> Episode:

@@ -45,6 +45,8 @@ from marft_algos.protocols import PolicyLike, TokenLogProbsLike
 __all__ = ["Objective", "PolicyGradient"]
 
 _STATS = ("approx_kl", "clip_fraction", "ratio_mean")
+#: Sums kept per agent: the per-agent statistics of a step (``train/<name>/<agent>``).
+_AGENT_SUMS = ("policy_loss", "entropy", "weight", "entries", *_STATS)
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ class PolicyGradient:
         *,
         active: Tensor | None = None,
         agents: Sequence[str] | None = None,
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """Back-propagate the objective of ``batch`` into the agents' adapters (no optimizer step).
 
         Args:
@@ -214,14 +216,16 @@ class PolicyGradient:
             ``loss`` (the objective's value), ``policy_loss`` and ``kl`` (their terms of it), and
             the statistics ``entropy`` (weighted as in the objective), ``approx_kl``,
             ``clip_fraction``, ``ratio_mean`` (means over the entries processed: decisions at
-            action level, tokens at token level).
+            action level, tokens at token level); ``per_agent``: the same statistics of each
+            agent's own entries (``policy_loss`` as its weighted mean), and ``grad_norms``: each
+            adapter's gradient norm (:meth:`adapter_grad_norms`).
         """
         o = self.objective
         tokens, sequences = self.dist.sum([float(batch.action_mask.sum()), float(len(batch))])
         totals = (tokens, sequences)
         keep = torch.ones(len(batch), dtype=torch.bool) if active is None else active.bool()
-        out: dict[str, float] = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0}
-        sums: dict[str, float] = dict.fromkeys((*_STATS, "entropy", "weight", "entries"), 0.0)
+        out: dict[str, float] = {"loss": 0.0, "kl": 0.0}
+        own = {a: dict.fromkeys(_AGENT_SUMS, 0.0) for a in self.policy.agents}
         for agent in dict.fromkeys(batch.agents):
             rows = [k for k in batch.indices_of(agent) if bool(keep[k])]
             if not rows:
@@ -255,28 +259,61 @@ class PolicyGradient:
                 if torch.isfinite(objective):
                     objective.backward()
                 out["loss"] += float(objective.detach())
-                out["policy_loss"] += float(policy_loss.detach())
-                sums["entropy"] += float(entropy.detach())
-                sums["weight"] += float(weights.sum())
                 m = terms["mask"]
-                sums["entries"] += float(m.sum())
+                mine = own[agent]  # the pooled sums are the agents' sums added up, below
+                mine["policy_loss"] += float(policy_loss.detach())
+                mine["entropy"] += float(entropy.detach())
+                mine["weight"] += float(weights.sum())
+                mine["entries"] += float(m.sum())
                 for name in _STATS:
-                    sums[name] += float(
+                    mine[name] += float(
                         torch.where(m, terms[name], torch.zeros_like(terms[name])).sum()
                     )
         if self.dist.enabled:
             self.dist.sum_gradients(
                 self.parameters(self.policy.agents if agents is None else agents)
             )
-            keys = list(out) + list(sums)
-            reduced = self.dist.sum([*out.values(), *sums.values()])
-            merged = dict(zip(keys, reduced, strict=True))
-            out = {k: merged[k] for k in out}
-            sums = {k: merged[k] for k in sums}
+            flat = [v for a in self.policy.agents for v in own[a].values()]
+            reduced = self.dist.sum([*out.values(), *flat])
+            out = dict(zip(out, reduced[: len(out)], strict=True))
+            rest = iter(reduced[len(out) :])
+            own = {a: {k: next(rest) for k in _AGENT_SUMS} for a in self.policy.agents}
+        sums = {key: sum(own[a][key] for a in own) for key in _AGENT_SUMS}
+        out["policy_loss"] = sums["policy_loss"]
         out["entropy"] = sums["entropy"] / sums["weight"] if sums["weight"] else 0.0
         for name in _STATS:
             out[name] = sums[name] / sums["entries"] if sums["entries"] else 0.0
-        return out
+        result: dict[str, Any] = dict(out)
+        result["per_agent"] = {
+            a: {
+                "policy_loss": s["policy_loss"] / s["weight"] if s["weight"] else 0.0,
+                "entropy": s["entropy"] / s["weight"] if s["weight"] else 0.0,
+                **{name: s[name] / s["entries"] for name in _STATS},
+            }
+            for a, s in own.items()
+            if s["entries"]
+        }
+        result["grad_norms"] = self.adapter_grad_norms(list(dict.fromkeys(batch.agents)))
+        return result
+
+    @torch.no_grad()
+    def adapter_grad_norms(self, agents: Sequence[str]) -> dict[str, float]:
+        """The gradient norm of each adapter that ``agents`` train, before clipping, named by its
+        agent, or its agents joined by ``+`` for an adapter they share (e.g. ``critic+planner``)."""
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for agent in self.policy.agents:
+            params = self.policy.trainable_parameters(agent)
+            if params:
+                groups.setdefault(tuple(id(p) for p in params), []).append(agent)
+        norms: dict[str, float] = {}
+        for members in groups.values():
+            if not set(members) & set(agents):
+                continue
+            grads = [p.grad for p in self.policy.trainable_parameters(members[0])]
+            each = [torch.linalg.vector_norm(g.detach().float()) for g in grads if g is not None]
+            total = torch.linalg.vector_norm(torch.stack(each)) if each else torch.zeros(())
+            norms["+".join(sorted(members))] = float(total)  # one device sync per adapter
+        return norms
 
     @torch.no_grad()
     def reference_log_probs(self, batch: RolloutBatch) -> Tensor:

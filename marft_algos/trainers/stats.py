@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from marft_algos.distributed import DistributedContext
 
-__all__ = ["UpdateStats", "advantage_abs_mean"]
+__all__ = ["UpdateStats", "advantage_abs_mean", "agent_advantages"]
 
 #: Step results averaged over the update's policy steps.
 _MEANS = ("policy_loss", "entropy", "ratio_mean", "approx_kl_after", "grad_norm")
@@ -41,14 +42,16 @@ class UpdateStats:
         self.steps = 0
         self._means: dict[str, list[float]] = defaultdict(list)
         self._counts = dict.fromkeys(_COUNTS, 0)
-        self._first: Mapping[str, float] | None = None
-        self._last: Mapping[str, float] | None = None
+        self._first: Mapping[str, Any] | None = None
+        self._last: Mapping[str, Any] | None = None
+        #: Per agent (``policy_loss``, ``entropy``) or adapter (``grad_norm``): the steps' values.
+        self._own: dict[tuple[str, str], list[float]] = defaultdict(list)
 
     def add_value_loss(self, loss: float) -> None:
         """One critic step's value loss."""
         self._means["value_loss"].append(loss)
 
-    def add_step(self, result: Mapping[str, float]) -> None:
+    def add_step(self, result: Mapping[str, Any]) -> None:
         """One policy step's result (:meth:`~marft_algos.trainers.base.Trainer.policy_step`)."""
         self.steps += 1
         if self._first is None:
@@ -59,6 +62,12 @@ class UpdateStats:
                 self._means[key].append(result[key])
         for key in _COUNTS:
             self._counts[key] += int(result.get(key, 0))
+        for agent, values in result.get("per_agent", {}).items():
+            for key in ("policy_loss", "entropy"):
+                self._own[key, agent].append(values[key])
+        if result.get("skipped_nonfinite", 0) == 0:  # a skipped step's gradient was dropped
+            for adapter, norm in result.get("grad_norms", {}).items():
+                self._own["grad_norm", adapter].append(norm)
 
     def metrics(self) -> dict[str, Any]:
         """The ``train/`` metrics; statistics of policy steps are absent when none was taken."""
@@ -67,6 +76,11 @@ class UpdateStats:
             out["train/approx_kl"] = self._first["approx_kl"]
             out["train/clip_fraction"] = self._first["clip_fraction"]
             out["train/approx_kl_last"] = self._last["approx_kl"]
+            for agent, values in self._first.get("per_agent", {}).items():
+                out[f"train/approx_kl/{agent}"] = values["approx_kl"]
+                out[f"train/clip_fraction/{agent}"] = values["clip_fraction"]
+        for (key, name), values in sorted(self._own.items()):
+            out[f"train/{key}/{name}"] = float(np.mean(values))
         out.update({f"train/{k}": v for k, v in self._counts.items()})
         out["train/skipped_empty"] = int(self.steps == 0)
         out["train/agents"] = ",".join(sorted(self.agents))
@@ -94,3 +108,40 @@ def advantage_abs_mean(
     adv = adv[..., : entries.shape[-1]] if entries.dim() == 2 else adv
     total, count = distributed.sum([float(adv[entries].sum()), float(entries.sum())])
     return {"train/advantage_abs_mean": total / count} if count else {}
+
+
+def agent_advantages(
+    advantages: Tensor,
+    entries: Tensor,
+    batch_agents: Sequence[str],
+    agents: Sequence[str],
+    distributed: DistributedContext,
+) -> dict[str, float]:
+    """``train/advantage_mean/<agent>`` and ``train/advantage_abs_mean/<agent>``: each agent's
+    mean advantage and mean absolute advantage over its ``entries`` of every rank.
+
+    Args:
+        advantages: ``(N,)`` or ``(N, T)``, as :func:`advantage_abs_mean`.
+        entries: ``(N,)`` or ``(N, T)`` bool, as :func:`advantage_abs_mean`.
+        batch_agents: The agent of each of the ``N`` rows.
+        agents: Every agent that may have rows (the same list on every rank).
+        distributed: Sums over ranks.
+    """
+    adv = advantages.float()
+    if adv.dim() < entries.dim():
+        adv = adv.unsqueeze(-1).expand(entries.shape)  # (N, T): the decision's A on each token
+    adv = adv[..., : entries.shape[-1]] if entries.dim() == 2 else adv
+    sums: list[float] = []
+    for agent in agents:
+        rows = torch.tensor([a == agent for a in batch_agents], dtype=torch.bool)
+        mine = entries & (rows if entries.dim() == 1 else rows.unsqueeze(-1))
+        values = adv[mine]
+        sums += [float(values.sum()), float(values.abs().sum()), float(mine.sum())]
+    totals = distributed.sum(sums)
+    out: dict[str, float] = {}
+    for k, agent in enumerate(agents):
+        total, absolute, count = totals[3 * k : 3 * k + 3]
+        if count:
+            out[f"train/advantage_mean/{agent}"] = total / count
+            out[f"train/advantage_abs_mean/{agent}"] = absolute / count
+    return out

@@ -8,7 +8,7 @@
 | Action | any text; the graded agent's last fenced ```` ```python ```` block is its program |
 | Reward | 1 when every hidden test passes, else 0 (``partial_credit=True``: the share passed); credit ``graded`` |
 | Termination | when every test passes, or when ``max_attempts`` attempts were used |
-| Versions | v0: initial release (retired: a program could earn reward by shadowing a builtin the tests call or reading the hidden tests from disk); v1: the tests see the real builtins, the program sees only the interpreter's files, failure details are one printable line of at most 300 characters; prompts and data unchanged |
+| Versions | v0: initial release (retired: a program could earn reward by shadowing a builtin the tests call or reading the hidden tests from disk); v1: the tests see the real builtins, the program sees only the interpreter's files, failure details are one printable line of at most 300 characters; prompts and data unchanged (out of date: ``make`` builds v2 and warns); v2: a program that kills its own process is told "killed by signal 9 (SIGKILL)", not "used up its CPU time"; the sandbox refuses kernel keys, new user namespaces and, without a memory cgroup, SysV shared memory and memfd files; no host path in failure details |
 
 Infos after a round: ``correct``, ``tests_passed``, ``tests_total``, ``failure`` (``no_code``,
 ``syntax_error``, ``timeout``, ``memory``, ``wrong_answer``, ``runtime_error``, ``exited``, ...),

@@ -13,13 +13,14 @@ from marft_envs.core.dependency import (
 )
 from marft_envs.core.env import FlexPOMDPEnv, RoundRecord, Transition
 from marft_envs.core.profiles import AgentProfile, as_profiles
-from marft_envs.core.spaces import ChatSpace, TextSpace
+from marft_envs.core.spaces import ChatObservation, ChatSpace, TextSpace, ToolSpace
 
 __all__ = [
     "CREDIT_RULES",
     "DAG",
     "AgentProfile",
     "Chain",
+    "ChatObservation",
     "ChatSpace",
     "DependencyFunction",
     "FlexPOMDPEnv",
@@ -29,6 +30,7 @@ __all__ = [
     "RoundState",
     "Router",
     "TextSpace",
+    "ToolSpace",
     "Transition",
     "Turn",
     "as_profiles",

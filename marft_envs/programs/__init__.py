@@ -13,8 +13,15 @@ from marft_envs.programs.client import (
     UnknownAgentError,
 )
 from marft_envs.programs.env import ProgramEnv, ProgramTurns, combine_reward
+from marft_envs.programs.tools import (
+    TOOL_PARSERS,
+    hermes_prompt,
+    parse_hermes,
+    register_tool_parser,
+)
 
 __all__ = [
+    "TOOL_PARSERS",
     "ChatCompletion",
     "EpisodeEnded",
     "ProgramClient",
@@ -22,4 +29,7 @@ __all__ = [
     "ProgramTurns",
     "UnknownAgentError",
     "combine_reward",
+    "hermes_prompt",
+    "parse_hermes",
+    "register_tool_parser",
 ]

@@ -8,13 +8,16 @@ client.chat.completions.acreate(...)``, or hand ``client.aio`` where code expect
 
 What the request's sampling fields mean here: the trainer samples every rollout with its own
 settings (temperature, top-p, top-k, each agent's ``max_new_tokens``) and evaluates greedily, so
-``temperature``, ``top_p``, ``max_tokens``, ``stop`` and ``seed`` are accepted and ignored; what
-was trained on is exactly what was generated. Streaming and ``n > 1`` are refused with a clear
-error (docs/programs.md).
+``temperature``, ``top_p``, ``max_tokens``, ``stop``, ``seed`` and ``tool_choice`` are accepted and
+ignored; what was trained on is exactly what was generated. ``tools`` reach the policy with the
+messages, and the reply is parsed into ``tool_calls`` (:mod:`marft_envs.programs.tools`); messages
+may carry ``tool_calls`` and ``role="tool"`` results, as dicts or as the message objects this
+client returned. Streaming and ``n > 1`` are refused with a clear error (docs/programs.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,12 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from marft_envs.programs.tools import ToolCall
+
 __all__ = [
     "ChatCompletion",
     "Choice",
     "EpisodeEnded",
     "Message",
     "ProgramClient",
+    "Reply",
     "UnknownAgentError",
     "Usage",
 ]
@@ -47,7 +53,7 @@ class Message:
 
     content: str | None
     role: str = "assistant"
-    tool_calls: list[Any] | None = None
+    tool_calls: list[ToolCall] | None = None
     refusal: str | None = None
 
 
@@ -55,7 +61,8 @@ class Message:
 class Choice:
     index: int
     message: Message
-    finish_reason: str  # "stop" (the model ended its message) or "length" (cut at the budget)
+    # "stop" (the model ended its message), "length" (cut at the budget) or "tool_calls"
+    finish_reason: str
     logprobs: Any = None
 
 
@@ -88,6 +95,20 @@ class CallRecord:
     agent: str
     messages: list[dict[str, Any]]
     index: int  # call number in the episode, from 0
+    tools: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class Reply:
+    """What the env answers a call with: the generated text, how it ended, its token counts, and
+    (for a call with tools) the text parsed into content and tool calls."""
+
+    text: str
+    finished: bool
+    prompt_tokens: int
+    completion_tokens: int
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass
@@ -132,15 +153,87 @@ IGNORED_FIELDS = frozenset(
 _ids = itertools.count()
 
 
+def _plain(value: Any) -> Any:
+    """Dicts and lists all the way down (dataclasses and pydantic models included)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)
+    elif hasattr(value, "model_dump"):
+        value = value.model_dump(exclude_none=True)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's text: a string, None (an assistant message that only calls tools), or a list
+    of ``{"type": "text", "text": ...}`` parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise TypeError(
+        f"{where} must be text (or a list of text parts), got {type(content).__name__}: marft "
+        f"renders text messages with the policy's chat template."
+    )
+
+
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise TypeError(f"{where} must be a list of tool calls, got {calls!r:.80}.")
+    out = []
+    for k, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise TypeError(
+                f"{where}[{k}] must be {{'id': ..., 'type': 'function', 'function': {{'name': ..., "
+                f"'arguments': ...}}}}, got {call!r:.80}."
+            )
+        out.append(
+            {
+                "id": str(call.get("id", f"call_{k}")),
+                "type": "function",
+                "function": {
+                    "name": function["name"],
+                    "arguments": function.get("arguments", "{}"),
+                },
+            }
+        )
+    return out
+
+
+def _tools(tools: Any) -> list[dict[str, Any]] | None:
+    if not tools:
+        return None
+    if not isinstance(tools, list) or not all(
+        isinstance(t, Mapping)
+        and t.get("type", "function") == "function"
+        and isinstance(t.get("function"), Mapping)
+        and isinstance(t["function"].get("name"), str)
+        for t in tools
+    ):
+        raise TypeError(
+            f"tools must be a list of {{'type': 'function', 'function': {{'name': ..., "
+            f"'description': ..., 'parameters': {{...}}}}}}, got {tools!r:.120}."
+        )
+    return [{"type": "function", "function": dict(t["function"])} for t in tools]
+
+
 def check_request(
     agents: Sequence[str], model: Any, messages: Any, fields: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """Validate one chat-completions request; return its messages as plain dicts.
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Validate one chat-completions request; return its messages as plain dicts, and its tools.
 
     Raises:
         UnknownAgentError: ``model`` is not an agent of the team.
-        ValueError / TypeError: A request marft cannot serve exactly (streaming, ``n > 1``, tools
-            without a parser, malformed messages), with what to do instead.
+        ValueError / TypeError: A request marft cannot serve exactly (streaming, ``n > 1``,
+            malformed messages or tools), with what to do instead.
     """
     if model not in agents:
         raise UnknownAgentError(
@@ -157,12 +250,7 @@ def check_request(
         raise ValueError(
             f"n={n} is not supported: each call is one decision of one agent. Make n separate calls."
         )
-    if fields.get("tools"):
-        raise ValueError(
-            "tools= is not supported by the in-process client yet: tool calls need a parser for the "
-            "model's tool-call format. Describe the tools in the system prompt and parse the reply "
-            "in the program instead."
-        )
+    tools = _tools(_plain(fields.get("tools")))
     unknown = sorted(set(fields) - IGNORED_FIELDS - {"stream", "n", "tools"})
     if unknown:
         raise TypeError(f"create() got unexpected keyword argument(s) {unknown}.")
@@ -173,36 +261,39 @@ def check_request(
         )
     plain = []
     for i, message in enumerate(messages):
-        item = message if isinstance(message, Mapping) else getattr(message, "__dict__", None)
+        item = _plain(message)
         if not isinstance(item, Mapping) or "role" not in item:
             raise TypeError(
                 f"messages[{i}] must be a dict with 'role' and 'content', got {message!r:.80}."
             )
-        content = item.get("content")
-        if not isinstance(content, str):
-            raise TypeError(
-                f"messages[{i}]['content'] must be text, got {type(content).__name__}: marft renders "
-                f"plain text messages with the policy's chat template."
-            )
-        plain.append({"role": str(item["role"]), "content": content})
-    return plain
+        role = str(item["role"])
+        entry: dict[str, Any] = {
+            "role": role,
+            "content": _text(item.get("content"), f"messages[{i}]['content']"),
+        }
+        if item.get("tool_calls"):
+            entry["tool_calls"] = _tool_calls(item["tool_calls"], f"messages[{i}]['tool_calls']")
+        if role == "tool":
+            entry["tool_call_id"] = str(item.get("tool_call_id", ""))
+        if isinstance(item.get("name"), str) and role == "tool":
+            entry["name"] = item["name"]
+        plain.append(entry)
+    return plain, tools
 
 
-def completion(
-    agent: str, text: str, finished: bool, prompt_tokens: int, completion_tokens: int
-) -> ChatCompletion:
+def completion(agent: str, reply: Reply) -> ChatCompletion:
     """The response object of one call."""
+    if reply.tool_calls:
+        message = Message(content=reply.content, tool_calls=list(reply.tool_calls))
+        finish = "tool_calls"
+    else:
+        message, finish = Message(content=reply.text), "stop" if reply.finished else "length"
+    tokens = reply.prompt_tokens + reply.completion_tokens
     return ChatCompletion(
         id=f"chatcmpl-marft-{next(_ids)}",
         model=agent,
-        choices=[
-            Choice(
-                index=0,
-                message=Message(content=text),
-                finish_reason="stop" if finished else "length",
-            )
-        ],
-        usage=Usage(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens),
+        choices=[Choice(index=0, message=message, finish_reason=finish)],
+        usage=Usage(reply.prompt_tokens, reply.completion_tokens, tokens),
     )
 
 
@@ -261,7 +352,7 @@ class ProgramClient:
     def __init__(
         self,
         agents: Sequence[str],
-        send: Callable[[CallRecord], tuple[str, bool, int, int]],
+        send: Callable[[CallRecord], Reply],
         rng: np.random.Generator,
     ) -> None:
         self.agents = tuple(agents)
@@ -274,9 +365,7 @@ class ProgramClient:
         self.aio = _AsyncClient(completions)
 
     def _call(self, model: Any, messages: Any, fields: Mapping[str, Any]) -> ChatCompletion:
-        plain = check_request(self.agents, model, messages, fields)
-        text, finished, prompt_tokens, completion_tokens = self._send(
-            CallRecord(agent=model, messages=plain, index=next(self._calls))
-        )
-        self.counts.add(model, prompt_tokens, completion_tokens)
-        return completion(model, text, finished, prompt_tokens, completion_tokens)
+        plain, tools = check_request(self.agents, model, messages, fields)
+        reply = self._send(CallRecord(model, plain, next(self._calls), tools))
+        self.counts.add(model, reply.prompt_tokens, reply.completion_tokens)
+        return completion(model, reply)

@@ -3,8 +3,10 @@
 ==================  ===========================================================================
 Agents              the ``agents`` given at registration (the ``model`` names the program uses)
 Observation         exactly the messages the program sent for the pending call (system prompt
-                    included); the policy renders them with its chat template
-Action              the agent's reply, handed back to the program as the call's response
+                    included), and its ``tools`` if it offered any; the policy renders them with
+                    its chat template (``tool_prompt``: the tools described in text instead)
+Action              the agent's reply, handed back to the program as the call's response (parsed
+                    into ``tool_calls`` by ``tool_parser`` when the call offered tools)
 Round               one model call: the agent the call names acts once
 Reward              what the program returns when it ends (a float, or named parts combined by
                     ``reward_weights``), paid under ``credit`` (default ``"team"``: every agent
@@ -28,7 +30,7 @@ import logging
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -36,8 +38,16 @@ from marft_envs.core.data import held_out_rows
 from marft_envs.core.dependency import DependencyFunction, RoundState, Turn
 from marft_envs.core.env import FlexPOMDPEnv, Transition
 from marft_envs.core.profiles import AgentProfile
-from marft_envs.programs.client import CallRecord, ProgramClient
+from marft_envs.core.spaces import ChatObservation, ChatSpace
+from marft_envs.programs.client import CallRecord, ProgramClient, Reply
 from marft_envs.programs.runner import Event, ProgramRun
+from marft_envs.programs.tools import (
+    TOOL_PROMPTS,
+    ToolParser,
+    arguments_object,
+    parse_tool_calls,
+    resolve_parser,
+)
 
 __all__ = ["ProgramEnv", "ProgramTurns", "combine_reward", "split_tasks"]
 
@@ -83,6 +93,23 @@ def combine_reward(value: Any, weights: Mapping[str, float]) -> tuple[float, dic
         f"the program returned {value!r:.80}; return the episode's reward: a number, or a mapping "
         f"of named parts such as {{'success': 1.0, 'cost': -0.15}}."
     )
+
+
+def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message as chat templates take it: tool-call arguments as objects, not JSON text."""
+    out = dict(message)
+    if "tool_calls" in out:
+        out["tool_calls"] = [
+            {
+                **c,
+                "function": {
+                    **c["function"],
+                    "arguments": arguments_object(c["function"]["arguments"]),
+                },
+            }
+            for c in out["tool_calls"]
+        ]
+    return out
 
 
 def _finite(value: Any) -> bool:
@@ -136,6 +163,11 @@ class ProgramEnv(FlexPOMDPEnv):
         transport: ``"inprocess"``: the program gets a :class:`~marft_envs.programs.ProgramClient`;
             ``"http"``: it gets ``openai.OpenAI`` on the episode's own URL of a local
             OpenAI-compatible endpoint (:mod:`marft_envs.programs.server`), for frameworks.
+        tool_parser: How a reply to a call with ``tools`` becomes ``tool_calls``: a name in
+            :data:`~marft_envs.programs.tools.TOOL_PARSERS` (default ``"hermes"``) or a function.
+        tool_prompt: None (default): tools reach the policy's chat template, which must support
+            them. ``"hermes"``: the env describes them in the system prompt and writes tool calls
+            and results as text, for models whose template has no tool support.
         render_mode: As for every :class:`~marft_envs.FlexPOMDPEnv`.
     """
 
@@ -164,6 +196,8 @@ class ProgramEnv(FlexPOMDPEnv):
         test_size: float = 0.1,
         split_seed: int = 0,
         transport: str = "inprocess",
+        tool_parser: str | ToolParser = "hermes",
+        tool_prompt: str | None = None,
         render_mode: str | None = None,
     ) -> None:
         if not callable(program):
@@ -192,6 +226,17 @@ class ProgramEnv(FlexPOMDPEnv):
             raise ValueError(f"transport must be 'inprocess' or 'http', got {transport!r}.")
         if not 0 < max_error_share <= 1:
             raise ValueError(f"max_error_share must be in (0, 1], got {max_error_share!r}.")
+        if tool_prompt is not None and tool_prompt not in TOOL_PROMPTS:
+            raise ValueError(
+                f"tool_prompt must be None (the chat template renders tools) or one of "
+                f"{sorted(TOOL_PROMPTS)}, got {tool_prompt!r}."
+            )
+        self.tool_parser = resolve_parser(tool_parser)
+        self.tool_prompt = tool_prompt
+        self.observation_spaces = {
+            a: ChatObservation(cast(ChatSpace, self.observation_spaces[a]["messages"]).max_length)
+            for a in self.possible_agents
+        }
         self.program = program
         self.reward_weights = {str(k): float(v) for k, v in (reward_weights or {}).items()}
         self.episode_timeout = float(episode_timeout)
@@ -227,7 +272,7 @@ class ProgramEnv(FlexPOMDPEnv):
         self._usage: tuple[int, int, bool] = (0, 0, True)
         self._answered: str | None = None
         self.task: Any = None
-        self._latest: dict[str, list[dict[str, Any]]] = {}
+        self._latest: dict[str, CallRecord] = {}
 
     # ------------------------------------------------------------------ task hooks
     def _reset_task(self, options: Mapping[str, Any] | None) -> None:
@@ -264,15 +309,31 @@ class ProgramEnv(FlexPOMDPEnv):
     def _observation(self, agent: str) -> str:  # pragma: no cover - rollout_messages is overridden
         return ""
 
-    def rollout_messages(self, agent: str) -> list[dict[str, str]]:
+    def observe(self, agent: str) -> dict[str, Any]:
+        """``{"messages": ...}`` as for every env, plus ``"tools"`` when the call offered tools
+        (and ``tool_prompt`` is not set)."""
+        observation: dict[str, Any] = {"messages": self.rollout_messages(agent)}
+        call = self._latest.get(agent)
+        if call is not None and call.tools and self.tool_prompt is None:
+            observation["tools"] = [dict(t) for t in call.tools]
+        return observation
+
+    def rollout_messages(self, agent: str) -> list[dict[str, Any]]:
         """Exactly the messages the program sent for the agent's pending call; for an agent that
-        is not called now, those of its latest call this episode ([] before its first)."""
+        is not called now, those of its latest call this episode ([] before its first). With
+        ``tool_prompt``, tools, tool calls and tool results are written as text; otherwise tool
+        calls keep their fields, arguments as objects (as chat templates take them)."""
         if agent not in self.profiles:
             raise KeyError(f"Unknown agent {agent!r}; the team is {self.possible_agents}.")
         call = self._pending_call()
         if call is not None and call.agent == agent:
-            self._latest[agent] = call.messages
-        return [dict(m) for m in self._latest.get(agent, [])]
+            self._latest[agent] = call
+        latest = self._latest.get(agent)
+        if latest is None:
+            return []
+        if self.tool_prompt is not None:
+            return TOOL_PROMPTS[self.tool_prompt](latest.messages, latest.tools)
+        return [_template_message(m) for m in latest.messages]
 
     def note_generation(self, prompt_tokens: int, completion_tokens: int, finished: bool) -> None:
         self._usage = (int(prompt_tokens), int(completion_tokens), bool(finished))
@@ -285,10 +346,14 @@ class ProgramEnv(FlexPOMDPEnv):
 
     def _answer(self, text: str) -> None:
         assert self._run is not None
+        call = self._pending_call()
         prompt_tokens, completion_tokens, finished = self._usage
         self._usage = (0, 0, True)
         self._answered = text
-        self._run.answer((text, finished, prompt_tokens, completion_tokens))
+        reply = Reply(text, finished, prompt_tokens, completion_tokens)
+        if call is not None and call.tools:
+            reply.content, reply.tool_calls = parse_tool_calls(text, self.tool_parser, call.index)
+        self._run.answer(reply)
 
     def _transition(self, actions: Mapping[str, str]) -> Transition:
         assert self._run is not None

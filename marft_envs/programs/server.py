@@ -28,6 +28,7 @@ from marft_envs.programs.client import (
     CallRecord,
     Counts,
     EpisodeEnded,
+    Reply,
     UnknownAgentError,
     check_request,
     completion,
@@ -37,7 +38,7 @@ __all__ = ["EpisodeServer", "release_server", "running_server", "shared_server"]
 
 
 class _Episode:
-    def __init__(self, agents: tuple[str, ...], send: Callable[[CallRecord], Any]) -> None:
+    def __init__(self, agents: tuple[str, ...], send: Callable[[CallRecord], Reply]) -> None:
         self.agents = agents
         self.send = send
         self.counts = Counts()
@@ -51,6 +52,15 @@ def _error(status: int, message: str, kind: str, code: str | None = None) -> Any
         {"error": {"message": message, "type": kind, "code": code, "param": None}},
         status_code=status,
     )
+
+
+def _without_none(value: Any) -> Any:
+    """The response as the OpenAI API writes it: ``tool_calls`` absent rather than null."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None or k == "content"}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
 
 
 class EpisodeServer:
@@ -88,7 +98,7 @@ class EpisodeServer:
 
     # ------------------------------------------------------------------ episodes
     def open(
-        self, agents: tuple[str, ...], send: Callable[[CallRecord], Any]
+        self, agents: tuple[str, ...], send: Callable[[CallRecord], Reply]
     ) -> tuple[str, Counts]:
         """A new episode's base URL and its usage counts."""
         episode = _Episode(agents, send)
@@ -139,7 +149,7 @@ class EpisodeServer:
             return _error(400, "the request body must be a JSON object", "invalid_request_error")
         fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
         try:
-            messages = check_request(
+            messages, tools = check_request(
                 episode.agents, body.get("model"), body.get("messages"), fields
             )
         except UnknownAgentError as err:
@@ -147,16 +157,13 @@ class EpisodeServer:
         except (TypeError, ValueError) as err:
             return _error(400, str(err), "invalid_request_error")
         agent = str(body["model"])
-        call = CallRecord(agent=agent, messages=messages, index=next(episode.calls))
+        call = CallRecord(agent, messages, next(episode.calls), tools)
         try:
-            text, finished, prompt_tokens, completion_tokens = await anyio.to_thread.run_sync(
-                episode.send, call, abandon_on_cancel=True
-            )
+            reply = await anyio.to_thread.run_sync(episode.send, call, abandon_on_cancel=True)
         except EpisodeEnded as err:
             return _error(409, str(err), "invalid_request_error", "episode_ended")
-        episode.counts.add(agent, prompt_tokens, completion_tokens)
-        reply = completion(agent, text, finished, prompt_tokens, completion_tokens)
-        return JSONResponse(asdict(reply))
+        episode.counts.add(agent, reply.prompt_tokens, reply.completion_tokens)
+        return JSONResponse(_without_none(asdict(completion(agent, reply))))
 
 
 class _Shared:

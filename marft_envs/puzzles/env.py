@@ -8,7 +8,7 @@
 | Action | any text; the graded agent's last 4-line grid (Sudoku) or last ``Path:`` line (Plan-Path) is its answer |
 | Reward | 1 when every graded agent's answer is right (a solved grid keeping the givens; moves that reach the goal without hitting a wall), else 0 (credit ``graded``) |
 | Termination | after one round |
-| Versions | v0: initial release |
+| Versions | v0: initial release (out of date: ``make`` builds v1 and warns); v1: the parsers read markdown wrappings (a ``----+----`` rule between the Sudoku grid's bands; ``**Path:** R D``, ``**Path: R D**``, backticks, brackets, quotes); puzzles and prompts unchanged |
 
 Every puzzle is generated from ``self.np_random``; no data files. ``split="train"`` (default) and
 ``split="test"`` never share a puzzle: a hash of the puzzle's text decides its split

@@ -38,9 +38,12 @@ __all__ = [
 #: Row and column change of each move (rows grow downwards).
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 _WORDS = {"UP": "U", "DOWN": "D", "LEFT": "L", "RIGHT": "R"}
-_PATH_LINE = re.compile(r"path\s*:(.*)$", re.IGNORECASE | re.MULTILINE)
+# ``Path:``, also in markdown: ``**Path:**``, ``**Path**:``, ``__Path__:``.
+_PATH_LINE = re.compile(r"path[\s*_]*:(.*)$", re.IGNORECASE | re.MULTILINE)
 _TOKEN = re.compile(r"[A-Za-z]+")
-_SEPARATORS = re.compile(r"^[\s,;.\-→>]*$")
+# Between moves: spaces, punctuation, arrows, and the wrappings of markdown and lists (bold,
+# code, brackets, quotes), as in ``**Path: R D**``, ``Path: `RD` ``, ``Path: ["R", "D"]``.
+_SEPARATORS = re.compile(r"^[\s,;.\-→>*_`'\"“”‘’\[\](){}]*$")
 Cell = tuple[int, int]
 
 
@@ -146,7 +149,8 @@ def generate_map(
 
 def extract_moves(text: str) -> str | None:
     """The moves of the last ``Path:`` line as a string of ``UDLR``, or ``None`` if it holds
-    anything but moves and separators (or no move at all)."""
+    anything but moves and separators (or no move at all). Markdown around the line or the moves
+    (``**Path:** R D``, ``**Path: R D**``, backticks, brackets, quotes) is read through."""
     lines = _PATH_LINE.findall(text)
     if not lines:
         return None

@@ -37,6 +37,8 @@ _BOX = 2
 Grid = tuple[tuple[int, ...], ...]
 # A row of the answer: four digits 1-4, optionally separated by spaces, commas or bars.
 _ROW = re.compile(r"^\|?\s*([1-4])(?:[\s,|]*([1-4])){3}\s*\|?$")
+# A rule between the two bands of 2x2 boxes: ``----+----``, ``---|---``, ``+---+---+``, ``===``.
+_RULE = re.compile(r"^[\s+|:]*[-=_—─][-=_—─\s+|:┼]*$")
 
 
 @dataclass(frozen=True)
@@ -122,13 +124,19 @@ def generate_sudoku(rng: np.random.Generator, blanks: int) -> SudokuPuzzle:
 
 
 def extract_grid(text: str) -> Grid | None:
-    """The last block of exactly four consecutive answer rows in ``text``, or ``None``."""
+    """The last block of exactly four consecutive answer rows in ``text``, or ``None``. One rule
+    line (``----+----``) may stand between the second and third rows, where the boxes meet."""
     found: Grid | None = None
     block: list[tuple[int, ...]] = []
+    ruled = False
     for line in [*text.splitlines(), ""]:
         if _ROW.match(line.strip()):
             block.append(tuple(int(ch) for ch in line if ch in "1234"))
             continue
+        if len(block) == _BOX and not ruled and _RULE.match(line.strip()):
+            ruled = True
+            continue
+        ruled = False
         if len(block) == SIZE:
             found = tuple(block)
         block = []

@@ -42,6 +42,15 @@ What the sandbox guarantees, and how:
   ``/tmp``, ``/run`` or ``/var`` (no unix socket of the host). As root the program also runs under
   a random unprivileged uid with ``no_new_privs``, so it can signal no process outside its run
   and regain no privilege from a setuid binary.
+- *Nothing left in the kernel, no nested namespaces* (Linux, x86_64 and aarch64, both modes): a
+  seccomp filter refuses the kernel key calls (a key belongs to the uid and would outlive the
+  run), a new user namespace (``unshare``/``clone`` with ``CLONE_NEWUSER``; ``clone3`` fails with
+  ``ENOSYS`` and the C library falls back to ``clone``) and calls through another ABI; where no
+  memory cgroup counts the run, also SysV shared memory and memfd files, whose pages no process
+  maps and the fallback memory watch would not see.
+- *No host path shown*: the program's process keeps only its limits (no path of the run's folder
+  or cgroup in any frame), the harness is read through a file descriptor, and failure details
+  name the run's folder ``<sandbox>`` and its cgroup ``<cgroup>``.
 - *Grading cannot be faked.* The program runs in a child process forked *before* the tests and
   the per-run nonce are read, with stdout and stderr going to ``/dev/null`` and no handle on the
   report channel. The tests run in the parent of that child and call stand-ins for the program's
@@ -78,6 +87,7 @@ import functools
 import json
 import logging
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -92,6 +102,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from marft_envs.sandbox._harness import SYSCALL_FILTER_MACHINES
 from marft_envs.sandbox.confinement import (
     MemoryCgroups,
     available_memory,
@@ -132,8 +143,9 @@ FAILURE_KINDS = (
     "timeout",  # CPU or wall time ran out
     "memory",  # MemoryError (the address-space limit) or an oversized return value
     "wrong_answer",  # an assertion failed, or a function returned a non-plain object
-    "runtime_error",  # the program raised an exception
-    "exited",  # the program ended its own process (sys.exit, os._exit, a signal to itself)
+    "runtime_error",  # the program raised an exception, or a signal ended its process before
+    # its CPU time was up (its own os.kill(os.getpid(), 9) included)
+    "exited",  # the program ended its own process (sys.exit, os._exit)
     "test_error",  # the test set-up itself failed (a dataset problem)
     "sandbox_error",  # the sandbox could not produce a trustworthy report
 )
@@ -344,6 +356,7 @@ class Sandbox:
         self._lock = threading.Lock()
         if isolation == "namespaces":
             _check_private_root()
+        _warn_without_syscall_filter()
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.isolation!r}, max_workers={self.max_workers}, limits={self.limits})"
@@ -394,8 +407,10 @@ class Sandbox:
             pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------ internals
-    def _command(self) -> list[str]:
-        python = [interpreter(), "-I", "-S", str(_HARNESS)]
+    def _command(self, harness_fd: int) -> list[str]:
+        # The harness is read through an inherited descriptor: a path of the host would show in
+        # the run's ``sys.argv`` and code objects, where the program can read it.
+        python = [interpreter(), "-I", "-S", f"/proc/self/fd/{harness_fd}"]
         if self.isolation == "namespaces":
             return [shutil.which("unshare") or "unshare", *_UNSHARE, *python]
         return python
@@ -433,10 +448,17 @@ class Sandbox:
                 cgroup = cgroups.create(limits.memory_bytes)
             except OSError as err:
                 shutil.rmtree(base, ignore_errors=True)
-                raise _Untrusted(f"could not create the run's memory cgroup: {err}") from err
+                raise _Untrusted(
+                    _neutral(
+                        f"could not create the run's memory cgroup: {err}", base, cgroups.parent
+                    )
+                ) from err
             header["cgroup"] = {"path": cgroup, "events": cgroups.events}
-        elif self.isolation == "namespaces":
-            header["account_bytes"] = limits.memory_bytes
+        else:
+            # No cgroup counts pages that belong to no process: the run may not make any.
+            header["deny_shared_memory"] = True
+            if self.isolation == "namespaces":
+                header["account_bytes"] = limits.memory_bytes
         encoded = program.encode("utf-8", "surrogatepass")
         header.update(
             program_bytes=len(encoded),
@@ -458,19 +480,24 @@ class Sandbox:
         }
         payload = json.dumps(header).encode() + b"\n" + encoded + json.dumps(rest).encode()
         try:
-            proc = subprocess.Popen(
-                self._command(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=workdir,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
+            harness = os.open(_HARNESS, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                proc = subprocess.Popen(
+                    self._command(harness),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=workdir,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(harness,),
+                )
+            finally:
+                os.close(harness)
         except OSError as err:
             _clean_up(base, cgroup)
-            raise _Untrusted(f"could not start the sandbox: {err}") from err
+            raise _Untrusted(_neutral(f"could not start the sandbox: {err}", base, cgroup)) from err
         try:
             # The harness enforces wall_seconds itself; the extra time covers start-up and report.
             out, err_text = proc.communicate(payload, timeout=limits.wall_seconds + 10.0)
@@ -483,7 +510,10 @@ class Sandbox:
         finally:
             _kill_group(proc)
             _clean_up(base, cgroup)
-        return _parse_report(out, err_text, nonce, len(tests.tests))
+        try:
+            return _parse_report(out, err_text, nonce, len(tests.tests))
+        except _Untrusted as err:  # the harness's own errors may name the run's folders
+            raise _Untrusted(_neutral(str(err), base, cgroup)) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -499,6 +529,19 @@ def _check_private_root() -> None:
             f"({result.failure}: {result.detail}). It needs to mount a tmpfs, bind-mount the "
             "Python installation read-only and pivot_root inside its mount namespace; opt in to "
             "the weaker Sandbox(isolation='process') only for programs you would run unsandboxed."
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_without_syscall_filter() -> None:
+    """The syscall filter (see ``_harness``) knows x86_64 and aarch64 Linux; elsewhere say so."""
+    machine = platform.machine()
+    if sys.platform.startswith("linux") and machine not in SYSCALL_FILTER_MACHINES:
+        logger.warning(
+            "The code sandbox has no syscall filter for %s: programs can register kernel keys "
+            "that outlive their run and create user namespaces. Filtered machines: %s.",
+            machine,
+            ", ".join(SYSCALL_FILTER_MACHINES),
         )
 
 
@@ -536,6 +579,15 @@ def _default_workers(limits: SandboxLimits, isolation: str) -> int:
     if free is not None:
         workers = min(workers, free // run_memory_bound(limits, isolation))
     return max(1, workers)
+
+
+def _neutral(text: str, base: str, cgroup: str | None = None) -> str:
+    """``text`` with the run's host paths replaced by neutral names: its folder under the host's
+    temporary folder by ``<sandbox>``, its cgroup by ``<cgroup>``, the harness by ``<harness>``."""
+    for path, name in ((cgroup, "<cgroup>"), (base, "<sandbox>"), (str(_HARNESS), "<harness>")):
+        if path:
+            text = text.replace(path, name)
+    return text
 
 
 def clean_detail(text: str) -> str:

@@ -66,7 +66,7 @@ def test_every_registered_env_plans_its_default_data(env_id):
 def test_code_env_takes_mbpp_and_humaneval_files(tmp_path, name, rows, text):
     path = tmp_path / name
     path.write_text(text(rows))
-    plan = plan_env("code-dual-v1", None, dataset=str(path), given={"dataset"})
+    plan = plan_env("code-dual-v2", None, dataset=str(path), given={"dataset"})
     assert plan.data["train"]["source"] == str(path) and plan.data["eval"]["side"] == "test"
     train_fn, eval_fn = plan.factories()
     train, test = train_fn().unwrapped.dataset, eval_fn().unwrapped.dataset
@@ -77,18 +77,18 @@ def test_code_env_takes_mbpp_and_humaneval_files(tmp_path, name, rows, text):
 
 
 def test_env_kwargs_dataset_is_planned_like_the_flag():
-    plan = plan_env("code-single-v1", {"dataset": "builtin:train"})
+    plan = plan_env("code-single-v2", {"dataset": "builtin:train"})
     assert plan.env_kwargs == {} and plan.data["eval"]["source"] == "builtin:test"
 
 
 def test_math_filters_are_refused_for_code_data():
     with pytest.raises(UsageError, match=r"--levels does not apply to code data"):
-        plan_env("code-dual-v1", None, levels="1,2", given={"levels"})
+        plan_env("code-dual-v2", None, levels="1,2", given={"levels"})
 
 
 def test_a_family_owns_its_loader():
     math_family = marft_envs.spec("math-dual-v4").data_family
-    code_family = marft_envs.spec("code-dual-v1").data_family
+    code_family = marft_envs.spec("code-dual-v2").data_family
     assert (math_family.name, code_family.name) == ("math", "code")
     assert marft_envs.spec("relay-v0").data_family is None
 
@@ -101,7 +101,7 @@ def test_code_dual_trains_from_the_command_line(tiny_path, tmp_path):
         [
             "train",
             "--env",
-            "code-dual-v1",
+            "code-dual-v2",
             "--dataset",
             str(path),
             "--model",

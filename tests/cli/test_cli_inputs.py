@@ -304,7 +304,7 @@ def test_code_env_limits_as_json_are_sandbox_limits():
     limits = _sandbox_limits({"cpu_seconds": 5})
     assert limits == SandboxLimits(cpu_seconds=5)
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['cpu'\]; SandboxLimits has"):
-        marft_envs.make("code-single-v1", limits={"cpu": 5})
+        marft_envs.make("code-single-v2", limits={"cpu": 5})
     with pytest.raises(ValueError, match=r"SandboxLimits.wall_seconds must be a positive number"):
         _sandbox_limits({"wall_seconds": float("nan")})
 
@@ -325,5 +325,5 @@ def test_tool_math_refuses_to_start_where_the_sandbox_cannot_run(monkeypatch):
     with pytest.raises(
         calls.ToolSandboxError, match=r"cannot run Python .*Operation not permitted"
     ):
-        marft_envs.make("tool-math-single-v3")
+        marft_envs.make("tool-math-single-v4")
     assert issubclass(calls.ToolSandboxError, user_errors())

@@ -12,13 +12,13 @@ from marft_algos.cli.main import main
 from marft_algos.cli.train import plan_env
 
 FAMILY_IDS = [
-    "sudoku-single-v0",
-    "sudoku-dual-v0",
-    "planpath-single-v0",
-    "planpath-dual-v0",
+    "sudoku-single-v1",
+    "sudoku-dual-v1",
+    "planpath-single-v1",
+    "planpath-dual-v1",
 ]
 #: Families whose problems come from the math data family (--dataset as for math envs).
-MATH_DATA_IDS = ["tool-math-single-v3", "tool-math-dual-v3", "debate-v4"]
+MATH_DATA_IDS = ["tool-math-single-v4", "tool-math-dual-v4", "debate-v4"]
 REAL = [
     *["--iterations", "1", "--max-new-tokens", "4", "--eval-episodes", "2"],
     *["--episodes-per-iteration", "2", "--rollout-threads", "2", "--eval-every", "1"],
@@ -88,12 +88,12 @@ def test_marft_envs_lists_the_new_ids_with_their_dependency_functions():
 
     rows = {r["id"]: r for r in describe_envs()}
     expected = {
-        "sudoku-single-v0": (["solver"], "Chain"),
-        "sudoku-dual-v0": (["planner", "executor"], "Chain"),
-        "planpath-single-v0": (["navigator"], "Chain"),
-        "planpath-dual-v0": (["planner", "executor"], "Chain"),
-        "tool-math-single-v3": (["actor"], "Chain"),
-        "tool-math-dual-v3": (["caller", "answerer"], "ToolRouter"),
+        "sudoku-single-v1": (["solver"], "Chain"),
+        "sudoku-dual-v1": (["planner", "executor"], "Chain"),
+        "planpath-single-v1": (["navigator"], "Chain"),
+        "planpath-dual-v1": (["planner", "executor"], "Chain"),
+        "tool-math-single-v4": (["actor"], "Chain"),
+        "tool-math-dual-v4": (["caller", "answerer"], "ToolRouter"),
         "debate-v4": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
     }
     for env_id, (agents, dependency) in expected.items():
@@ -110,7 +110,7 @@ def test_marft_eval_of_a_puzzle_run_uses_the_test_split(tiny_path, tmp_path, mon
         [
             "train",
             "--env",
-            "sudoku-single-v0",
+            "sudoku-single-v1",
             "--model",
             tiny_path,
             "--output-dir",

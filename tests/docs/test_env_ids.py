@@ -62,13 +62,16 @@ def problems(text: str, name: str) -> list[str]:
     registration.load_plugins()
     note = page_note(text)
     found = []
-    for start, block in blocks(text):
+    parts = blocks(text)
+    for i, (start, block) in enumerate(parts):
+        # A table's caption and its note are the paragraphs around it.
+        around = [p for _, p in parts[max(i - 1, 0) : i + 2]] if block.startswith("|") else [block]
         for env_id in sorted(set(ENV_ID.findall(block))):
             if env_id in registration.registry:
                 continue
             where = f"{name}:{start}: {env_id}"
             if env_id in registration.deprecated or env_id in registration.retired:
-                if not (SAYS_OLD.search(block) or SAYS_OLD.search(note)):
+                if not (any(SAYS_OLD.search(p) for p in around) or SAYS_OLD.search(note)):
                     found.append(f"{where} is out of date, and the text does not say so")
             elif not registered_nearby(env_id, block, text):
                 found.append(f"{where} is not registered")

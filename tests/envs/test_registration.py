@@ -206,12 +206,12 @@ def test_ids_older_than_v3_also_name_v3s_fix(old):
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("tool-math-single-v0", "tool-math-single-v3"),
-        ("tool-math-single-v1", "tool-math-single-v3"),
-        ("tool-math-single-v2", "tool-math-single-v3"),
-        ("tool-math-dual-v0", "tool-math-dual-v3"),
-        ("tool-math-dual-v1", "tool-math-dual-v3"),
-        ("tool-math-dual-v2", "tool-math-dual-v3"),
+        ("tool-math-single-v0", "tool-math-single-v4"),
+        ("tool-math-single-v1", "tool-math-single-v4"),
+        ("tool-math-single-v2", "tool-math-single-v4"),
+        ("tool-math-dual-v0", "tool-math-dual-v4"),
+        ("tool-math-dual-v1", "tool-math-dual-v4"),
+        ("tool-math-dual-v2", "tool-math-dual-v4"),
         ("debate-v0", "debate-v4"),
         ("debate-v1", "debate-v4"),
         ("debate-v2", "debate-v4"),
@@ -225,6 +225,16 @@ def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old
     ):
         env = marft_envs.make(old)
     assert env.unwrapped.spec == marft_envs.spec(new)
+
+
+@pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3"])
+def test_tool_math_ids_name_the_sandbox_fix_of_v4(old):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning,
+        match=r"newest version is 'tool-math-dual-v4'.*killed by signal 9.*no host path",
+    ):
+        env = marft_envs.make(f"tool-math-dual-{old}")
+    assert env.unwrapped.spec == marft_envs.spec("tool-math-dual-v4")
 
 
 def test_the_design_cards_first_line_makes_an_env_that_passes_the_api_test():

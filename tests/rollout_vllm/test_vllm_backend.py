@@ -161,21 +161,27 @@ def test_greedy_generation_matches_the_policys(team):
         assert max(abs(a - b) for a, b in zip(e.log_probs, g.log_probs, strict=True)) < 1e-3
 
 
-def test_a_grpo_iteration_on_the_engine_starts_at_ratio_one(smollm2_path):
-    algo = "grpo"
-    env_fn = lambda: marft_envs.make("math-dual-v4")  # noqa: E731
-    agents = env_fn().possible_agents
-    policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
-    config_class, _ = ALGORITHMS[algo]
-    config = config_class(
+def grpo_config():
+    """One small GRPO iteration; the KL term makes the update run even when every group's
+    rewards are equal."""
+    config_class, _ = ALGORITHMS["grpo"]
+    return config_class(
         iterations=1,
         episodes_per_iteration=4,
         rollout_threads=4,
         max_new_tokens=12,
         learning_rate=1e-3,
         num_generations=2,
-        beta=0.01,  # the update runs even when every group's rewards are equal
+        beta=0.01,
     )
+
+
+def test_a_grpo_iteration_on_the_engine_starts_at_ratio_one(smollm2_path):
+    algo = "grpo"
+    env_fn = lambda: marft_envs.make("math-dual-v4")  # noqa: E731
+    agents = env_fn().possible_agents
+    policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
+    config = grpo_config()
     with VLLMRolloutBackend(policy) as backend:
         trainer = build_trainer(algo, policy, env_fn, config, rollout_backend=backend)
         records = trainer.train()
@@ -230,3 +236,40 @@ def test_marft_train_and_eval_on_the_engine(smollm2_path, tmp_path, capsys):
         evals[backend] = json.loads(capsys.readouterr().out)
     assert evals["vllm"] == evals["transformers"]
     assert evals["vllm"]["eval/episodes"] == 2
+
+
+LOOKUP = {
+    "type": "function",
+    "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+def program_team(task, client):
+    """A planner that may call a tool, then a solver: an agent program served by the engine."""
+    messages = [{"role": "system", "content": "Plan briefly."}, {"role": "user", "content": task}]
+    plan = client.chat.completions.create(model="planner", messages=messages, tools=[LOOKUP])
+    note = plan.choices[0].message.content or ""
+    answer = client.chat.completions.create(
+        model="solver", messages=[{"role": "user", "content": f"{task}\n{note}"}]
+    )
+    return {"success": float(len(answer.choices[0].message.content or "") % 2 == 0)}
+
+
+def test_an_agent_program_with_tools_trains_on_the_engine(smollm2_path):
+    """An agent program (tools described in text: SmolLM2's template has no tool support) under
+    GRPO with vLLM rollouts: no program error, and the first update starts at ratio one."""
+    from marft_envs.programs import ProgramEnv
+
+    tasks = [f"What is {a} plus {b}?" for a in range(8) for b in range(8)]
+    env_fn = lambda: ProgramEnv(program_team, ["planner", "solver"], tasks, tool_prompt="hermes")  # noqa: E731
+    policy = MultiAgentPolicy.from_pretrained(
+        "smollm2-135m-instruct", ["planner", "solver"], seed=0
+    )
+    config = grpo_config()
+    with VLLMRolloutBackend(policy) as backend:
+        trainer = build_trainer("grpo", policy, env_fn, config, rollout_backend=backend)
+        (record,) = trainer.train()
+        trainer.close()
+    assert record["rollout/program_errors"] == 0
+    assert math.isfinite(record["train/policy_loss"]), record
+    assert record["train/approx_kl"] < 1e-3, record

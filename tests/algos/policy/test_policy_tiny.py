@@ -6,12 +6,15 @@ import json
 
 import pytest
 import torch
+from trainer_envs import TOOL_TEMPLATE
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from marft_algos.policy.rendering import (
     FALLBACK_CHAT_TEMPLATE,
+    ToolTemplateError,
     render_prompt_ids,
     render_prompt_text,
+    supports_tools,
 )
 from marft_algos.policy.tiny import build_tiny_tokenizer, tiny_model_path
 
@@ -86,6 +89,39 @@ def test_fallback_template_for_tokenizers_without_one(tiny_path):
         == tokenizer("System: S\nUser: U\nAssistant:")["input_ids"]
     )
     assert "Assistant" in FALLBACK_CHAT_TEMPLATE
+
+
+WEATHER = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+
+
+def test_tools_are_rendered_by_a_template_with_tool_support(tiny_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    tokenizer.chat_template = TOOL_TEMPLATE
+    call = {"id": "c0", "type": "function", "function": {"name": "weather", "arguments": {}}}
+    messages = [
+        {"role": "user", "content": "Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "c0"},
+    ]
+    text = render_prompt_text(tokenizer, {"messages": messages, "tools": [WEATHER]})
+    assert text.startswith('<|im_start|>system\nTools:{"name": "weather"')  # (trim_blocks)
+    assert '<tool_call>{"name": "weather", "arguments": {}}</tool_call>' in text
+    assert "<|im_start|>tool\nsunny" in text
+    # Without tools the same template renders the messages alone.
+    plain = render_prompt_text(tokenizer, {"messages": messages[:1]})
+    assert plain == "<|im_start|>user\nOslo?<|im_end|>\n<|im_start|>assistant\n"
+    ids = render_prompt_ids(tokenizer, {"messages": messages, "tools": [WEATHER]})
+    assert ids == tokenizer(text)["input_ids"]
+
+
+def test_a_template_without_tool_support_refuses_tools_by_name(tiny_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_path)
+    assert not supports_tools(tokenizer)
+    observation = {"messages": [{"role": "user", "content": "Oslo?"}], "tools": [WEATHER]}
+    with pytest.raises(ToolTemplateError, match=r"\['weather'\].*tool_prompt='hermes'"):
+        render_prompt_ids(tokenizer, observation)
+    tokenizer.chat_template = TOOL_TEMPLATE
+    assert supports_tools(tokenizer)
 
 
 def test_tiny_model_path_caches_by_settings(tmp_path, monkeypatch):

@@ -60,7 +60,10 @@ def test_round_trip_restores_everything(tiny_path, tmp_path):
     policy, critic, opts = _setup(tiny_path)
     _train(policy, critic, opts)
     _train(policy, critic, opts)
-    greedy = {a: policy.generate(a, OBS, GenerationSettings(max_new_tokens=8, do_sample=False)) for a in policy.agents}
+    greedy = {
+        a: policy.generate(a, OBS, GenerationSettings(max_new_tokens=8, do_sample=False))
+        for a in policy.agents
+    }
     values = critic.action_values([[1, 2, 3]]).detach()
     random.seed(1)
     np.random.seed(2)

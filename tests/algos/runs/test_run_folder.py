@@ -51,6 +51,9 @@ def test_a_fresh_run_over_an_earlier_one_needs_overwrite(tiny_path, tmp_path):
         json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
     ] == [0, 1]
     build("action", tiny_path, iterations=1, output_dir=str(tmp_path), overwrite=True).train()
+    # The earlier run's per-episode outcomes went with it: one record per evaluation of this one.
+    outcomes = (tmp_path / "eval_outcomes.jsonl").read_text().splitlines()
+    assert [json.loads(x)["iteration"] for x in outcomes] == [0, 1]
 
 
 def test_checkpoints_every_iteration_keep_the_newest_and_describe_the_run(tiny_path, tmp_path):

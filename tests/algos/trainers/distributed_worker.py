@@ -103,6 +103,26 @@ def build(kind, distributed, env_fn=lambda: DigitsEnv(team=2), **overrides):
     )
 
 
+def relay_program(task, client):
+    """An agent program (over the local endpoint): the writer, then the answerer; even-length
+    answers pay."""
+    plan = client.chat.completions.create(
+        model="writer", messages=[{"role": "user", "content": f"Plan: {task}"}]
+    )
+    answer = client.chat.completions.create(
+        model="answerer",
+        messages=[{"role": "user", "content": f"{task}\n{plan.choices[0].message.content}"}],
+    )
+    return float(len(answer.choices[0].message.content or "") % 2 == 0)
+
+
+def program_env():
+    from marft_envs.programs import ProgramEnv
+
+    tasks = [f"{a} + {b}" for a in range(10) for b in range(10)]
+    return ProgramEnv(relay_program, ["writer", "answerer"], tasks, transport="http")
+
+
 def params(trainer):
     out = {
         a: [p.detach().clone() for p in trainer.policy.trainable_parameters(a)]
@@ -151,6 +171,15 @@ def main(mode: str, out: Path) -> None:
                 {"params": params(trainer), "records": records},
                 out / f"run-{kind}-rank{dist.rank}.pt",
             )
+        # An agent program over HTTP: each rank serves its own endpoint to its own episodes.
+        trainer = build("grpo", dist, env_fn=program_env, iterations=1, sync_check_every=1)
+        try:
+            records = trainer.train()
+        finally:
+            trainer.close()
+        torch.save(
+            {"params": params(trainer), "records": records}, out / f"program-rank{dist.rank}.pt"
+        )
         return
     if mode == "resume":
         trainer = build(

@@ -1,4 +1,4 @@
-"""Training on the code envs: trainers run on code-dual-v1, and batched rollouts grade in parallel."""
+"""Training on the code envs: trainers run on code-dual-v2, and batched rollouts grade in parallel."""
 
 from __future__ import annotations
 
@@ -29,13 +29,13 @@ SMALL = {k: v for k, v in TRAINER_BUDGET.items() if k != "critic_learning_rate"}
 
 
 def env_fn():
-    return marft_envs.make("code-dual-v1", dataset="builtin:train")
+    return marft_envs.make("code-dual-v2", dataset="builtin:train")
 
 
 @pytest.mark.parametrize("kind", ["action", "token", "grpo"])
 def test_trainers_run_on_code_dual(kind, tiny_path):
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["tester", "coder"], seed=0)
-    eval_fn = lambda: marft_envs.make("code-dual-v1", dataset="builtin:test")  # noqa: E731
+    eval_fn = lambda: marft_envs.make("code-dual-v2", dataset="builtin:test")  # noqa: E731
     if kind == "grpo":
         trainer = GRPOTrainer(
             policy, env_fn, GRPOConfig(**SMALL, num_generations=2, seed=0), eval_env_fn=eval_fn

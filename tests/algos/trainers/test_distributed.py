@@ -4,7 +4,8 @@ One launch of each kind (the workers are in distributed_worker.py): on a fixed b
 the two-rank update of every trainer equals the one-process update of the same batch, with two
 minibatches (drawn from global episode indices, so alike at any world size); a run whose
 router gives rank 1 no decision of one agent finishes without hanging and keeps the ranks
-identical; its checkpoint resumes on one process.
+identical; its checkpoint resumes on one process; an agent program over its local endpoint trains
+on both ranks.
 """
 
 from __future__ import annotations
@@ -108,3 +109,12 @@ def test_a_two_rank_checkpoint_resumes_on_one_process(runs):
     rank0 = torch.load(runs / "run-action-rank0.pt")
     _close(rank0["params"], resumed["loaded"], atol=0.0)
     assert resumed["iteration"] == 3 and [r["iteration"] for r in resumed["records"]] == [3]
+
+
+def test_an_agent_program_over_http_trains_on_two_ranks(runs):
+    ranks = [torch.load(runs / f"program-rank{r}.pt") for r in (0, 1)]
+    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
+    (record,) = ranks[0]["records"]
+    assert record["rollout/program_errors"] == 0
+    assert record["rollout/episodes"] == ranks[1]["records"][0]["rollout/episodes"] == 8
+    assert abs(record["train/approx_kl"]) < 1e-3

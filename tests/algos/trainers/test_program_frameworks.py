@@ -31,7 +31,9 @@ def framework_teams():
     return module
 
 
-@pytest.mark.parametrize("env_id", ["helpdesk-langgraph-v0", "helpdesk-agents-sdk-v0"])
+@pytest.mark.parametrize(
+    "env_id", ["helpdesk-langgraph-v0", "helpdesk-agents-sdk-v0", "helpdesk-handoff-v0"]
+)
 def test_a_framework_team_trains_over_the_endpoint(framework_teams, tiny_path, env_id):
     agents = framework_teams.AGENTS
     policy = MultiAgentPolicy.from_pretrained(tiny_path, agents, seed=0)
@@ -51,7 +53,66 @@ def test_a_framework_team_trains_over_the_endpoint(framework_teams, tiny_path, e
     assert math.isfinite(last["train/policy_loss"])
     assert abs(last["train/approx_kl"]) < 1e-3
     assert last["rollout/program_errors"] == 0
-    assert last["rollout/calls/planner"] == 1.0 and last["rollout/calls/critic"] == 1.0
-    assert last["rollout/reward/cost"] <= -0.06
+    assert last["rollout/calls/planner"] == 1.0
+    if env_id == "helpdesk-handoff-v0":  # the untuned planner hands off to no one: no review
+        assert 0 <= last["rollout/reward/handoff"] <= 1
+        assert last["rollout/reward/cost"] <= -0.02
+    else:
+        assert last["rollout/calls/critic"] == 1.0
+        assert last["rollout/reward/cost"] <= -0.06
     with socket.socket() as s:  # the last env closed: no port of ours is left open
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _handoff_episode(replies):
+    """One episode of helpdesk-handoff-v0 answered with ``replies``: each call's agent and
+    observation, and the episode's final info."""
+    env = marft_envs.make("helpdesk-handoff-v0")
+    env.reset(seed=0)
+    seen, replies = [], iter(replies)
+    try:
+        while env.agents:
+            agent = env.agent_selection
+            if env.terminations[agent] or env.truncations[agent]:
+                env.step(None)
+                continue
+            seen.append((agent, env.observe(agent)))
+            env.step(next(replies))
+    finally:
+        env.close()
+    return seen, env.history[-1].info
+
+
+@pytest.mark.parametrize("target", ["math", "writer"])
+def test_the_planner_hands_off_with_a_tool_call(framework_teams, target):
+    call = f'<tool_call>{{"name": "transfer_to_{target}", "arguments": {{}}}}</tool_call>'
+    seen, info = _handoff_episode([call, "\\boxed{7}", "APPROVE"])
+    (planner, first), (specialist, second), (critic, _) = seen
+    assert (planner, specialist, critic) == ("planner", target, "critic")
+    assert "transfer_to_math" in first["messages"][0]["content"]  # tools described in the prompt
+    assert second["messages"][0]["content"] == framework_teams.SPECIALISTS[target]
+    assert second["messages"][-2:] == [
+        {"role": "assistant", "content": call},
+        {
+            "role": "user",
+            "content": f'<tool_response>\n{{"assistant": "{target}"}}\n</tool_response>',
+        },
+    ]
+    assert "program_error" not in info
+    assert info["reward_parts"]["handoff"] == 1.0
+    assert info["reward_parts"]["cost"] == pytest.approx(-0.06)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "math",  # a route in words: no hand-off
+        '<tool_call>{"name": "transfer_to_billing", "arguments": {}}</tool_call>',  # no such agent
+        '<tool_call>{"name": transfer_to_math}</tool_call>',  # not JSON
+    ],
+)
+def test_a_failed_handoff_is_a_failed_episode_not_a_program_error(framework_teams, reply):
+    seen, info = _handoff_episode([reply])
+    assert [agent for agent, _ in seen] == ["planner"]
+    assert "program_error" not in info
+    assert info["reward_parts"] == {"success": 0.0, "handoff": 0.0, "cost": -0.02}

@@ -1,5 +1,6 @@
-"""The three example teams (a plain function, LangGraph, the OpenAI Agents SDK) train 2
-iterations on SmolLM2-135M-Instruct with ``marft train``: finite losses, exact first updates."""
+"""The example teams (a plain function, LangGraph, the OpenAI Agents SDK with and without a
+handoff) train 2 iterations on SmolLM2-135M-Instruct with ``marft train``: finite losses, exact
+first updates."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def _load(name):
         ("program_team", "helpdesk-v0"),
         ("framework_teams", "helpdesk-langgraph-v0"),
         ("framework_teams", "helpdesk-agents-sdk-v0"),
+        ("framework_teams", "helpdesk-handoff-v0"),
     ],
 )
 def test_an_example_team_trains_on_smollm2(smollm2_path, tmp_path, example, env_id):

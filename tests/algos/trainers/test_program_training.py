@@ -180,3 +180,70 @@ def test_a_program_without_calls_gives_an_episode_without_decisions(tiny_path):
     episodes = collector.collect(3)
     assert [len(e.decisions) for e in episodes] == [0, 0, 0]
     assert all(e.info["no_calls"] for e in episodes)
+
+
+LOOKUP = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+    },
+}
+
+
+def tool_team(task, client):
+    """One agent with a tool; rewarded for replies of even length (varies from the start)."""
+    messages = [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": task}]
+    reply = client.chat.completions.create(model="solver", messages=messages, tools=[LOOKUP])
+    message = reply.choices[0].message
+    if message.tool_calls:  # the tool loop, as OpenAI code writes it
+        messages.append(message)
+        for call in message.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": "found"})
+        message = (
+            client.chat.completions.create(model="solver", messages=messages, tools=[LOOKUP])
+            .choices[0]
+            .message
+        )
+    return float(len(message.content or "") % 2 == 0)
+
+
+@pytest.mark.parametrize("tool_prompt", [None, "hermes"])
+def test_a_program_with_tools_trains_on_the_ids_it_rendered(tiny_path, tool_prompt):
+    """Tools through the chat template (a template with tool support), or described in text for
+    the built-in template: the prompt ids are the rendered observation, the first update exact."""
+    from trainer_envs import TOOL_TEMPLATE
+
+    from marft_algos.policy.rendering import render_prompt_ids
+
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["solver"], seed=0)
+    tokenizer = policy.tokenizer("solver")
+    if tool_prompt is None:
+        tokenizer.chat_template = TOOL_TEMPLATE
+    tasks = [f"word {i}" for i in range(40)]
+    env_fn = lambda: ProgramEnv(tool_team, ["solver"], tasks, tool_prompt=tool_prompt)  # noqa: E731
+    small = {**SMALL, "iterations": 1, "episodes_per_iteration": 8, "max_new_tokens": 8}
+    del small["critic_learning_rate"]
+    trainer = GRPOTrainer(policy, env_fn, GRPOConfig(num_generations=4, **small))
+    seen = []
+    collect = trainer.collector.collect
+
+    def recording(requests):
+        episodes = collect(requests)
+        seen.extend(episodes)
+        return episodes
+
+    trainer.collector.collect = recording
+    last = trainer.train()[-1]
+    assert math.isfinite(last["train/policy_loss"])
+    assert abs(last["train/approx_kl"]) < 1e-3
+    decisions = [d for e in seen for d in e.decisions]
+    assert decisions
+    for d in decisions:
+        observation = {"messages": d.messages, "tools": d.tools}
+        assert d.prompt_ids == render_prompt_ids(tokenizer, observation)
+        prompt = tokenizer.decode(d.prompt_ids)
+        assert '"name": "lookup"' in prompt
+        assert (d.tools == [LOOKUP]) == (tool_prompt is None)
+        assert ("<tools>" in prompt) == (tool_prompt == "hermes")

@@ -35,3 +35,15 @@ class DigitsEnv(FlexPOMDPEnv):
             terminated=self.timestep == self.rounds - 1,
             info={"correct": score > 0.5},
         )
+
+
+#: A ChatML template with tool support (tools listed first, assistant tool calls as blocks), the
+#: shape of the Qwen2.5 and Hermes templates.
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTools:{% for t in tools %}\n{{ t['function'] | tojson }}"
+    "{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "{% if m.tool_calls is defined %}{% for c in m.tool_calls %}<tool_call>"
+    "{{ c['function'] | tojson }}</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)

@@ -110,7 +110,7 @@ def test_the_coder_sees_the_testers_cases_and_the_tester_does_not_see_the_coder(
 
 
 def test_retry_variant_feeds_back_the_failure_and_ends_on_success():
-    env = marft_envs.make("code-dual-retry-v1", dataset=PROBLEMS, limits=LIMITS)
+    env = marft_envs.make("code-dual-retry-v2", dataset=PROBLEMS, limits=LIMITS)
     env.reset(options={"index": 0})
     play(env, "plan", block("def add(a, b):\n    return a - b"))
     assert env.agents and not any(env.terminations.values())
@@ -123,7 +123,7 @@ def test_retry_variant_feeds_back_the_failure_and_ends_on_success():
 
 
 def test_retry_feedback_of_a_failure_is_bounded_and_holds_no_host_file():
-    env = marft_envs.make("code-dual-retry-v1", dataset=PROBLEMS, limits=LIMITS)
+    env = marft_envs.make("code-dual-retry-v2", dataset=PROBLEMS, limits=LIMITS)
     env.reset(options={"index": 0})
     leak = (
         "def add(a, b):\n"
@@ -140,10 +140,24 @@ def test_retry_feedback_of_a_failure_is_bounded_and_holds_no_host_file():
     assert f"({detail})" in feedback and "\x1b" not in feedback and "root:x:0" not in feedback
 
 
-def test_v0_ids_build_v1_and_say_so():
-    with pytest.warns(marft_envs.OutdatedEnvWarning, match="code-dual-v1"):
-        env = marft_envs.make("code-dual-v0", dataset=PROBLEMS, limits=LIMITS)
-    assert env.spec.id == "code-dual-v1"
+@pytest.mark.parametrize("old", ["v0", "v1"])
+def test_old_ids_build_v2_and_say_what_changed(old):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning, match=r"code-dual-v2.*kill of its process.*kernel keys"
+    ):
+        env = marft_envs.make(f"code-dual-{old}", dataset=PROBLEMS, limits=LIMITS)
+    assert env.spec.id == "code-dual-v2"
+
+
+def test_retry_feedback_names_a_self_kill_not_a_time_out():
+    # v2: the retry team is told the program killed its own process, not that it ran too long.
+    env = marft_envs.make("code-dual-retry-v2", dataset=PROBLEMS, limits=LIMITS)
+    env.reset(options={"index": 0})
+    program = "import os\ndef add(a, b):\n    os.kill(os.getpid(), 9)\n"
+    play(env, "plan", block(program))
+    assert env.infos["coder"]["failure"] == "runtime_error"
+    feedback = env.observe("tester")["messages"][-1]["content"]
+    assert "killed by signal 9 (SIGKILL)" in feedback and "CPU time" not in feedback
 
 
 def test_prepare_step_starts_the_run_and_step_uses_it():
@@ -179,7 +193,7 @@ def test_make_on_real_mbpp_rewards_references(shared_data, tmp_path):
     rows = json.loads((shared_data / "mbpp_sanitized.json").read_text())[:6]
     path = tmp_path / "mbpp_sanitized.json"
     path.write_text(json.dumps(rows))
-    env = marft_envs.make("code-dual-v1", dataset=str(path), limits=LIMITS)
+    env = marft_envs.make("code-dual-v2", dataset=str(path), limits=LIMITS)
     for index in range(len(rows)):
         env.reset(options={"index": index})
         play(env, "plan", block(rows[index]["code"]))

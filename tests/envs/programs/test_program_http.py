@@ -94,3 +94,32 @@ def test_concurrent_episodes_never_mix():
         for env in envs:
             env.close()
     assert server_module.running_server() is None
+
+
+def test_tool_calls_over_http_reach_the_openai_client_as_its_own_objects():
+    from test_program_tools import CALL, WEATHER, tool_loop
+
+    seen = []
+
+    def program(task, client):
+        assert isinstance(client, openai.OpenAI)
+        return tool_loop(task, client)
+
+    env = ProgramEnv(program, ["assistant"], ["Weather in Oslo?"] * 3, transport="http")
+    replies = iter(["Let me look.\n" + CALL, "It is sunny."])
+
+    def reply(agent, messages):
+        seen.append(env.observe(agent))
+        return next(replies)
+
+    play(env, reply)
+    assert seen[0]["tools"] == [WEATHER]
+    assistant, result = seen[1]["messages"][2:4]
+    assert assistant["tool_calls"][0]["function"] == {
+        "name": "weather",
+        "arguments": {"city": "Oslo"},
+    }
+    assert assistant["content"] == "Let me look."
+    assert result == {"role": "tool", "content": "Oslo: sunny", "tool_call_id": "call_0_0"}
+    assert env.history[-1].info["reward_parts"] == {"success": 1.0, "finish": 1.0}
+    env.close()

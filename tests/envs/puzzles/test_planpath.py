@@ -46,11 +46,32 @@ MAP = parse_map(
         ("Path: D D east R R", False, "no_path"),
         ("Path: " + "UD" * 40 + "DDRRR", False, "too_long"),  # over 4 x 12 = 48 moves
         ("Path: \x00\ud800", False, "no_path"),
+        # v1: markdown around the line or the moves is read through.
+        ("**Path:** D D R R R", True, None),
+        ("**Path: D D R R R**", True, None),
+        ("**Path**: D D R R R", True, None),
+        ("Path: `DDRRR`", True, None),
+        ("- **Path:** `D D R R R`.", True, None),
+        ("Path: [D, D, R, R, R]", True, None),
+        ('Path: ["D", "D", "R", "R", "R"]', True, None),
+        ("Path: 'D D R R R'", True, None),
+        ("Path: “DDRRR”", True, None),
+        ("**Path:** D D R R", False, "not_at_goal"),  # read, and still graded
+        ("**Path:** `D D east R R`", False, "no_path"),  # wrappings, not words
     ],
 )
 def test_grader_on_hand_checked_paths(text, correct, failure):
     grade = grade_path(text, MAP)
     assert (grade.correct, grade.failure) == (correct, failure)
+
+
+@pytest.mark.parametrize("profiles", ["single", "dual"])
+def test_v0_ids_build_v1_and_say_what_changed(profiles):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning, match=r"planpath-.*-v1.*\*\*Path:\*\* R D D R"
+    ):
+        env = marft_envs.make(f"planpath-{profiles}-v0")
+    assert env.unwrapped.spec == marft_envs.spec(f"planpath-{profiles}-v1")
 
 
 def test_simulation_and_search_agree_with_the_hand_drawn_map():
@@ -72,7 +93,7 @@ def test_generated_maps_are_solvable_and_respect_the_knobs():
             assert grade_path(f"Path: {path}", grid).correct
 
 
-@pytest.mark.parametrize("env_id", ["planpath-single-v0", "planpath-dual-v0"])
+@pytest.mark.parametrize("env_id", ["planpath-single-v1", "planpath-dual-v1"])
 def test_the_shortest_path_earns_1_and_a_wall_hit_0(env_id, play):
     infos = play(env_id, lambda agent, base: f"Path: {base._solution()}", size=6)
     graded = {"navigator", "executor"} & set(infos)
@@ -82,11 +103,11 @@ def test_the_shortest_path_earns_1_and_a_wall_hit_0(env_id, play):
 
 
 def test_knobs_are_checked():
-    env = marft_envs.make("planpath-single-v0", size=7, wall_fraction=0.0)
+    env = marft_envs.make("planpath-single-v1", size=7, wall_fraction=0.0)
     env.reset(seed=1)
     assert "#" not in format_map(env.unwrapped.puzzle)
     assert env.unwrapped.puzzle.rows == 7
     with pytest.raises(ValueError, match="size must be an integer from 3 to 10"):
-        marft_envs.make("planpath-single-v0", size=2)
+        marft_envs.make("planpath-single-v1", size=2)
     with pytest.raises(ValueError, match=r"wall_fraction must be a number from 0 to 0\.6"):
-        marft_envs.make("planpath-single-v0", wall_fraction=0.9)
+        marft_envs.make("planpath-single-v1", wall_fraction=0.9)

@@ -8,7 +8,7 @@ import marft_envs
 from marft_envs.core.splits import check_split, draw_in_split, in_test_split
 
 
-@pytest.mark.parametrize("env_id", ["sudoku-single-v0", "planpath-dual-v0"])
+@pytest.mark.parametrize("env_id", ["sudoku-single-v1", "planpath-dual-v1"])
 def test_train_and_test_splits_never_share_a_puzzle(env_id):
     keys = {}
     for split in ("train", "test"):

@@ -47,11 +47,25 @@ PUZZLE = SudokuPuzzle(parse_grid("1 . . 4\n3 4 1 2\n2 1 4 3\n4 3 2 ."), parse_gr
         ("12345\n3412\n2143\n4321", False, "no_grid"),  # five digits in a row
         ("1230\n3412\n2143\n4321", False, "no_grid"),  # 0 is not a digit of the puzzle
         ("\\boxed{1234}\n\x00\ud800" * 50, False, "no_grid"),  # garbage, lone surrogates
+        # v1: one rule line between the bands of boxes.
+        ("1 2 | 3 4\n3 4 | 1 2\n----+----\n2 1 | 4 3\n4 3 | 2 1", True, None),
+        ("+---+---+\n|1 2|3 4|\n|3 4|1 2|\n+---+---+\n|2 1|4 3|\n|4 3|2 1|\n+---+---+", True, None),
+        ("1324\n3412\n----+----\n2143\n4321", False, "invalid"),  # read, and still graded
+        # A rule elsewhere still ends the block: one row, then three, is no grid.
+        ("1234\n----\n3412\n2143\n4321", False, "no_grid"),
+        ("1234\n3412\n----\n----\n2143\n4321", False, "no_grid"),  # one rule, not two
     ],
 )
 def test_grader_on_hand_checked_answers(text, correct, failure):
     grade = grade_sudoku(text, PUZZLE)
     assert (grade.correct, grade.failure) == (correct, failure)
+
+
+@pytest.mark.parametrize("profiles", ["single", "dual"])
+def test_v0_ids_build_v1_and_say_what_changed(profiles):
+    with pytest.warns(marft_envs.OutdatedEnvWarning, match=r"sudoku-.*-v1.*----\+----"):
+        env = marft_envs.make(f"sudoku-{profiles}-v0")
+    assert env.unwrapped.spec == marft_envs.spec(f"sudoku-{profiles}-v1")
 
 
 def test_any_valid_completion_is_accepted_not_only_the_stored_one():
@@ -77,7 +91,7 @@ def test_generator_makes_solved_grids_with_the_asked_blanks():
             assert all(g in (0, s) for gr, sr in pairs for g, s in zip(gr, sr, strict=True))
 
 
-@pytest.mark.parametrize("env_id", ["sudoku-single-v0", "sudoku-dual-v0"])
+@pytest.mark.parametrize("env_id", ["sudoku-single-v1", "sudoku-dual-v1"])
 def test_a_solved_grid_earns_1_and_a_wrong_one_0(env_id, play):
     infos = play(env_id, lambda agent, base: "Here it is:\n" + base._solution())
     graded = [a for a in infos if infos[a][1]["graded"]]
@@ -92,7 +106,7 @@ def test_a_solved_grid_earns_1_and_a_wrong_one_0(env_id, play):
 
 
 def test_the_executor_sees_the_planner_and_the_planner_sees_nothing():
-    env = marft_envs.make("sudoku-dual-v0")
+    env = marft_envs.make("sudoku-dual-v1")
     env.reset(seed=3)
     assert env.agent_selection == "planner"
     planner_view = env.observe("planner")["messages"][-1]["content"]
@@ -103,12 +117,12 @@ def test_the_executor_sees_the_planner_and_the_planner_sees_nothing():
 
 
 def test_blanks_is_the_difficulty_knob_and_bad_values_are_refused():
-    env = marft_envs.make("sudoku-single-v0", blanks=9)
+    env = marft_envs.make("sudoku-single-v1", blanks=9)
     env.reset(seed=0)
     assert env.unwrapped.puzzle.blanks == 9
     assert env.observe("solver")["messages"][-1]["content"].count(".") == 9 + 1  # + "(. is"
     for bad in (0, 13, 2.5, True):
         with pytest.raises(ValueError, match="blanks must be an integer from 1 to 12"):
-            marft_envs.make("sudoku-single-v0", blanks=bad)
+            marft_envs.make("sudoku-single-v1", blanks=bad)
     with pytest.raises(ValueError, match="split='test' for held-out"):
-        marft_envs.make("sudoku-single-v0", split="validation")
+        marft_envs.make("sudoku-single-v1", split="validation")

@@ -1,0 +1,191 @@
+"""Does a team of real LLMs, trained as the program it is, learn to stop breaking? One job per
+``setting:seed``, on SmolLM2-135M-Instruct and the support desk of ``team.py``.
+
+Settings, at one budget (iterations x episodes, and tokens per call), all from the same untuned
+model, evaluated greedily on the same 200 held-out tasks:
+
+- ``marft``: action-level MARFT on the team reward (one LoRA adapter per agent, a critic on the
+  frozen base);
+- ``grpo``: GRPO for every agent on the team reward (groups of ``--num-generations`` episodes of
+  one task);
+- ``independent``: the same trainer as ``marft``, but each agent is paid its own local reward
+  (router: the right department; specialist: a right answer; reviewer: a right verdict) instead
+  of the team's.
+
+The untuned team is every job's evaluation before training. Each job writes
+``<out>/<setting>-seed<k>.json``: greedy held-out success before, during and after training; the
+reward parts (hand-offs parsed, routes right, reviewer approvals, false approvals and rejections,
+calls); the noise check (the router's replies replaced by noise) before and after; the rollout
+reward per iteration. The run folder ``<out>/runs/<setting>-seed<k>`` keeps metrics.jsonl, the
+transcripts and the final adapters (for ``marft eval RUN --attribution``).
+
+    python benchmarks/program_team/run.py --jobs marft:0 grpo:0 independent:0 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
+import team
+from runner import run_jobs
+
+import marft_envs
+from marft_algos.cli import ALGORITHMS, build_trainer
+from marft_algos.policy import LoraSettings, MultiAgentPolicy
+from marft_algos.rollout.collector import RolloutCollector
+from marft_algos.rollout.evaluation import NoisyMessages, evaluation_requests, greedy
+from marft_envs.core.env import Transition
+from marft_envs.programs import ProgramEnv
+
+MODEL = "smollm2-135m-instruct"
+SETTINGS = {"marft": "action-marft", "grpo": "grpo", "independent": "action-marft"}
+PARTS = ("success", "cost", "parsed", "routed", "approved", "false_approval", "false_rejection")
+
+
+class IndependentDesk(ProgramEnv):
+    """The support desk, each agent paid its own local reward at the episode's end."""
+
+    def _final(self, event: Any) -> Transition:
+        result = super()._final(event)
+        parts = result.info.get("reward_parts")
+        if not parts:
+            return result
+        calls = result.info.get("calls", {})
+        local = {"router": parts["routed"]}
+        for department in team.DEPARTMENTS:
+            if calls.get(department):
+                local[department] = parts["success"]
+        if calls.get("reviewer"):
+            local["reviewer"] = 1.0 - parts["false_approval"] - parts["false_rejection"]
+        team_reward = parts["success"] + parts["cost"]
+        return Transition(local, result.terminated, result.info, team_reward=team_reward)
+
+
+def env_fn(setting: str, split: str) -> Any:
+    if setting == "independent" and split == "train":
+        return lambda: IndependentDesk(
+            team.support_desk,
+            team.AGENTS,
+            team.make_tasks("train"),
+            test_tasks=team.test_tasks(),
+            reward_weights=team.WEIGHTS,
+            max_calls=8,
+            credit="team",
+        )
+    return lambda: marft_envs.make(team.ENV_ID, split=split)
+
+
+def evaluate(policy: Any, config: Any, episodes: int, seed: int, noisy: bool) -> dict[str, float]:
+    """Greedy held-out success and the mean of each reward part (router replaced by noise when
+    ``noisy``)."""
+    generator = NoisyMessages(policy, ["router"], seed=seed) if noisy else policy
+    settings = greedy(config.generation)
+    make = env_fn("marft", "test")
+    collector = RolloutCollector.from_factory(generator, make, 50, settings, seed=seed)
+    done = collector.collect(evaluation_requests(collector, episodes), settings)
+    out = {
+        part: sum(e.info.get("reward_parts", {}).get(part, 0.0) for e in done) / len(done)
+        for part in PARTS
+    }
+    out["calls"] = sum(sum(e.info.get("calls", {}).values()) for e in done) / len(done)
+    out["episodes"] = len(done)
+    for env in collector.envs:
+        env.close()
+    return out
+
+
+def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    algorithm = SETTINGS[setting]
+    run_dir = args.out / "runs" / f"{setting}-seed{seed}"
+    settings: dict[str, Any] = dict(
+        iterations=args.iterations,
+        episodes_per_iteration=args.episodes_per_iteration,
+        rollout_threads=args.episodes_per_iteration,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        learning_rate=args.learning_rate,
+        eval_every=args.eval_every,
+        eval_episodes=args.eval_episodes,
+        eval_samples=args.eval_episodes,
+        seed=seed,
+        output_dir=str(run_dir),
+        checkpoint_every=0,
+        keep_checkpoints=1,
+        overwrite=True,
+    )
+    if algorithm == "grpo":
+        settings["num_generations"] = args.num_generations
+    else:
+        settings.update(critic_learning_rate=args.critic_learning_rate, entropy_coef=0.0)
+    config = ALGORITHMS[algorithm][0](**settings)
+    start = time.perf_counter()
+    policy = MultiAgentPolicy.from_pretrained(
+        args.model,
+        team.AGENTS,
+        lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank),
+        seed=seed,
+        temperature=args.temperature,
+    )
+    trainer = build_trainer(
+        algorithm,
+        policy,
+        env_fn(setting, "train"),
+        config,
+        eval_env_fn=env_fn(setting, "test"),
+        critic_seed=seed,
+    )
+    row: dict[str, Any] = {"setting": setting, "algorithm": algorithm, "seed": seed}
+    row["noise_before"] = evaluate(policy, config, args.eval_episodes, seed, noisy=True)
+    try:
+        records = trainer.train()
+    finally:
+        trainer.close()
+    evals = [r for r in records if "eval/accuracy" in r]
+    row.update(
+        before=evals[0]["eval/accuracy"],
+        after=evals[-1]["eval/accuracy"],
+        curve=[[r["iteration"], r["eval/accuracy"]] for r in evals],
+        rollout_reward=[
+            r.get("rollout/reward_mean") for r in records if "rollout/reward_mean" in r
+        ],
+        eval_episodes=evals[-1]["eval/episodes"],
+        parts_before={p: evals[0].get(f"eval/reward/{p}") for p in PARTS},
+        parts_after=evaluate(policy, config, args.eval_episodes, seed, noisy=False),
+        noise_after=evaluate(policy, config, args.eval_episodes, seed, noisy=True),
+    )
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", nargs="+", required=True, help="setting:seed pairs, e.g. marft:0")
+    parser.add_argument("--iterations", type=int, default=12)
+    parser.add_argument("--episodes-per-iteration", type=int, default=32)
+    parser.add_argument("--eval-every", type=int, default=6)
+    parser.add_argument("--eval-episodes", type=int, default=200)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--num-generations", type=int, default=4, help="GRPO group size")
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--critic-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--model", default=MODEL, help="a registered model name or a local path")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    team.check_split()
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_jobs(args, list(SETTINGS), run_job, lambda setting: [team.ENV_ID])
+
+
+if __name__ == "__main__":
+    main()
