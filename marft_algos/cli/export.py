@@ -3,7 +3,10 @@
 Output layout (``--output-dir``, default ``<run>/export``)::
 
     marft_export.json         agents → base model (a portable id and how to get it), adapter
-                              folder, merged folder; the run's env and generation settings
+                              folder, merged folder, system prompt, token budget; the message
+                              layout, chat template and generation settings; the run's env
+    run_team.py               with --merge: the team on one held-out task (the run's first
+                              greedy transcript) in plain transformers; ``marft export`` prints it
     <agent>/adapter/          adapter_config.json + adapter_model.safetensors (peft format;
                               ``PeftModel.from_pretrained(base, folder)`` loads it) and
                               base_model.json (the base's portable id and how to rebuild it)
@@ -23,7 +26,8 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -60,16 +64,32 @@ def export_checkpoint(
     run = dict(manifest.get("run") or {})
     if isinstance(run.get("model"), str):
         run["model"] = portable_base(run["model"])["id"]
-    index: dict[str, Any] = {"checkpoint": checkpoint.name, "agents": {}, "run": run}
+    profiles = run.pop("profiles", None) or {}
+    generation = run.get("generation") or {}
+    caps = generation.get("max_new_tokens_per_agent") or {}
+    index: dict[str, Any] = {
+        "checkpoint": checkpoint.name,
+        "agents": {},
+        # How the env wrote each agent's messages (system: a system message holding the agent's
+        # system_prompt, then the user message; user: the prompt opens the user message).
+        "message_layout": run.get("message_layout"),
+        "chat_template": run.get("chat_template"),  # None: each tokenizer's own
+        "generation": generation,
+        "run": run,
+    }
     for agent in manifest["agents"]:
         base = manifest["base_models"][agent]
         portable = portable_base(base)
         adapter = manifest["adapters"][agent]
+        profile = profiles.get(agent) or {}
         entry: dict[str, Any] = {
             "base_model": portable["id"],
             "base_model_source": portable,
             "adapter": None,
             "merged": None,
+            "system_prompt": profile.get("system_prompt"),
+            "graded": profile.get("graded"),
+            "max_new_tokens": caps.get(agent, generation.get("max_new_tokens")),
         }
         if adapter is not None:
             source = checkpoint / "adapters" / adapter
@@ -88,6 +108,7 @@ def export_checkpoint(
                 output / agent / "adapter" if adapter else None,
                 output / agent / "merged",
                 merged_dtype,
+                run.get("chat_template"),
             )
             entry["merged"] = str(merged.relative_to(output))
         index["agents"][agent] = entry
@@ -97,20 +118,29 @@ def export_checkpoint(
     return index
 
 
-def _merge(base: str, adapter: Path | None, target: Path, dtype: str) -> Path:
+def _merge(
+    base: str, adapter: Path | None, target: Path, dtype: str, template: str | None = None
+) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from marft_algos.policy.pretrained import resolve_model
+    from marft_algos.policy.rendering import FALLBACK_CHAT_TEMPLATE
 
     path = resolve_model(base)
     # Merge in float32 (the adapter's precision), then cast: a merge in bfloat16 would round twice.
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    if not tokenizer.chat_template:  # the template the run rendered prompts with travels along
+        tokenizer.chat_template = template or FALLBACK_CHAT_TEMPLATE
     if adapter is not None:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+        with warnings.catch_warnings():
+            # peft asks transformers for a renamed attribute; the FutureWarning is theirs to fix
+            # and says nothing about this export.
+            warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)
+            model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     if dtype == "base":
         recorded = getattr(AutoConfig.from_pretrained(path), "torch_dtype", None)
         target_dtype = recorded if isinstance(recorded, torch.dtype) else torch.float32
@@ -121,6 +151,88 @@ def _merge(base: str, adapter: Path | None, target: Path, dtype: str) -> Path:
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     return target
+
+
+_SCRIPT = '''"""The exported team on one held-out task, in plain transformers (greedy, as marft evaluates).
+
+Written by `marft export --merge`: each agent's merged model, system prompt and token budget, the
+run's message layout, and the env's side of one logged episode (the text the env gave each agent
+and whose replies it saw; later rounds replay the env's text from that log):
+{source}.
+"""
+
+import json
+from pathlib import Path
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+EXPORT = Path(__file__).resolve().parent
+INDEX = json.loads((EXPORT / "marft_export.json").read_text())
+# (agent, the env's text for it, earlier turns whose replies it sees)
+TURNS = {turns}
+
+models = {{}}
+replies = []
+for agent, text, sees in TURNS:
+    entry = INDEX["agents"][agent]
+    if agent not in models:
+        folder = EXPORT / entry["merged"]
+        models[agent] = (
+            AutoTokenizer.from_pretrained(folder),
+            AutoModelForCausalLM.from_pretrained(folder),
+        )
+    tokenizer, model = models[agent]
+    user = text + "".join(f"\\n\\n[{{TURNS[j][0]}}]\\n{{replies[j]}}" for j in sees)
+    prompt = entry["system_prompt"]
+    if prompt and INDEX["message_layout"] == "user":
+        messages = [{{"role": "user", "content": f"{{prompt}}\\n\\n{{user}}"}}]
+    else:
+        messages = [{{"role": "system", "content": prompt}}] if prompt else []
+        messages.append({{"role": "user", "content": user}})
+    inputs = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    out = model.generate(
+        **inputs,
+        max_new_tokens=entry["max_new_tokens"],
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+    )
+    replies.append(tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
+    print(f"[{{agent}}]\\n{{replies[-1]}}\\n")
+'''
+
+
+def team_script(index: Mapping[str, Any], transcript: Mapping[str, Any]) -> str | None:
+    """``run_team.py`` for a merged export: the team replaying one logged held-out episode
+    (``samples.jsonl`` row ``transcript``); None when the env writes its messages itself."""
+    layout = index.get("message_layout")
+    if layout not in ("system", "user"):
+        return None
+    turns: list[tuple[str, str, list[int]]] = []
+    logged = list(transcript.get("turns") or [])
+    for k, turn in enumerate(logged):
+        agent = turn["agent"]
+        users = [m["content"] for m in turn["messages"] if m.get("role") == "user"]
+        text = users[-1] if users else ""
+        prompt = index["agents"][agent].get("system_prompt") or ""
+        if layout == "user" and prompt and text.startswith(prompt + "\n\n"):
+            text = text[len(prompt) + 2 :]
+        sees: list[int] = []
+        for j in range(k - 1, -1, -1):  # this round's earlier replies, appended in order
+            if logged[j]["timestep"] != turn["timestep"]:
+                break
+            block = f"\n\n[{logged[j]['agent']}]\n{logged[j]['action']}"
+            if text.endswith(block):
+                text = text[: -len(block)]
+                sees.insert(0, j)
+        turns.append((agent, text, sees))
+    shown = "[\n" + "".join(f"    {t!r},\n" for t in turns) + "]"
+    source = (
+        f"held-out episode {transcript.get('episode', 0)} of the evaluation at iteration "
+        f"{transcript.get('iteration')}"
+    )
+    return _SCRIPT.format(turns=shown, source=source)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -152,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         index = export_checkpoint(
             checkpoint, output, merge=args.merge, merged_dtype=args.merged_dtype
         )
+        script = None
+        if args.merge:
+            script = _write_script(index, run_root, checkpoint, output)
     console = Console()
     for agent, entry in index["agents"].items():
         parts = [
@@ -162,4 +277,38 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if entry["merged"]:
             parts.append(f"merged {output / entry['merged']}")
         console.print(f"[bold]{agent}[/]: " + ", ".join(parts))
+    if script is not None:
+        console.print(f"\nThe team on one held-out task, in plain transformers ({script}):\n")
+        console.print(script.read_text(), markup=False, highlight=False, soft_wrap=True)
+    elif args.merge:
+        console.print("no run_team.py: the run logged no held-out transcript to replay")
+    else:
+        console.print("pass --merge for standalone models and a script that runs the team")
     return index
+
+
+def _write_script(
+    index: Mapping[str, Any], run_root: Path, checkpoint: Path, output: Path
+) -> Path | None:
+    """Write ``run_team.py`` from the latest held-out transcript up to the checkpoint."""
+    from marft_algos.runs.samples import read_samples
+
+    try:
+        iteration = int(checkpoint.name.rsplit("-", 1)[-1])
+    except ValueError:
+        iteration = None
+    rows = [
+        r
+        for r in read_samples(run_root)
+        if r.get("turns") and (iteration is None or r.get("iteration", 0) <= iteration)
+    ]
+    if not rows:
+        return None
+    latest = max(r.get("iteration", 0) for r in rows)
+    first = min((r for r in rows if r.get("iteration", 0) == latest), key=lambda r: r["episode"])
+    text = team_script(index, first)
+    if text is None:
+        return None
+    path = output / "run_team.py"
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -259,6 +259,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = action.help or ""
         if (
             action.default in (None, False, argparse.SUPPRESS)
+            or action.const is False  # a --no-X flag: its "default" is X's value, not its own
             or "(default" in text
             or "%(default)" in text
         ):
@@ -317,10 +318,30 @@ def build_parser(
             action.type = _optional(action.type)
         if action.help and "%" in action.help:
             action.help = action.help.replace("%", "%%")
+    _add_negative_flags(parser, hints)
     if defaults:
         known = {a.dest for a in parser._actions}
         parser.set_defaults(**{k: v for k, v in defaults.items() if k in known})
     return parser
+
+
+def _add_negative_flags(parser: argparse.ArgumentParser, hints: Mapping[str, Any]) -> None:
+    """``--no-X`` for every on/off field (HfArgumentParser adds it only where the default is on,
+    but a preset or a config file may turn a default-off field on)."""
+    negated = {
+        a.dest for a in parser._actions if any(o.startswith("--no") for o in a.option_strings)
+    }
+    for action in list(parser._actions):
+        if hints.get(action.dest) is not bool or action.dest in negated:
+            continue
+        negated.add(action.dest)
+        parser.add_argument(
+            f"--no_{action.dest}",
+            f"--no-{action.dest.replace('_', '-')}",
+            action="store_false",
+            dest=action.dest,
+            help=f"Turn off --{action.dest.replace('_', '-')}.",
+        )
 
 
 def parse_with(

@@ -29,6 +29,7 @@ from marft_algos.cli.parsing import (
     pick,
 )
 from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for, scale_for_world
+from marft_algos.cli.profiles import PROFILE_KEYS, with_profiles
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
 from marft_algos.trainers.registry import ALGORITHMS, build_trainer, owners_of
 
@@ -59,6 +60,8 @@ class TrainArguments:
     """Math data: keep only these subjects (built-in data: generator families), or 'all' (default: digits with built-in data, else all)."""
     env_kwargs: dict[str, Any] | None = None
     """Extra env constructor arguments as JSON, e.g. '{"max_attempts": 2}'."""
+    profiles: str | None = None
+    """A YAML file of the agents' system prompts (system_prompts: {agent: prompt}) and, optionally, message_layout: user (the prompt opens the user message); see docs/cli.md."""
     resume: bool = False
     """Continue the run in --output-dir from its newest checkpoint (or from the start if it has none)."""
     resume_from: str | None = None
@@ -336,10 +339,35 @@ def plan_env(
             )
     plan = EnvPlan(env_id, kwargs, data, [])
     env_fn, _ = plan.factories()
-    probe = env_fn()
+    prompted = sorted(set(kwargs) & set(PROFILE_KEYS))
+    try:
+        probe = env_fn()
+    except TypeError as exc:
+        if prompted and any(k in str(exc) for k in prompted):
+            raise UsageError(_own_messages(env_id, prompted)) from None
+        raise
+    if prompted and not builds_messages(probe):
+        raise UsageError(_own_messages(env_id, prompted))
     plan.agents = list(probe.possible_agents)
     probe.close()
     return plan
+
+
+def builds_messages(env: Any) -> bool:
+    """Whether the env's agents' messages come from their profiles (FlexPOMDPEnv's layout)."""
+    from marft_envs.core.env import FlexPOMDPEnv
+
+    base = env.unwrapped
+    return isinstance(base, FlexPOMDPEnv) and (
+        type(base).rollout_messages is FlexPOMDPEnv.rollout_messages
+    )
+
+
+def _own_messages(env_id: str, keys: list[str]) -> str:
+    return (
+        f"{env_id} writes its agents' messages itself (e.g. an agent program), so {keys} cannot "
+        f"reach them; change the prompts where it builds its messages."
+    )
 
 
 def _check_caps(values: dict[str, Any], given: set[str], agents: list[str]) -> None:
@@ -424,7 +452,7 @@ def main(
     dtype = args.dtype or ("bfloat16" if dist.device.type == "cuda" else "float32")
     plan = plan_env(
         args.env,
-        args.env_kwargs,
+        with_profiles(args.env_kwargs, args.profiles),
         dataset=args.dataset,
         eval_dataset=args.eval_dataset,
         levels=args.levels,
@@ -544,14 +572,7 @@ def _train(
         _show_samples(console, config.output_dir, min(config.eval_samples, 2))
     paired = _summary(console, evals, config)
     if args.plot and dist.is_main:
-        from marft_algos.runs.plotting import plot_learning_curve
-
-        path = plot_learning_curve(
-            trainer.logger.records,
-            Path(config.output_dir) / "learning_curve.png",
-            title=f"{args.algo} on {args.env}",
-        )
-        console.print(f"learning curve: {path}")
+        _plot(console, trainer.logger.records, config.output_dir, f"{args.algo} on {args.env}")
     return {
         "records": records,
         "evals": evals,
@@ -559,6 +580,24 @@ def _train(
         "output_dir": config.output_dir,
         "config": dataclasses.asdict(config),
     }
+
+
+def _plot(console: Any, records: list[dict[str, Any]], output_dir: str, title: str) -> None:
+    """Save the learning curve; matplotlib missing is one warning line, never a failed run (the
+    work is done and every number is in metrics.jsonl)."""
+    from marft_algos.runs.plotting import plot_learning_curve
+
+    try:
+        path = plot_learning_curve(records, Path(output_dir) / "learning_curve.png", title=title)
+    except ImportError as exc:
+        logger.warning(
+            "No learning_curve.png: %s is not installed (pip install matplotlib, or pass "
+            "--no-plot); the numbers are in %s.",
+            exc.name or "matplotlib",
+            Path(output_dir) / "metrics.jsonl",
+        )
+        return
+    console.print(f"learning curve: {path}")
 
 
 def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ __all__ = [
     "no_signal_reason",
     "standard_error",
     "summarize_episodes",
+    "unpaid_agents_reason",
 ]
 
 #: First reset seed of held-out episodes of envs without a dataset (outside the training range).
@@ -118,6 +119,58 @@ def no_signal_reason(
     return (
         f"Iteration {iteration} has nothing to learn from: {why}. Try easier problems, more "
         f"episodes or samples per group, a higher temperature, or check the reward."
+    )
+
+
+def unpaid_agents_reason(
+    episodes: Sequence[Episode], rule: Any, graded: Mapping[str, bool], *, own_return: bool
+) -> str | None:
+    """Why some agent's decisions can receive no reward under the env's credit rule, or None.
+
+    Under ``"graded"`` an agent whose profile is not graded is never paid, and under ``"last"``
+    an agent is paid only as its round's last agent. Such a decision still learns when a paid
+    decision follows it in the episode (the return and the values carry the reward back), unless
+    the trainer uses each agent's own return (``own_return``: critic-free ``reward_source="agent"``).
+    Other rules (``"team"``, a callable) and direct per-agent rewards are not judged here.
+
+    Args:
+        episodes: The first iteration's episodes.
+        rule: The env's ``credit`` rule.
+        graded: Whether each agent's profile is graded.
+        own_return: Each agent learns from its own credited return only.
+    """
+    if rule not in ("graded", "last"):
+        return None
+
+    def payable(decision: Any) -> bool:
+        return graded.get(decision.agent, False) if rule == "graded" else decision.round_end
+
+    unreached: dict[str, list[int]] = {}  # agent -> [decisions no reward reaches, decisions]
+    for episode in episodes:
+        decisions = episode.decisions
+        for i, decision in enumerate(decisions):
+            counts = unreached.setdefault(decision.agent, [0, 0])
+            counts[1] += 1
+            if payable(decision):
+                continue
+            if own_return or not any(payable(later) for later in decisions[i + 1 :]):
+                counts[0] += 1
+    named = {agent: counts for agent, counts in unreached.items() if counts[0]}
+    if not named:
+        return None
+    pays = "graded agents only" if rule == "graded" else "each round's last agent only"
+    parts = ", ".join(
+        f"{agent!r} ({missed} of {total} decisions)" for agent, (missed, total) in named.items()
+    )
+    why = (
+        "each agent learns from its own return (reward_source='agent')"
+        if own_return
+        else "no paid decision follows them in their episode (e.g. approving the final answer)"
+    )
+    return (
+        f"No reward can reach some decisions of {parts}: credit={rule!r} pays {pays}, and {why}. "
+        f"Use credit='team', mark the agent graded, or pay it in the transition (docs/training.md, "
+        f"'Which credit rule')."
     )
 
 

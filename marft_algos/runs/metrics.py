@@ -156,7 +156,8 @@ class MetricsLogger:
 
     Args:
         output_dir: Run directory; None keeps records in memory only.
-        tensorboard: Also write TensorBoard scalars under ``<output_dir>/tensorboard``.
+        tensorboard: Also write TensorBoard scalars under ``<output_dir>/tensorboard`` (without the
+            tensorboard package: one warning, and the records go to metrics.jsonl only).
     """
 
     def __init__(self, output_dir: str | Path | None, *, tensorboard: bool = False) -> None:
@@ -168,11 +169,15 @@ class MetricsLogger:
             if tensorboard:
                 try:
                     from torch.utils.tensorboard import SummaryWriter
-                except ImportError as exc:
-                    raise ImportError(
-                        "tensorboard=True needs the tensorboard package: pip install tensorboard"
-                    ) from exc
-                self._writer = SummaryWriter(str(self.output_dir / "tensorboard"))
+                except ImportError:
+                    # An optional extra never stops a run: the records still go to metrics.jsonl.
+                    logger.warning(
+                        "tensorboard=True but the tensorboard package is not installed (pip "
+                        "install tensorboard); this run logs to %s only.",
+                        self.path,
+                    )
+                else:
+                    self._writer = SummaryWriter(str(self.output_dir / "tensorboard"))
         elif tensorboard:
             raise ValueError("tensorboard=True needs an output_dir to write to.")
 

@@ -2,7 +2,7 @@
 
 With a real model one iteration or evaluation takes minutes, so the display shows the phase
 (``rollout``, ``update``, ``eval``), the episodes of that phase done so far, the generated tokens
-per second and an ETA for the whole run:
+per second and an ETA for the whole run, the evaluations still to come included:
 
 - ``"rich"``: two live bars on a terminal (the run's iterations with the ETA; the phase's episodes
   with tokens/s);
@@ -53,6 +53,9 @@ class TrainingProgress:
         total: Iterations of the whole run.
         done: Iterations already done (a resumed run).
         slow_phase_s: In plain mode, phases running longer than this get their own lines.
+        eval_every: The run's evaluation schedule (``config.eval_every``; 0: at the end only), so
+            the ETA adds the evaluations still to come at the measured time of one; ``None``: the
+            run does not evaluate.
         clock: Seconds since some origin (tests pass a fake clock).
     """
 
@@ -65,6 +68,7 @@ class TrainingProgress:
         done: int,
         *,
         slow_phase_s: float = 10.0,
+        eval_every: int | None = None,
         clock: Any = time.perf_counter,
     ) -> None:
         if mode is True or mode == "auto":
@@ -88,6 +92,11 @@ class TrainingProgress:
         self._quarter = 0
         self._slow = slow_phase_s
         self._rollout_rate = float("nan")
+        self._eval_every = eval_every
+        self._eval_since_start = 0.0  # seconds in evaluation phases since the pace's origin
+        self._eval_seconds = 0.0  # ...and in every evaluation of this session
+        self._evaluations = 0
+        self._evaluated = False  # an evaluation phase ran since the last update
 
     # ------------------------------------------------------------------ output
     def _line(self, text: str, *args: Any) -> None:
@@ -129,11 +138,28 @@ class TrainingProgress:
 
     # ------------------------------------------------------------------ rates
     def eta_seconds(self) -> float:
-        """Seconds left for the run at the pace of the iterations done in this session."""
+        """Seconds left for the run: the iterations left at the pace of those done in this session
+        (evaluations taken out), plus the evaluations left at the measured time of one."""
         finished = self.done - self._first_done
         if finished <= 0:
             return float("nan")
-        return (self._clock() - self._started) / finished * (self.total - self.done)
+        training = self._clock() - self._started - self._eval_since_start
+        per_evaluation = self._eval_seconds / self._evaluations if self._evaluations else 0.0
+        return (
+            training / finished * (self.total - self.done)
+            + per_evaluation * self.evaluations_left()
+        )
+
+    def evaluations_left(self) -> int:
+        """Evaluations still to come: every ``eval_every`` iterations and at the end."""
+        every = self._eval_every
+        if every is None:
+            return 0
+        return sum(
+            1
+            for i in range(self.done + 1, self.total + 1)
+            if (every and i % every == 0) or i == self.total
+        )
 
     def tokens_per_second(self) -> float:
         elapsed = self._clock() - self._phase_started
@@ -203,6 +229,10 @@ class TrainingProgress:
         took = self._clock() - self._phase_started
         if self._phase == "rollout":
             self._rollout_rate = self.tokens_per_second()
+        if self._phase.startswith("eval"):  # "eval" and "eval (sampled)": one evaluation
+            self._eval_since_start += took
+            self._eval_seconds += took
+            self._evaluated = True
         if took >= self._slow and self._episodes:
             self._line(
                 "  %s done: %d episodes, %d tokens in %s (%.0f tokens/s)",
@@ -221,8 +251,11 @@ class TrainingProgress:
         self._end_phase()
         shown = " ".join(self._format(k, metrics) for k in self.KEYS if k in metrics)
         self.done += int(advance)
+        self._evaluations += int(self._evaluated)
+        self._evaluated = False
         if not advance:  # the initial evaluation does not set the pace of iterations
             self._started = self._clock()
+            self._eval_since_start = 0.0
         eta = self.eta_seconds()
         timing = ""
         if advance and math.isfinite(self._rollout_rate):

@@ -42,7 +42,12 @@ from marft_algos.trainers.checkpointer import (
     trainer_state,
 )
 from marft_algos.trainers.config import TrainerConfig, check_agents, check_world_size
-from marft_algos.trainers.evaluator import Evaluator, flag_no_signal, summarize
+from marft_algos.trainers.evaluator import (
+    Evaluator,
+    flag_no_signal,
+    summarize,
+    warn_unpaid_agents,
+)
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers, clip_and_step
 from marft_algos.trainers.policy_gradient import Objective, PolicyGradient
@@ -137,6 +142,8 @@ class Trainer(ABC):
         self._progress: TrainingProgress | None = None
         self.async_rollouts = AsyncRollouts(self) if config.max_staleness else None
         """The batches of an asynchronous run (``max_staleness >= 1``); None: collected here."""
+        self._credit_checked = False
+        self._told_prompts = False  # the first "nothing to learn" warning says how to change them
 
     @classmethod
     def check_team(cls, agents: Sequence[str]) -> None:
@@ -264,6 +271,9 @@ class Trainer(ABC):
         else:
             episodes, sampling_stats = self.async_rollouts.next_batch()
         rollout_time = time.perf_counter() - start
+        if not self._credit_checked:  # once, on the run's first episodes
+            self._credit_checked = True
+            warn_unpaid_agents(episodes, self.collector.envs[0], self.config)
         metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
@@ -276,7 +286,9 @@ class Trainer(ABC):
         metrics["time/update_s"] = time.perf_counter() - start_update
         self.guards.check_entropy(metrics, self.iteration)
         self.guards.check_nonfinite(self.iteration)
-        flag_no_signal(episodes, metrics, self.iteration + 1, self.dist)
+        hint = not self._told_prompts
+        if flag_no_signal(episodes, metrics, self.iteration + 1, self.dist, hint=hint):
+            self._told_prompts = True
         # After the guards, which may roll the adapters back: the engine serves what trains next.
         self.sync_rollout_backend(self.iteration + 1)
         self.iteration += 1
@@ -315,7 +327,10 @@ class Trainer(ABC):
         self.checkpointer.prepare(self.iteration, self.describe())
         records: list[dict[str, Any]] = []
         bar = TrainingProgress(
-            progress if self.dist.is_main else False, self.config.iterations, self.iteration
+            progress if self.dist.is_main else False,
+            self.config.iterations,
+            self.iteration,
+            eval_every=self.config.eval_every if self.eval_collector is not None else None,
         )
         self._progress = bar
         try:

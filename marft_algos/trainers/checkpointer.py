@@ -289,9 +289,28 @@ def run_description(
     if eval_collector is not None:
         info["eval_env"] = env_spec_json(eval_collector.envs[0])
     info["generation"] = dataclasses.asdict(config.generation)
+    info.update(team_messages(collector.envs[0]))
     if distributed.enabled:
         info["world_size"] = distributed.world_size
     return info
+
+
+def team_messages(env: Any) -> dict[str, Any]:
+    """How the env writes its agents' messages, for deploying the team (``marft export``): each
+    agent's profile (system prompt, graded) and the message layout; ``{}`` for an env whose
+    messages come from elsewhere (an agent program writes its own)."""
+    from marft_envs.core.env import FlexPOMDPEnv
+
+    base = env.unwrapped
+    if not isinstance(base, FlexPOMDPEnv):
+        return {}
+    profiles = {
+        name: {"system_prompt": p.system_prompt, "graded": p.graded}
+        for name, p in base.profiles.items()
+    }
+    if type(base).rollout_messages is not FlexPOMDPEnv.rollout_messages:
+        return {"profiles": profiles, "message_layout": "written by the env itself"}
+    return {"profiles": profiles, "message_layout": base.message_layout}
 
 
 def trainer_state(trainer: Any) -> dict[str, Any]:

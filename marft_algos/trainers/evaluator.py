@@ -15,6 +15,7 @@ from marft_algos.rollout.evaluation import (
     greedy,
     no_signal_reason,
     summarize_episodes,
+    unpaid_agents_reason,
 )
 from marft_algos.runs.folder import RunDirectory
 from marft_algos.runs.metrics import MetricsLogger
@@ -22,7 +23,7 @@ from marft_algos.runs.outcomes import write_outcomes
 from marft_algos.runs.samples import transcripts_markdown, write_samples
 from marft_algos.trainers.config import TrainerConfig
 
-__all__ = ["Evaluator", "flag_no_signal", "summarize"]
+__all__ = ["Evaluator", "flag_no_signal", "summarize", "warn_unpaid_agents"]
 
 logger = logging.getLogger("marft_algos.trainers.base")
 
@@ -35,10 +36,26 @@ def summarize(episodes: Sequence[Episode], prefix: str, dist: DistributedContext
     return summarize_episodes([e for part in gathered for e in part], prefix)
 
 
+#: Added to a run's first "nothing to learn" warning: the usual cause with a real model is a
+#: prompt the model does not follow.
+PROMPT_HINT = (
+    " If the model never writes the answer format the env grades, give the agents prompts it "
+    "follows: marft train --profiles FILE (docs/cli.md), or system_prompts= and "
+    "message_layout='user' in marft_envs.make."
+)
+
+
 def flag_no_signal(
-    episodes: Sequence[Episode], metrics: dict[str, Any], iteration: int, dist: DistributedContext
-) -> None:
-    """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal."""
+    episodes: Sequence[Episode],
+    metrics: dict[str, Any],
+    iteration: int,
+    dist: DistributedContext,
+    *,
+    hint: bool = False,
+) -> bool:
+    """Flag (``rollout/nothing_to_learn``) and warn when the iteration's rewards carry no signal;
+    ``hint`` adds how to change the prompts (the run's first such warning). Returns whether it
+    warned."""
     rewards = [d.reward for e in episodes for d in e.decisions]
     spread = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
     if dist.enabled:
@@ -46,6 +63,23 @@ def flag_no_signal(
         spread = (min(p[0] for p in parts), max(p[1] for p in parts))
     why = no_signal_reason(spread, metrics, iteration)
     metrics["rollout/nothing_to_learn"] = int(why is not None)
+    if why is not None:
+        logger.warning(why + (PROMPT_HINT if hint else ""))
+    return why is not None
+
+
+def warn_unpaid_agents(episodes: Sequence[Episode], env: Any, config: TrainerConfig) -> None:
+    """Warn when the env's credit rule lets no reward reach some agent's decisions (checked on the
+    run's first episodes; critic-free trainers on the team return never are affected)."""
+    source = getattr(config, "reward_source", None)
+    if source == "team":
+        return
+    base = env.unwrapped
+    profiles = getattr(base, "profiles", {})
+    graded = {name: bool(getattr(p, "graded", False)) for name, p in profiles.items()}
+    why = unpaid_agents_reason(
+        episodes, getattr(base, "credit", None), graded, own_return=source == "agent"
+    )
     if why is not None:
         logger.warning(why)
 

@@ -14,12 +14,14 @@ One env **timestep** is one round: the agents the dependency function schedules 
 
 Each agent's observation is ``{"messages": [...]}``, a chat transcript: the profile's system prompt,
 then one user message holding the env observation followed by exactly the actions of this round
-that the dependency function made visible to the agent. ``infos[agent]["visible_agents"]`` names
+that the dependency function made visible to the agent (``message_layout="user"`` puts the system
+prompt at the start of that user message instead). ``infos[agent]["visible_agents"]`` names
 them. No tokenizer-specific text is ever produced here; chat templates belong to the policy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,7 +92,16 @@ class FlexPOMDPEnv(AECEnv):
         max_action_length: Longest accepted action in characters; longer actions are cut to this
             length, with a warning and ``infos[agent]["action_truncated"] = True``.
         render_mode: ``"human"`` (rich console) or ``"ansi"`` (returns a string), or None.
+        system_prompts: Replace these agents' system prompts (agent → prompt); the rest of each
+            profile (``graded``, ``metadata``) stays. For prompts that suit another model.
+        message_layout: Where an agent's system prompt goes: ``"system"`` (a system message
+            before the user message) or ``"user"`` (the start of the user message, then a blank
+            line; no system message: for chat templates that add their own default system prompt,
+            or small models that follow the user message more closely).
     """
+
+    #: The values ``message_layout`` takes.
+    MESSAGE_LAYOUTS: ClassVar[tuple[str, ...]] = ("system", "user")
 
     metadata: dict[str, Any] = {
         "name": "flex_pomdp_v0",
@@ -112,9 +123,19 @@ class FlexPOMDPEnv(AECEnv):
         max_action_length: int = 16384,
         max_observation_length: int = 262144,
         render_mode: str | None = None,
+        system_prompts: Mapping[str, str] | None = None,
+        message_layout: str = "system",
     ) -> None:
         super().__init__()
         self.profiles: dict[str, AgentProfile] = {p.role: p for p in as_profiles(profiles)}
+        if system_prompts:
+            self.profiles = with_system_prompts(self.profiles, system_prompts)
+        if message_layout not in self.MESSAGE_LAYOUTS:
+            raise ValueError(
+                f"message_layout must be one of {list(self.MESSAGE_LAYOUTS)}, got "
+                f"{message_layout!r}."
+            )
+        self.message_layout = message_layout
         if dependency is None:
             dependency = Chain()
         if not isinstance(dependency, DependencyFunction):
@@ -226,6 +247,8 @@ class FlexPOMDPEnv(AECEnv):
         content = self._observation(agent)
         if visible:
             content = f"{content}\n\n{self._format_visible(agent, visible)}"
+        if profile.system_prompt and self.message_layout == "user":
+            return [{"role": "user", "content": f"{profile.system_prompt}\n\n{content}"}]
         messages = []
         if profile.system_prompt:
             messages.append({"role": "system", "content": profile.system_prompt})
@@ -415,6 +438,30 @@ class FlexPOMDPEnv(AECEnv):
             self.agent_selection = self.agents[0]
         else:
             self._start_round()
+
+
+def with_system_prompts(
+    profiles: Mapping[str, AgentProfile], prompts: Mapping[str, str]
+) -> dict[str, AgentProfile]:
+    """``profiles`` with the system prompts of the agents ``prompts`` names replaced."""
+    if not isinstance(prompts, Mapping):
+        raise TypeError(
+            f"system_prompts must map agent names to prompts, got {type(prompts).__name__}."
+        )
+    unknown = sorted(set(prompts) - set(profiles))
+    if unknown:
+        raise ValueError(
+            f"system_prompts names agent(s) {unknown} that are not in the team "
+            f"{list(profiles)}; use those names."
+        )
+    out = dict(profiles)
+    for agent, prompt in prompts.items():
+        if not isinstance(prompt, str):
+            raise TypeError(
+                f"The system prompt for {agent!r} must be a string, got {type(prompt).__name__}."
+            )
+        out[agent] = dataclasses.replace(profiles[agent], system_prompt=prompt)
+    return out
 
 
 def pick_row(dataset: Any, options: Mapping[str, Any] | None, rng: np.random.Generator) -> Any:

@@ -21,8 +21,11 @@ def _panels(env: FlexPOMDPEnv) -> list[Panel]:
     rounds: list[tuple[int, list[Turn], list[tuple[str, str]], dict[str, float] | None]] = [
         (r.timestep, r.turns, r.actions, r.rewards) for r in env.history
     ]
-    if env.agents:
-        live = env.round_state
+    live = env.round_state
+    # After the last round ends its record is in the history while the agents still have to step
+    # None; the round state then is that finished round, not one in progress.
+    finished = bool(env.history) and env.history[-1].timestep == live.timestep
+    if env.agents and not finished:
         rounds.append((live.timestep, live.turns, live.actions, None))
     for timestep, turns, actions, rewards in rounds:
         body = []

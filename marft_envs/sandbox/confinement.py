@@ -1,7 +1,10 @@
 """What the code sandbox confines a run to, worked out on the host (Linux only).
 
+- :func:`interpreter`: the binary a run starts — this interpreter's real file, not a virtual
+  environment's ``bin/python`` symlink.
 - :func:`root_plan`: the files of the private root a run sees — this interpreter's standard library
-  (without ``site-packages``), its executable and the shared libraries they load, nothing else.
+  (without ``site-packages``), its executable (with the ``pyvenv.cfg`` a copied venv interpreter
+  needs) and the shared libraries they load, nothing else of the venv or the host.
   The harness (``_harness._private_root``) builds that root in the run's mount namespace.
 - :class:`MemoryCgroups`: one memory cgroup per run, so the program's whole process tree shares
   one memory limit (cgroup v2 where its memory controller may be used, else cgroup v1).
@@ -25,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-__all__ = ["MemoryCgroups", "available_memory", "root_plan"]
+__all__ = ["MemoryCgroups", "available_memory", "interpreter", "root_plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +48,25 @@ _PROBE = (
 )
 
 
+def interpreter() -> str:
+    """The Python binary a run starts: ``sys.executable`` with its symlinks resolved. A venv's
+    ``bin/python`` links to the base install, and the venv folder is not in the run's root (or
+    lies under the run's private ``/tmp``), so the link would lead nowhere inside; ``-I -S`` runs
+    use no venv file anyway."""
+    return os.path.realpath(sys.executable)
+
+
+def _venv_config(executable: str) -> list[str]:
+    """The ``pyvenv.cfg`` the interpreter at ``executable`` reads at start (PEP 405: beside the
+    binary or one folder up), e.g. a venv made with ``--copies``; empty for a base install."""
+    folder = os.path.dirname(executable)
+    for candidate in (folder, os.path.dirname(folder)):
+        path = os.path.join(candidate, "pyvenv.cfg")
+        if os.path.isfile(path):
+            return [path]
+    return []
+
+
 @functools.lru_cache(maxsize=1)
 def root_plan() -> tuple[tuple[str, ...], ...]:
     """The private root of a run, as steps for the harness: ``("dir", path)``,
@@ -53,7 +75,7 @@ def root_plan() -> tuple[tuple[str, ...], ...]:
     """
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", _PROBE],
+        [interpreter(), "-I", "-S", "-c", _PROBE],
         capture_output=True,
         timeout=60,
         env=env,
@@ -69,8 +91,9 @@ def root_plan() -> tuple[tuple[str, ...], ...]:
         for entry in _scan(folder)
         if entry.name.endswith(".so") and entry.is_file()
     ]
-    executable = info["executable"] or sys.executable
-    files = {executable, *info["maps"], *_shared_libraries([executable, *extensions])}
+    executable = os.path.realpath(info["executable"] or interpreter())
+    files = {executable, *_venv_config(executable), *info["maps"]}
+    files |= _shared_libraries([executable, *extensions])
     plan: list[tuple[str, ...]] = []
     made: set[str] = set()
     for folder in folders:

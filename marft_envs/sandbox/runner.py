@@ -34,7 +34,9 @@ What the sandbox guarantees, and how:
   i.e. ``unshare --net --mount --pid --ipc`` (Linux, as root or with ``CAP_SYS_ADMIN``): a network
   namespace with only a down loopback (127.0.0.1 of the host is unreachable), and a private root:
   a tmpfs that holds only the interpreter's own files (its standard library without
-  ``site-packages``, its executable and the shared libraries they load, bind-mounted read-only)
+  ``site-packages``, its real executable — never a venv's ``bin/python`` link, and of a venv only
+  the ``pyvenv.cfg`` a copied binary reads — and the shared libraries they load, bind-mounted
+  read-only)
   and a fresh size-capped ``/tmp`` as the working directory, entered with ``pivot_root`` and the
   host's root detached. So no task data, no project, no ``/etc``, ``/proc``, ``/dev``, and no host
   ``/tmp``, ``/run`` or ``/var`` (no unix socket of the host). As root the program also runs under
@@ -104,6 +106,7 @@ from marft_envs.sandbox._harness import SYSCALL_FILTER_MACHINES
 from marft_envs.sandbox.confinement import (
     MemoryCgroups,
     available_memory,
+    interpreter,
     memory_cgroups,
     root_plan,
 )
@@ -407,7 +410,7 @@ class Sandbox:
     def _command(self, harness_fd: int) -> list[str]:
         # The harness is read through an inherited descriptor: a path of the host would show in
         # the run's ``sys.argv`` and code objects, where the program can read it.
-        python = [sys.executable, "-I", "-S", f"/proc/self/fd/{harness_fd}"]
+        python = [interpreter(), "-I", "-S", f"/proc/self/fd/{harness_fd}"]
         if self.isolation == "namespaces":
             return [shutil.which("unshare") or "unshare", *_UNSHARE, *python]
         return python

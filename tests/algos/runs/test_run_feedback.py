@@ -63,13 +63,16 @@ def _trainer(kind, tiny_path, env_cls, **overrides):
 
 @pytest.mark.parametrize("kind", ["grpo", "action"])
 def test_an_iteration_with_nothing_to_learn_from_warns(kind, tiny_path, caplog):
-    trainer = _trainer(kind, tiny_path, NoRewardEnv)
+    trainer = _trainer(kind, tiny_path, NoRewardEnv, iterations=2)
     with caplog.at_level(logging.WARNING, logger="marft_algos.trainers.base"):
         records = trainer.train()
     assert records[-1]["rollout/nothing_to_learn"] == 1
     warned = [r.getMessage() for r in caplog.records if "nothing to learn from" in r.getMessage()]
-    assert len(warned) == 1
+    assert len(warned) == 2
     assert ("zero_std_fraction 1.0" if kind == "grpo" else "got reward 0") in warned[0]
+    # The first one says how to give the agents prompts the model follows; later ones do not.
+    assert "marft train --profiles FILE" in warned[0] and "system_prompts=" in warned[0]
+    assert "--profiles" not in warned[1]
 
 
 def test_rewards_with_spread_do_not_warn(tiny_path, caplog):
@@ -120,6 +123,35 @@ def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
         " | ETA 2m00s"
     )
     assert any(line.endswith("ETA 3m00s") for line in lines)
+
+
+def test_the_eta_counts_the_evaluations_still_to_come(caplog):
+    # A run of 4 iterations evaluating before training and every 2 iterations: each iteration
+    # takes 60 s and each evaluation 30 s (greedy 20 s + sampled 10 s).
+    clock = FakeClock()
+    bar = TrainingProgress("plain", total=4, done=0, eval_every=2, clock=clock)
+
+    def evaluate():
+        bar.phase("eval", 4)
+        clock.now += 20.0
+        bar.phase("eval (sampled)", 4)
+        clock.now += 10.0
+
+    with caplog.at_level(logging.INFO, logger="marft_algos.runs.progress"), bar:
+        evaluate()
+        bar.update({"eval/accuracy": 0.25}, advance=False)
+        for iteration in (1, 2):
+            bar.phase("rollout", 8)
+            clock.now += 60.0
+            if iteration == 2:
+                evaluate()
+            bar.update({"rollout/reward_mean": 0.5})
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("iteration")]
+    # After iteration 1: 3 iterations (180 s) and the evaluations at 2 and 4 (60 s) are left.
+    assert lines[1].startswith("iteration 1/4") and lines[1].endswith("ETA 4m00s")
+    # After iteration 2 (its evaluation timed too): 2 iterations and one evaluation.
+    assert lines[2].startswith("iteration 2/4") and lines[2].endswith("ETA 2m30s")
+    assert bar.evaluations_left() == 1
 
 
 @pytest.fixture

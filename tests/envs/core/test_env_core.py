@@ -129,6 +129,27 @@ def test_render_ansi_and_human(capsys):
         marft_envs.make("relay-v0", render_mode="video")
 
 
+def test_render_shows_each_round_once_also_after_the_episode_ends():
+    # The finished last round was drawn twice (from the history and as the "live" round) while the
+    # agents stepped None.
+    env = marft_envs.make("debate-v4", dataset="builtin:test", render_mode="ansi")
+    env.reset(seed=4)
+    script = iter(["A: \\boxed{1}", "B: \\boxed{2}", "Verdict: rebut B", "B again", "Verdict: A"])
+    shown = []
+    for _agent in env.agent_iter():
+        if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
+            shown.append(env.render())
+            env.step(None)
+            continue
+        env.step(next(script))
+        shown.append(env.render())
+    assert "B again" in shown[3] and shown[3].count("round 1") == 1
+    assert shown[3].count("round 0") == 1 and shown[3].count("rewards:") == 1  # round 1 live
+    for text in shown[4:]:
+        assert text.count("round 0") == 1 and text.count("round 1") == 1
+        assert text.count("rewards:") == 2 and text.count("Verdict: A") == 1
+
+
 def test_profiles_from_dicts_accept_reference_names():
     (profile,) = as_profiles([{"role": "actor", "prompt": "Solve it.", "with_answer": True}])
     assert profile == AgentProfile("actor", "Solve it.", graded=True)

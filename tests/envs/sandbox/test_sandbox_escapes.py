@@ -22,6 +22,7 @@ import pytest
 
 from marft_envs.code.data import load_dataset
 from marft_envs.sandbox import runner as sandbox_module
+from marft_envs.sandbox.confinement import _venv_config, interpreter
 from marft_envs.sandbox.runner import Sandbox, SandboxLimits, UnitTests, namespaces_available
 
 LIMITS = SandboxLimits(cpu_seconds=4, wall_seconds=10.0, memory_bytes=512 << 20)
@@ -168,12 +169,15 @@ def test_no_file_outside_the_interpreters_is_readable(sandbox):
     tests = UnitTests(("found = readable()\nassert len(found) > 100",))
     assert sandbox.run(program, tests).all_passed  # the walk works and finds the stdlib...
     check = UnitTests(("outside = [p for p in readable() if not inside(p)]\nassert outside == []",))
-    setup = f"import os\nSTDLIB = {sysconfig.get_paths()['stdlib']!r}\nEXE = {sys.executable!r}\n"
+    # Resolved here: a venv's bin/python links out of the sandbox's root, where it does not resolve.
+    exe = interpreter()
+    setup = f"import os\nSTDLIB = {sysconfig.get_paths()['stdlib']!r}\nEXE = {exe!r}\n"
+    setup += f"CONFIG = {tuple(_venv_config(exe))!r}\n"  # a copied venv binary reads pyvenv.cfg
     setup += (
         "def inside(path):\n"
         "    if path.startswith(STDLIB + os.sep):\n"
         "        return os.sep + 'site-packages' + os.sep not in path\n"
-        "    return path in (EXE, os.path.realpath(EXE)) or '.so' in os.path.basename(path)\n"
+        "    return path == EXE or path in CONFIG or '.so' in os.path.basename(path)\n"
     )
     result = sandbox.run(program, UnitTests(check.tests, setup))
     assert result.all_passed, result  # ...and nothing else
