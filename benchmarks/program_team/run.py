@@ -183,6 +183,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     team.check_split()
+    team.register()
     args.out.mkdir(parents=True, exist_ok=True)
     run_jobs(args, list(SETTINGS), run_job, lambda setting: [team.ENV_ID])
 

@@ -317,14 +317,22 @@ WEIGHTS = {
     "false_rejection": 0.0,
 }
 
-for _id, _program in ((ENV_ID, support_desk), ("support-desk-oracle-v0", oracle_desk)):
-    marft_envs.register_program(
-        _id,
-        _program,
-        agents=AGENTS,
-        tasks=make_tasks("train"),
-        test_tasks=test_tasks(),
-        reward_weights=WEIGHTS,
-        max_calls=8,
-        description="Support desk: router -> billing/shipping/accounts specialist -> reviewer.",
-    )
+ORACLE_ID = "support-desk-oracle-v0"
+
+
+def register() -> None:
+    """Register ``support-desk-v0`` and ``support-desk-oracle-v0`` (the benchmark's scripts call
+    it; importing this module registers nothing)."""
+    for env_id, program in ((ENV_ID, support_desk), (ORACLE_ID, oracle_desk)):
+        if env_id in marft_envs.registry:
+            continue
+        marft_envs.register_program(
+            env_id,
+            program,
+            agents=AGENTS,
+            tasks=make_tasks("train"),
+            test_tasks=test_tasks(),
+            reward_weights=WEIGHTS,
+            max_calls=8,
+            description="Support desk: router -> billing/shipping/accounts specialist -> reviewer.",
+        )

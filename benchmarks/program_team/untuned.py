@@ -36,10 +36,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     team.check_split()
+    team.register()
     policy = MultiAgentPolicy.from_pretrained(args.model, team.AGENTS, seed=0)
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, do_sample=False)
     rows = {}
-    for env_id in (team.ENV_ID, "support-desk-oracle-v0"):
+    for env_id in (team.ENV_ID, team.ORACLE_ID):
         start = time.perf_counter()
         make = lambda env_id=env_id: marft_envs.make(env_id, split="test")  # noqa: E731
         collector = RolloutCollector.from_factory(policy, make, 50, settings, seed=0)
