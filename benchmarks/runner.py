@@ -170,3 +170,34 @@ def run_jobs(
         row["run_info"] = run_info(env_ids(setting))
         (args.out / f"{setting}-seed{seed}.json").write_text(json.dumps(row, indent=1) + "\n")
         print(json.dumps({k: v for k, v in row.items() if k != "args"}), flush=True)
+
+
+def job_config(
+    args: Any, setting: str, seed: int, algorithm: str, **overrides: Any
+) -> dict[str, Any]:
+    """A benchmark job's trainer settings from the runners' shared flags: iterations, episodes
+    (all rolled out together), temperature, learning rates, evaluations (greedy and sampled on the
+    same held-out episodes), and a run folder ``<args.out>/runs/<setting>-seed<k>`` without
+    checkpoints; GRPO gets ``--num-generations``, the actor-critic trainers the critic's learning
+    rate and no entropy bonus."""
+    settings: dict[str, Any] = dict(
+        iterations=args.iterations,
+        episodes_per_iteration=args.episodes_per_iteration,
+        rollout_threads=args.episodes_per_iteration,
+        temperature=args.temperature,
+        learning_rate=args.learning_rate,
+        eval_every=args.eval_every,
+        eval_episodes=args.eval_episodes,
+        eval_samples=args.eval_episodes,
+        seed=seed,
+        output_dir=str(args.out / "runs" / f"{setting}-seed{seed}"),
+        checkpoint_every=0,
+        keep_checkpoints=1,
+        overwrite=True,
+        **overrides,
+    )
+    if algorithm == "grpo":
+        settings["num_generations"] = args.num_generations
+    else:
+        settings.update(critic_learning_rate=args.critic_learning_rate, entropy_coef=0.0)
+    return settings

@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team
-from runner import run_jobs
+from runner import job_config, run_jobs
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
@@ -104,27 +104,7 @@ def evaluate(policy: Any, config: Any, episodes: int, seed: int, noisy: bool) ->
 
 def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     algorithm = SETTINGS[setting]
-    run_dir = args.out / "runs" / f"{setting}-seed{seed}"
-    settings: dict[str, Any] = dict(
-        iterations=args.iterations,
-        episodes_per_iteration=args.episodes_per_iteration,
-        rollout_threads=args.episodes_per_iteration,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        learning_rate=args.learning_rate,
-        eval_every=args.eval_every,
-        eval_episodes=args.eval_episodes,
-        eval_samples=args.eval_episodes,
-        seed=seed,
-        output_dir=str(run_dir),
-        checkpoint_every=0,
-        keep_checkpoints=1,
-        overwrite=True,
-    )
-    if algorithm == "grpo":
-        settings["num_generations"] = args.num_generations
-    else:
-        settings.update(critic_learning_rate=args.critic_learning_rate, entropy_coef=0.0)
+    settings = job_config(args, setting, seed, algorithm, max_new_tokens=args.max_new_tokens)
     config = ALGORITHMS[algorithm][0](**settings)
     start = time.perf_counter()
     policy = MultiAgentPolicy.from_pretrained(

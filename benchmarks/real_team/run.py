@@ -43,7 +43,7 @@ from marft_envs import AgentProfile
 from marft_envs.math.data import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
-from runner import run_jobs
+from runner import job_config, run_jobs
 
 MODEL = "smollm2-135m-instruct"
 
@@ -99,29 +99,15 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     train, held_out = datasets(args.eval_episodes)
     env_fn = lambda: marft_envs.make(env_id, dataset=train, profiles=list(profiles))  # noqa: E731
     eval_fn = lambda: marft_envs.make(env_id, dataset=held_out, profiles=list(profiles))  # noqa: E731
-    run_dir = args.out / "runs" / f"{setting}-seed{seed}"
-    settings: dict[str, Any] = dict(
-        iterations=args.iterations,
-        episodes_per_iteration=args.episodes_per_iteration,
-        rollout_threads=args.episodes_per_iteration,
+    settings = job_config(
+        args,
+        setting,
+        seed,
+        algorithm,
         max_new_tokens=max(tokens.values()),
         max_new_tokens_per_agent=tokens,
-        temperature=args.temperature,
-        learning_rate=args.learning_rate,
         gradient_accumulation_steps=4,
-        eval_every=args.eval_every,
-        eval_episodes=args.eval_episodes,
-        eval_samples=args.eval_episodes,
-        seed=seed,
-        output_dir=str(run_dir),
-        checkpoint_every=0,
-        keep_checkpoints=1,
-        overwrite=True,
     )
-    if algorithm == "grpo":
-        settings["num_generations"] = args.num_generations
-    else:
-        settings.update(critic_learning_rate=args.critic_learning_rate, entropy_coef=0.0)
     config = ALGORITHMS[algorithm][0](**settings)
     start = time.perf_counter()
     # The policy's temperature is its log-prob convention: the same as the rollouts' sampling.
