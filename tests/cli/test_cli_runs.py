@@ -167,7 +167,7 @@ def test_custom_env_trains_and_evaluates_from_the_command_line(tiny_path, tmp_pa
         and config["run"]["env_id"] == "user_envs.triage:triage-v0"
     )
     assert config["max_new_tokens_per_agent"] is None  # the math preset's actor cap does not apply
-    metrics = main(["eval", str(run / "checkpoint-1")])
+    metrics = main(["eval", str(run / "checkpoint-1"), "--no-before"])
     assert metrics["eval/accuracy"] == result["evals"][-1]["eval/accuracy"]
     assert metrics["eval/action_tokens_mean"] == result["evals"][-1]["eval/action_tokens_mean"]
 
@@ -235,7 +235,7 @@ def test_run_shows_samples_and_qualified_accuracies_and_eval_prints_transcripts(
     assert {r["iteration"] for r in rows} == {0, 1}
     assert "held-out samples at iteration 1" in out
     assert "(n=4)" in out and "±" in out  # every accuracy with its count and standard error
-    main(["eval", str(run), "--samples", "2"])
+    main(["eval", str(run), "--samples", "2", "--no-before"])
     out = capsys.readouterr().out
     assert out.count("episode ") >= 2 and "reasoner (round 0) read:" in out
     assert "actor said (reward" in out and "accuracy " in out

@@ -134,7 +134,7 @@ def test_stop_resume_and_evaluate(model_path, tmp_path):
         json.loads(line)["iteration"] for line in (out / "metrics.jsonl").read_text().splitlines()
     ]
     assert iterations == [0, 1, 2]
-    result = run("evaluate.py", str(out), "--json", "-")
+    result = run("evaluate.py", str(out), "--no-before", "--json", "-")
     metrics = json.loads(result.stdout[result.stdout.index("{") :])
     final = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][-1]
     assert metrics["eval/accuracy"] == final["eval/accuracy"] and "eval/accuracy/actor" in metrics
@@ -203,7 +203,7 @@ def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
         out / "learning_curve.png"
     ).exists()
     # The run's checkpoint evaluates on one process and gives the distributed run's final accuracy.
-    evaluated = run("evaluate.py", str(out), "--json", "-")
+    evaluated = run("evaluate.py", str(out), "--no-before", "--json", "-")
     metrics = json.loads(evaluated.stdout[evaluated.stdout.index("{") :])
     assert metrics["eval/accuracy"] == records[-1]["eval/accuracy"]
 
@@ -234,7 +234,7 @@ def test_real_model_trains_on_gsm8k_with_its_own_preset_and_evaluates(
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["iteration"] == 1 and records[-1]["train/approx_kl"] < 1e-6
     # The run's own settings (the preset's 48-token messages), on two of its held-out problems.
-    evaluated = run("evaluate.py", str(out), "--episodes", "2", "--json", "-")
+    evaluated = run("evaluate.py", str(out), "--episodes", "2", "--no-before", "--json", "-")
     metrics = json.loads(evaluated.stdout[evaluated.stdout.index("{") :])
     assert 0.0 <= metrics["eval/accuracy"] <= 1.0 and metrics["eval/action_tokens_mean"] <= 48
 
