@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from budgets import TINY
 
 from marft_algos.cli.main import main
@@ -39,6 +40,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow  # about 20 s; the in-process resume test covers the saved in-flight batch
 def test_kill_9_during_an_async_run_resumes_it_exactly(tiny_path, tmp_path):
     common = ["--model", tiny_path, "--algo", "grpo", "--iterations", "4", "--max-staleness", "1"]
     common += BUDGET

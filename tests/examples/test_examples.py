@@ -208,6 +208,7 @@ def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
     assert metrics["eval/accuracy"] == records[-1]["eval/accuracy"]
 
 
+@pytest.mark.slow  # about 50 s; tests/algos/trainers/test_real_model_trainers.py trains it too
 def test_real_model_trains_on_gsm8k_with_its_own_preset_and_evaluates(
     smollm2_path, shared_data, tmp_path
 ):
