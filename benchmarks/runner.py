@@ -201,3 +201,27 @@ def job_config(
     else:
         settings.update(critic_learning_rate=args.critic_learning_rate, entropy_coef=0.0)
     return settings
+
+
+def job_arguments(parser: Any, model: str, out: Path, **defaults: Any) -> None:
+    """The flags :func:`job_config` and :func:`run_jobs` read, with this benchmark's defaults
+    (``iterations``, ``episodes_per_iteration``, ``eval_every``, ``eval_episodes``,
+    ``num_generations``, ``temperature``)."""
+    parser.add_argument(
+        "--jobs", nargs="+", required=True, help="setting:seed pairs, e.g. marft:0 grpo:1"
+    )
+    parser.add_argument("--iterations", type=int, default=defaults["iterations"])
+    parser.add_argument(
+        "--episodes-per-iteration", type=int, default=defaults["episodes_per_iteration"]
+    )
+    parser.add_argument("--eval-every", type=int, default=defaults["eval_every"])
+    parser.add_argument("--eval-episodes", type=int, default=defaults["eval_episodes"])
+    parser.add_argument(
+        "--num-generations", type=int, default=defaults["num_generations"], help="GRPO group size"
+    )
+    parser.add_argument("--temperature", type=float, default=defaults["temperature"])
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--critic-learning-rate", type=float, default=1e-4)
+    parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--model", default=model, help="a registered model name or a local path")
+    parser.add_argument("--out", type=Path, default=out)

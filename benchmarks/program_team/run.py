@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team
-from runner import job_config, run_jobs
+from runner import job_arguments, job_config, run_jobs
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
@@ -147,19 +147,18 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", nargs="+", required=True, help="setting:seed pairs, e.g. marft:0")
-    parser.add_argument("--iterations", type=int, default=12)
-    parser.add_argument("--episodes-per-iteration", type=int, default=32)
-    parser.add_argument("--eval-every", type=int, default=6)
-    parser.add_argument("--eval-episodes", type=int, default=200)
+    job_arguments(
+        parser,
+        MODEL,
+        Path(__file__).parent / "results",
+        iterations=12,
+        episodes_per_iteration=32,
+        eval_every=6,
+        eval_episodes=200,
+        num_generations=4,
+        temperature=0.7,
+    )
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--num-generations", type=int, default=4, help="GRPO group size")
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--learning-rate", type=float, default=5e-4)
-    parser.add_argument("--critic-learning-rate", type=float, default=1e-4)
-    parser.add_argument("--lora-rank", type=int, default=8)
-    parser.add_argument("--model", default=MODEL, help="a registered model name or a local path")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     torch.set_num_threads(1)
     team.check_split()

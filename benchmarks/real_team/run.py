@@ -43,7 +43,7 @@ from marft_envs import AgentProfile
 from marft_envs.math.data import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
-from runner import job_config, run_jobs
+from runner import job_arguments, job_config, run_jobs
 
 MODEL = "smollm2-135m-instruct"
 
@@ -148,20 +148,17 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--jobs", nargs="+", required=True, help="setting:seed pairs, e.g. dual:0 grpo:1 ppo:2"
+    job_arguments(
+        parser,
+        MODEL,
+        Path(__file__).parent / "results",
+        iterations=8,
+        episodes_per_iteration=48,
+        eval_every=4,
+        eval_episodes=100,
+        num_generations=8,
+        temperature=0.5,
     )
-    parser.add_argument("--iterations", type=int, default=8)
-    parser.add_argument("--episodes-per-iteration", type=int, default=48)
-    parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--eval-episodes", type=int, default=100)
-    parser.add_argument("--num-generations", type=int, default=8, help="GRPO group size")
-    parser.add_argument("--temperature", type=float, default=0.5)
-    parser.add_argument("--learning-rate", type=float, default=5e-4)
-    parser.add_argument("--critic-learning-rate", type=float, default=1e-4)
-    parser.add_argument("--lora-rank", type=int, default=8)
-    parser.add_argument("--model", default=MODEL, help="a registered model name or a local path")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
-"""Fixtures of the env tests: a namespaced sandbox per module (code, sandbox and tool tests); a
-fresh validation record per test."""
+"""Fixtures of the env tests: a namespaced sandbox per module (code, sandbox and tool tests), the
+private uids its runs get; a fresh validation record per test."""
 
 from __future__ import annotations
 
@@ -16,6 +16,22 @@ def sandbox(request):
     box = Sandbox(request.module.LIMITS, isolation="namespaces", max_workers=2)
     yield box
     box.close()
+
+
+@pytest.fixture
+def run_uids(sandbox, monkeypatch):
+    """The private uids the sandbox hands to this test's runs (as root; empty otherwise)."""
+    issued: set[int] = set()
+    draw = sandbox._private_uid
+
+    def record():
+        uid = draw()
+        if uid is not None:
+            issued.add(uid)
+        return uid
+
+    monkeypatch.setattr(sandbox, "_private_uid", record)
+    return issued
 
 
 @pytest.fixture(autouse=True)

@@ -48,22 +48,6 @@ def _owned_by(uids: set[int] | None = None) -> list[int]:
     return found
 
 
-@pytest.fixture
-def run_uids(sandbox, monkeypatch):
-    """The private uids the sandbox hands to this test's runs (as root; empty otherwise)."""
-    issued: set[int] = set()
-    draw = sandbox._private_uid
-
-    def record():
-        uid = draw()
-        if uid is not None:
-            issued.add(uid)
-        return uid
-
-    monkeypatch.setattr(sandbox, "_private_uid", record)
-    return issued
-
-
 def _assert_no_leftovers(uids: set[int]) -> None:
     """No process of this test's runs is left. Other runs on the machine (another test session,
     a training job) may hold uids of the same range at any time, so only ``uids`` count; the

@@ -40,22 +40,6 @@ def _key_users() -> dict[int, int]:
     return keys
 
 
-@pytest.fixture
-def run_uids(sandbox, monkeypatch):
-    """The private uids the sandbox hands to this test's runs (as root; empty otherwise)."""
-    issued: set[int] = set()
-    draw = sandbox._private_uid
-
-    def record():
-        uid = draw()
-        if uid is not None:
-            issued.add(uid)
-        return uid
-
-    monkeypatch.setattr(sandbox, "_private_uid", record)
-    return issued
-
-
 # --- kernel keys ----------------------------------------------------------------------------------
 
 ADD_KEYS = """
