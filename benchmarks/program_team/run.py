@@ -25,6 +25,7 @@ transcripts and the final adapters (for ``marft eval RUN --attribution``).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,12 @@ from runner import job_arguments, job_config, run_jobs
 import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
 from marft_algos.policy import LoraSettings, MultiAgentPolicy
+from marft_algos.rollout.attribution import (
+    SettingsPolicy,
+    attribution_rows,
+    attribution_settings,
+    collect_settings,
+)
 from marft_algos.rollout.collector import RolloutCollector
 from marft_algos.rollout.evaluation import NoisyMessages, evaluation_requests, greedy
 from marft_envs.core.env import Transition
@@ -83,6 +90,17 @@ def env_fn(setting: str, split: str) -> Any:
     return lambda: marft_envs.make(team.ENV_ID, split=split)
 
 
+def part_means(done: list[Any]) -> dict[str, float]:
+    """The mean of each reward part, calls per episode and the episodes' count."""
+    out = {
+        part: sum(e.info.get("reward_parts", {}).get(part, 0.0) for e in done) / len(done)
+        for part in PARTS
+    }
+    out["calls"] = sum(sum(e.info.get("calls", {}).values()) for e in done) / len(done)
+    out["episodes"] = len(done)
+    return out
+
+
 def evaluate(policy: Any, config: Any, episodes: int, seed: int, noisy: bool) -> dict[str, float]:
     """Greedy held-out success and the mean of each reward part (router replaced by noise when
     ``noisy``)."""
@@ -91,15 +109,36 @@ def evaluate(policy: Any, config: Any, episodes: int, seed: int, noisy: bool) ->
     make = env_fn("marft", "test")
     collector = RolloutCollector.from_factory(generator, make, 50, settings, seed=seed)
     done = collector.collect(evaluation_requests(collector, episodes), settings)
-    out = {
-        part: sum(e.info.get("reward_parts", {}).get(part, 0.0) for e in done) / len(done)
-        for part in PARTS
-    }
-    out["calls"] = sum(sum(e.info.get("calls", {}).values()) for e in done) / len(done)
-    out["episodes"] = len(done)
     for env in collector.envs:
         env.close()
-    return out
+    return part_means(done)
+
+
+def attribution(policy: Any, config: Any, episodes: int, seed: int) -> dict[str, Any]:
+    """Which agent's tuning carries the gain: the held-out greedy episodes with each agent alone
+    reverted to the base model and alone tuned (``marft eval RUN --attribution``), and the reward
+    parts of the whole team tuned and untuned (the same episodes)."""
+    wrapped = SettingsPolicy(policy)
+    settings = greedy(config.generation)
+    collector = RolloutCollector.from_factory(
+        wrapped, env_fn("marft", "test"), 50, settings, seed=seed
+    )
+    requests = evaluation_requests(collector, episodes)
+
+    def collect() -> list[Any]:
+        collector.generator = torch.Generator().manual_seed(seed)
+        return collector.collect(requests, settings)
+
+    chosen = attribution_settings(team.AGENTS)
+    done = collect_settings(wrapped, collect, chosen)
+    for env in collector.envs:
+        env.close()
+    return {
+        "rows": attribution_rows(chosen, done),
+        "parts_tuned": part_means(done[frozenset()]),
+        "parts_untuned": part_means(done[frozenset(team.AGENTS)]),
+        "generations": {"run": wrapped.generated, "reused": wrapped.reused},
+    }
 
 
 def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -113,6 +152,7 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
         lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank),
         seed=seed,
         temperature=args.temperature,
+        device=args.device,
     )
     trainer = build_trainer(
         algorithm,
@@ -124,6 +164,9 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     )
     row: dict[str, Any] = {"setting": setting, "algorithm": algorithm, "seed": seed}
     row["noise_before"] = evaluate(policy, config, args.eval_episodes, seed, noisy=True)
+    # A job cut off later still leaves this (the run folder keeps the curve and transcripts).
+    partial = args.out / f"{setting}-seed{seed}.partial.json"
+    partial.write_text(json.dumps(row, indent=1) + "\n")
     try:
         records = trainer.train()
     finally:
@@ -137,11 +180,18 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
             r.get("rollout/reward_mean") for r in records if "rollout/reward_mean" in r
         ],
         eval_episodes=evals[-1]["eval/episodes"],
-        parts_before={p: evals[0].get(f"eval/reward/{p}") for p in PARTS},
-        parts_after=evaluate(policy, config, args.eval_episodes, seed, noisy=False),
         noise_after=evaluate(policy, config, args.eval_episodes, seed, noisy=True),
     )
+    found = attribution(policy, config, args.eval_episodes, seed)
+    row.update(
+        parts_before=found["parts_untuned"],
+        parts_after=found["parts_tuned"],
+        attribution=found["rows"],
+        attribution_generations=found["generations"],
+        device=str(args.device),
+    )
     row["seconds"] = round(time.perf_counter() - start, 1)
+    partial.unlink()
     return row
 
 
@@ -159,6 +209,9 @@ def main() -> None:
         temperature=0.7,
     )
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument(
+        "--device", default="cpu", help="torch device: cpu, cuda (bfloat16 weights there)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     team.check_split()

@@ -1,0 +1,151 @@
+"""Summarize the support-desk jobs from their run folders: ``summary.json`` and the table rows of
+RESULTS.md.
+
+Reads every ``<results>/<setting>-seed<k>/`` folder (``metrics.jsonl``, the transcripts in
+``samples.jsonl`` or ``samples.jsonl.gz``, and ``error.txt`` for a job that stopped). A job's
+held-out numbers come from its greedy evaluations: the first (iteration 0, the untuned team) and
+the last. The hand-off statistics are read off the transcripts of those evaluations, 200
+episodes each:
+
+- ``parse_failure``: the router's reply held no JSON object with a known route;
+- ``routed``: the route was the request's department (of all episodes);
+- ``false_approval`` / ``false_rejection``: of the episodes where the reviewer judged an answer,
+  the share where it approved a wrong first answer / sent back a right one;
+- ``calls``: model calls per episode.
+
+A job that stopped before its last iteration is listed with ``status`` and its error, and its
+accuracy is ``null``: it is not counted as a result.
+
+    python benchmarks/program_team/summarize.py benchmarks/program_team/results/h100
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+SETTINGS = {"marft": "team_marft", "grpo": "team_critic_free", "independent": "independent"}
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def handoffs(episodes: list[dict[str, Any]]) -> dict[str, float]:
+    """Hand-off, routing, reviewer and call statistics of one evaluation's transcripts."""
+    parts = [e["info"].get("reward_parts", {}) for e in episodes]
+    reviewed = [
+        p for e, p in zip(episodes, parts, strict=True) if e["info"]["calls"].get("reviewer")
+    ]
+    n = len(episodes)
+    return {
+        "episodes": n,
+        "success": sum(p.get("success", 0.0) for p in parts) / n,
+        "parse_failure": 1 - sum(p.get("parsed", 0.0) for p in parts) / n,
+        "routed": sum(p.get("routed", 0.0) for p in parts) / n,
+        "reviewed": len(reviewed),
+        "false_approval": (
+            sum(p.get("false_approval", 0.0) for p in reviewed) / len(reviewed)
+            if reviewed
+            else None
+        ),
+        "false_rejection": (
+            sum(p.get("false_rejection", 0.0) for p in reviewed) / len(reviewed)
+            if reviewed
+            else None
+        ),
+        "calls": sum(sum(e["info"]["calls"].values()) for e in episodes) / n,
+    }
+
+
+def job(folder: Path) -> dict[str, Any]:
+    """One job's status, curve and before/after statistics."""
+    config = json.loads((folder / "config.json").read_text())
+    records = read_jsonl(folder / "metrics.jsonl")
+    samples_path = next(folder.glob("samples.jsonl*"))
+    by_iteration: dict[int, list[dict[str, Any]]] = {}
+    for episode in read_jsonl(samples_path):
+        by_iteration.setdefault(episode["iteration"], []).append(episode)
+    evals = [r for r in records if "eval/accuracy" in r]
+    last_iteration = max((r.get("iteration", 0) for r in records), default=0)
+    error = folder / "error.txt"
+    complete = last_iteration == config["iterations"] and evals[-1]["iteration"] == last_iteration
+    first, last = min(by_iteration), max(by_iteration)
+    return {
+        "status": "complete" if complete else f"stopped after iteration {last_iteration}",
+        "error": error.read_text().strip()[:200] if error.exists() else None,
+        "before": evals[0]["eval/accuracy"],
+        "after": evals[-1]["eval/accuracy"] if complete else None,
+        "curve": [[r["iteration"], r["eval/accuracy"]] for r in evals],
+        "rollout_reward": [r["rollout/reward_mean"] for r in records if "rollout/reward_mean" in r],
+        "rollout_parsed": [
+            r["rollout/reward/parsed"] for r in records if "rollout/reward/parsed" in r
+        ],
+        "handoffs_before": handoffs(by_iteration[first]),
+        "handoffs_after": handoffs(by_iteration[last]) if complete else None,
+    }
+
+
+def mean_std(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "std": None}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path, help="the folder of <setting>-seed<k> run folders")
+    parser.add_argument("--out", type=Path, default=None, help="default: <results>/summary.json")
+    parser.add_argument("--device", default="one NVIDIA H100 80GB, bfloat16 weights")
+    args = parser.parse_args()
+    jobs: dict[str, dict[int, dict[str, Any]]] = {}
+    for folder in sorted(args.results.glob("*-seed*")):
+        setting, _, seed = folder.name.partition("-seed")
+        jobs.setdefault(setting, {})[int(seed)] = job(folder)
+    seeds = sorted({s for per in jobs.values() for s in per})
+    untuned = [jobs["marft"][s]["before"] for s in seeds if s in jobs.get("marft", {})]
+    summary: dict[str, Any] = {
+        "model": "smollm2-135m-instruct",
+        "task": "support-desk-v0",
+        "device": args.device,
+        "seeds": seeds,
+        "settings": {"team_untuned": untuned},
+        "rates": {},
+        "jobs": {},
+    }
+    summary["rates"]["team_untuned"] = jobs["marft"][seeds[0]]["handoffs_before"]
+    for setting, key in SETTINGS.items():
+        per = jobs.get(setting, {})
+        summary["settings"][key] = [per[s]["after"] if s in per else None for s in seeds]
+        summary["rates"][key] = {s: per[s]["handoffs_after"] for s in seeds if s in per}
+        summary["jobs"][setting] = per
+    summary["accuracy"] = {
+        key: mean_std([v for v in values if v is not None])
+        for key, values in summary["settings"].items()
+    }
+    out = args.out or args.results / "summary.json"
+    out.write_text(json.dumps(summary, indent=1) + "\n")
+    for key, values in summary["settings"].items():
+        print(f"{key:18s} {values}  {summary['accuracy'][key]}")
+    for setting, per in jobs.items():
+        for seed, row in per.items():
+            after = row["handoffs_after"] or {}
+            print(
+                f"{setting}:{seed} {row['status']:28s} before {row['before']:.3f} "
+                f"parse-fail {row['handoffs_before']['parse_failure']:.3f} -> "
+                f"{after.get('parse_failure', float('nan')):.3f}, calls "
+                f"{row['handoffs_before']['calls']:.2f} -> {after.get('calls', float('nan')):.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
