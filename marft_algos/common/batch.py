@@ -58,6 +58,9 @@ class RolloutBatch:
         proximal_log_probs: ``(N, T)`` log-probs under the weights at the start of the update,
             for stale decisions (the decoupled objective, ``docs/maths.md``); None when every
             decision is fresh (the plain surrogate against ``old_log_probs``).
+        proximal_from_update: ``(N,)`` bool, True for stale decisions whose proximal log-probs
+            are the update's own forward pass, detached (an update of one optimizer step per
+            agent); None when no decision is marked so.
     """
 
     agents: tuple[str, ...]
@@ -73,6 +76,7 @@ class RolloutBatch:
     advantages: Tensor | None = None
     returns: Tensor | None = None
     proximal_log_probs: Tensor | None = None
+    proximal_from_update: Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -264,7 +268,15 @@ def build_rollout_batch(
             [int(caps.get(d.agent, default_cap)) for _, d in rows], dtype=torch.long
         ),
         proximal_log_probs=proximal,
+        proximal_from_update=_proximal_from_update([d for _, d in rows]),
     )
+
+
+def _proximal_from_update(decisions: Sequence[_Decision]) -> Tensor | None:
+    """``(N,)`` bool: the decisions whose proximal log-probs are the update's own forward; None
+    where none is."""
+    marked = [bool(getattr(d, "proximal_from_update", False)) for d in decisions]
+    return torch.tensor(marked, dtype=torch.bool) if any(marked) else None
 
 
 def _proximal_log_probs(decisions: Sequence[_Decision], old: Tensor) -> Tensor | None:

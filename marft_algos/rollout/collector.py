@@ -61,6 +61,10 @@ class Decision:
         proximal_log_probs: Per-token log-probs of ``action_ids`` under the weights at the start
             of the update that trains on it, set by the trainer when the decision is stale
             (sampled by an older version); None: fresh, ``log_probs`` are the proximal ones.
+        proximal_from_update: The decision is stale and its proximal log-probs are the
+            update's own forward pass, detached (set instead of ``proximal_log_probs`` when the
+            update takes one optimizer step per agent, whose forward runs on the proximal
+            weights: the separate pass would compute the same numbers).
     """
 
     episode: int
@@ -80,6 +84,7 @@ class Decision:
     tools: list[dict[str, Any]] | None = None
     policy_version: int | None = None
     proximal_log_probs: list[float] | None = None
+    proximal_from_update: bool = False
 
 
 @dataclass

@@ -318,6 +318,9 @@ class ActorCriticTrainer(Trainer):
             return trainable
         return [trainable[(self.iteration // interval) % len(trainable)]]
 
+    def single_policy_step(self) -> bool:
+        return self.config.ppo_epochs == 1 and self.config.num_minibatches == 1
+
     def update(self, episodes: list[Episode]) -> dict[str, Any]:
         c = self.config
         batch = self.prepare_batch(episodes)

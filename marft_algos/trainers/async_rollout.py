@@ -152,7 +152,9 @@ class AsyncRollouts:
 
     def attach_proximal(self, episodes: list[Episode], version: int) -> None:
         """Set ``proximal_log_probs`` on the trained agents' stale decisions: their log-probs
-        under the current weights (one forward pass without gradient)."""
+        under the current weights (one forward pass without gradient). When the update takes a
+        single optimizer step per agent, its own forward runs on these weights: the decisions are
+        marked ``proximal_from_update`` instead and no pass is made."""
         t = self.trainer
         agents = set(t.trainable_agents())
         # A trainer may name the decisions whose loss terms can have a gradient (critic-free:
@@ -166,6 +168,11 @@ class AsyncRollouts:
             if d.agent in agents and d.policy_version is not None and d.policy_version < version
         ]
         if not stale:
+            return
+        if t.single_policy_step():
+            # The update's own forward runs on the proximal weights: no separate pass.
+            for decision in stale:
+                decision.proximal_from_update = True
             return
         c = t.config
         batch = build_rollout_batch(

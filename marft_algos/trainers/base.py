@@ -179,6 +179,11 @@ class Trainer(ABC):
         """The policy loss this trainer minimises."""
         raise NotImplementedError
 
+    def single_policy_step(self) -> bool:
+        """Whether an update takes one optimizer step per agent (one pass over one minibatch):
+        its forward pass then runs on the weights the update starts from."""
+        return False
+
     @property
     def trust_region_kl(self) -> float | None:
         """Undo a policy step whose KL on its batch exceeds this (None: never)."""

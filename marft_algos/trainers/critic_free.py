@@ -338,6 +338,9 @@ class CriticFreeTrainer(Trainer):
         return {}
 
     # ------------------------------------------------------------------ update
+    def single_policy_step(self) -> bool:
+        return self.config.num_iterations == 1 and self.config.num_minibatches == 1
+
     def decisions_with_gradient(self, episodes: list[Episode]) -> list[Decision] | None:
         """The trained decisions whose loss terms can have a gradient: with
         ``skip_zero_advantages``, no KL or entropy term and no reference forward for the

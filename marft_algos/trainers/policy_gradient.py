@@ -172,13 +172,18 @@ class PolicyGradient:
 
     def _entries(self, log_probs: Tensor, mask: Tensor, chunk: RolloutBatch, weights: Tensor):
         """The surrogate's entries: ``(new, old, advantages, mask, entry weights, proximal)``,
-        ``proximal`` None unless the chunk holds stale decisions."""
+        ``proximal`` None unless the chunk holds stale decisions (those marked
+        ``proximal_from_update`` take this forward's log-probs, detached)."""
         o = self.objective
         device = log_probs.device
         width = mask.shape[1]
         old = chunk.old_log_probs[:, :width].to(device)
         prox = chunk.proximal_log_probs
         prox = None if prox is None else prox[:, :width].to(device)
+        if chunk.proximal_from_update is not None:
+            # One optimizer step per agent: this forward runs on the proximal weights.
+            own = chunk.proximal_from_update.to(device).unsqueeze(-1)  # (B, 1)
+            prox = torch.where(own, log_probs.detach(), old if prox is None else prox)
         assert chunk.advantages is not None
         adv = chunk.advantages.to(device)
         if o.level == "action":

@@ -22,9 +22,13 @@ def _without_times(records):
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
 
 
+@pytest.mark.parametrize("passes", [1, 2])
 @pytest.mark.parametrize("kind", ["action", "grpo"])
-def test_an_async_run_trains_each_batch_one_version_stale(kind, tiny_path):
-    trainer = build(kind, tiny_path, iterations=3, max_staleness=1)
+def test_an_async_run_trains_each_batch_one_version_stale(kind, passes, tiny_path):
+    epochs = {"ppo_epochs" if kind == "action" else "num_iterations": passes}
+    trainer = build(kind, tiny_path, iterations=3, max_staleness=1, **epochs)
+    # One pass over one minibatch: the update's own forward gives the proximal log-probs.
+    assert trainer.single_policy_step() == (passes == 1)
     seen = []
     update = trainer.update
 
@@ -51,10 +55,16 @@ def test_an_async_run_trains_each_batch_one_version_stale(kind, tiny_path):
         assert {d.policy_version for d in decisions} == {version}
         if iteration == 0:
             assert all(d.proximal_log_probs is None for d in decisions)
+            assert not any(d.proximal_from_update for d in decisions)
             continue
         # Stale: proximal log-probs under the weights of this update (which the last update
         # moved) for every decision whose loss has a gradient; GRPO skips zero advantages.
         wanted = [True] * len(decisions) if nonzero is None else nonzero
+        if passes == 1:  # marked, and no separate forward pass made
+            assert [d.proximal_from_update for d in decisions] == wanted
+            assert all(d.proximal_log_probs is None for d in decisions)
+            continue
+        assert not any(d.proximal_from_update for d in decisions)
         assert [d.proximal_log_probs is not None for d in decisions] == wanted
         with_prox = [d for d in decisions if d.proximal_log_probs is not None]
         assert all(len(d.proximal_log_probs) == len(d.action_ids) for d in with_prox)
@@ -65,7 +75,10 @@ def test_an_async_run_trains_each_batch_one_version_stale(kind, tiny_path):
                 for p, b in zip(d.proximal_log_probs, d.log_probs, strict=True)
             )
             assert gap > 1e-4
-    assert any(d.proximal_log_probs is not None for _, ds, _ in seen for d in ds)
+    marked = [
+        (d.proximal_log_probs is not None, d.proximal_from_update) for _, ds, _ in seen for d in ds
+    ]
+    assert (True, False) in marked if passes == 2 else (False, True) in marked
     assert trainer.async_rollouts.worker is None  # stopped when train() returned
 
 

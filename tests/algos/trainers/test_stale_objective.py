@@ -155,6 +155,48 @@ def test_every_trainers_loss_on_stale_decisions(kind, staleness, tiny_path):
         torch.testing.assert_close(grad, want_grads[key], rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_proximal_log_probs_from_the_updates_own_forward_match_a_separate_pass(kind, tiny_path):
+    """One optimizer step per agent (the defaults: one pass, one minibatch): the update's forward
+    runs on the proximal weights, so stale rows marked ``proximal_from_update`` must give the
+    loss and gradient of proximal log-probs from a separate pass; unmarked (fresh) rows keep
+    their rollout log-probs as proximal."""
+    overrides = {"behaviour_weight_cap": 1.5}
+    if kind in ("action", "ppo-action"):
+        overrides["logprob_normalization"] = "token"
+    trainer = build(kind, tiny_path, team=1 if kind.startswith("ppo") else 2, **overrides)
+    assert trainer.single_policy_step()
+    episodes = trainer.collect()
+    batch = trainer.rollout_batch(episodes)
+    step = trainer.policy_gradient()
+    g = torch.Generator().manual_seed(7)
+    mask = batch.action_mask
+    current = step.current_log_probs(batch)  # the separate pass
+    behav = torch.where(mask, current + 0.5 * torch.randn(mask.shape, generator=g), 0.0)
+    marked = torch.arange(len(batch)) % 3 != 0  # every third row fresh
+    adv = torch.randn(len(batch), generator=g)
+    separate = replace(
+        batch, old_log_probs=behav, proximal_log_probs=torch.where(marked[:, None], current, behav)
+    ).with_targets(advantages=adv)
+    own = replace(batch, old_log_probs=behav, proximal_from_update=marked).with_targets(
+        advantages=adv
+    )
+    assert float(torch.exp(current - behav)[mask & marked[:, None]].max()) > 1.5  # cap exercised
+    trainer.zero_grad()
+    want = step.backward(separate)
+    want_grads = _gradients(trainer)
+    trainer.zero_grad()
+    got = step.backward(own)
+    got_grads = _gradients(trainer)
+    assert math.isfinite(got["loss"]) and got["loss"] != 0
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5, abs=1e-7)
+    assert got_grads.keys() == want_grads.keys() and got_grads
+    for key, grad in got_grads.items():
+        torch.testing.assert_close(grad, want_grads[key], rtol=1e-4, atol=1e-7)
+    # Sliced into minibatches, the mark travels with its rows.
+    assert torch.equal(own[[2, 0]].proximal_from_update, marked[[2, 0]])
+
+
 def test_a_batch_without_proximal_log_probs_trains_as_before(tiny_path):
     trainer = build("grpo", tiny_path)
     episodes = trainer.collect()
