@@ -107,6 +107,23 @@ def _gradients(trainer):
     }
 
 
+def _assert_same_step(trainer, step, got_batch, want_batch):
+    """The policy step on ``got_batch`` has the loss, clip fraction and gradients of the step on
+    ``want_batch`` (float32 round-off)."""
+    trainer.zero_grad()
+    got = step.backward(got_batch)
+    got_grads = _gradients(trainer)
+    trainer.zero_grad()
+    want = step.backward(want_batch)
+    want_grads = _gradients(trainer)
+    assert math.isfinite(got["loss"]) and got["loss"] != 0
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5, abs=1e-7)
+    assert got["clip_fraction"] == want["clip_fraction"]
+    assert got_grads.keys() == want_grads.keys() and got_grads
+    for key, grad in got_grads.items():
+        torch.testing.assert_close(grad, want_grads[key], rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("staleness", [1, 2])
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_trainers_loss_on_stale_decisions(kind, staleness, tiny_path):
@@ -141,18 +158,7 @@ def test_every_trainers_loss_on_stale_decisions(kind, staleness, tiny_path):
     assert float(torch.exp(prox - behav)[mask].max()) > cap  # the cap is exercised
     plain = replace(batch, old_log_probs=prox).with_targets(advantages=weighted)
 
-    trainer.zero_grad()
-    got = step.backward(stale)
-    got_grads = _gradients(trainer)
-    trainer.zero_grad()
-    want = step.backward(plain)
-    want_grads = _gradients(trainer)
-    assert math.isfinite(got["loss"]) and got["loss"] != 0
-    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5, abs=1e-7)
-    assert got["clip_fraction"] == want["clip_fraction"]
-    assert got_grads.keys() == want_grads.keys() and got_grads
-    for key, grad in got_grads.items():
-        torch.testing.assert_close(grad, want_grads[key], rtol=1e-4, atol=1e-7)
+    _assert_same_step(trainer, step, stale, plain)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -182,17 +188,7 @@ def test_proximal_log_probs_from_the_updates_own_forward_match_a_separate_pass(k
         advantages=adv
     )
     assert float(torch.exp(current - behav)[mask & marked[:, None]].max()) > 1.5  # cap exercised
-    trainer.zero_grad()
-    want = step.backward(separate)
-    want_grads = _gradients(trainer)
-    trainer.zero_grad()
-    got = step.backward(own)
-    got_grads = _gradients(trainer)
-    assert math.isfinite(got["loss"]) and got["loss"] != 0
-    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5, abs=1e-7)
-    assert got_grads.keys() == want_grads.keys() and got_grads
-    for key, grad in got_grads.items():
-        torch.testing.assert_close(grad, want_grads[key], rtol=1e-4, atol=1e-7)
+    _assert_same_step(trainer, step, own, separate)
     # Sliced into minibatches, the mark travels with its rows.
     assert torch.equal(own[[2, 0]].proximal_from_update, marked[[2, 0]])
 
