@@ -106,7 +106,7 @@ def no_signal_reason(
     n = metrics.get("rollout/episodes", "the")
     if metrics.get("rollout/zero_std_fraction") == 1.0:
         why = (
-            f"in every group the {n} episodes' samples got the same reward "
+            f"of its {n} episodes, every group's samples got the same reward "
             f"(rollout/zero_std_fraction 1.0), so every advantage is 0 and the update is empty"
         )
     elif reward_range[0] == reward_range[1]:
