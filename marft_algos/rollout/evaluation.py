@@ -103,16 +103,17 @@ def no_signal_reason(
             ``rollout/episodes``).
         iteration: The iteration's number, for the message.
     """
-    n = metrics.get("rollout/episodes", "the")
+    n = metrics.get("rollout/episodes")
+    count = "" if n is None else f"{n} "  # "of its 96 episodes", "of all 96 episodes"
     if metrics.get("rollout/zero_std_fraction") == 1.0:
         why = (
-            f"of its {n} episodes, every group's samples got the same reward "
+            f"of its {count}episodes, every group's samples got the same reward "
             f"(rollout/zero_std_fraction 1.0), so every advantage is 0 and the update is empty"
         )
     elif reward_range[0] == reward_range[1]:
         why = (
-            f"every decision of all {n} episodes got reward {reward_range[0]:g}, so any change "
-            f"of the policy comes from the critic's value errors, not from the task"
+            f"every decision of all {count or 'the '}episodes got reward {reward_range[0]:g}, so "
+            f"any change of the policy comes from the critic's value errors, not from the task"
         )
     else:
         return None
