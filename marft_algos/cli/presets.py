@@ -81,6 +81,10 @@ SMOLLM2_DEFAULTS: dict[str, Any] = {
     "learning_rate": 1e-4,
     "eval_every": 0,
     "num_generations": 8,
+    # A later agent's observation holds the earlier agents' messages, so a share of the batch can
+    # be several times wider than the first agent's: four chunks of code-dual-v2's coder (16 rows
+    # of ~430 tokens) were killed at 22 GB. Chunks of at most 2048 padded tokens stay near 5 GB.
+    "max_chunk_tokens": 2048,
 }
 
 #: Preset name -> command-line defaults; "paper" keeps every config class's own (paper Table 3) defaults.

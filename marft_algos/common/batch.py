@@ -201,14 +201,30 @@ class RolloutBatch:
             for members in np.array_split(order, num_minibatches)
         ]
 
-    def chunks(self, n: int) -> Iterator[RolloutBatch]:
-        """At most ``n`` contiguous, near-equal, non-empty parts (gradient accumulation); none for
-        an empty batch."""
-        if not len(self):
-            return
-        for part in np.array_split(np.arange(len(self)), min(n, len(self))):
-            if len(part):
-                yield self[part]
+    def chunks(self, n: int, max_tokens: int | None = None) -> Iterator[RolloutBatch]:
+        """Contiguous, near-equal, non-empty parts for gradient accumulation (:meth:`split_rows`
+        of every row); none for an empty batch."""
+        for part in self.split_rows(np.arange(len(self)), n, max_tokens):
+            yield self[part]
+
+    def split_rows(
+        self, rows: Sequence[int] | np.ndarray, n: int, max_tokens: int | None = None
+    ) -> list[np.ndarray]:
+        """``rows`` in contiguous, near-equal, non-empty parts: ``n`` of them, or more where a
+        part would hold more than ``max_tokens`` padded tokens (its rows times the longest prompt
+        plus the longest action among ``rows``, the width a forward pads them to); never more
+        parts than rows.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return []
+        parts = n
+        if max_tokens is not None:
+            width = max(len(self.prompt_ids[r]) for r in rows) + int(
+                self.lengths[torch.as_tensor(rows)].max()
+            )
+            parts = max(n, -(-len(rows) * width // max_tokens))
+        return [part for part in np.array_split(rows, min(parts, len(rows))) if len(part)]
 
 
 def build_rollout_batch(

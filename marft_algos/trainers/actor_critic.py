@@ -276,7 +276,9 @@ class ActorCriticTrainer(Trainer):
         shape = (len(batch),) if level.name == "action" else tuple(batch.action_mask.shape)
         values = torch.zeros(shape)
         start = 0
-        for chunk in batch.chunks(self.config.gradient_accumulation_steps):
+        for chunk in batch.chunks(
+            self.config.gradient_accumulation_steps, self.config.max_chunk_tokens
+        ):
             v = level.values(self.critic, chunk).cpu()
             if v.dim() == 2:
                 values[start : start + len(chunk), : v.shape[1]] = v
@@ -365,7 +367,7 @@ class ActorCriticTrainer(Trainer):
             return float("nan")
         loss_value = 0.0
         finite = True
-        for chunk in batch.chunks(c.gradient_accumulation_steps):
+        for chunk in batch.chunks(c.gradient_accumulation_steps, c.max_chunk_tokens):
             assert chunk.values is not None and chunk.returns is not None
             new = level.values(self.critic, chunk)
             width = new.shape[1] if new.dim() == 2 else None

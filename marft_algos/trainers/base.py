@@ -196,6 +196,7 @@ class Trainer(ABC):
             replace(self.objective(), behaviour_weight_cap=self.config.behaviour_weight_cap),
             sampling=self.config.sampling,
             accumulation_steps=self.config.gradient_accumulation_steps,
+            max_chunk_tokens=self.config.max_chunk_tokens,
             distributed=self.dist,
         )
 

@@ -41,6 +41,11 @@ class TrainerConfig:
     """Chunks each agent's share of a (mini)batch is split into for the forward and backward
     passes: bounds memory, and leaves the gradient unchanged (every loss weight comes from the
     whole batch)."""
+    max_chunk_tokens: int | None = None
+    """Most padded tokens (rows times the longest prompt plus action) one forward and backward
+    pass takes: a share that would hold more is split into more chunks than
+    ``gradient_accumulation_steps``. Bounds memory whatever the batch and message sizes (long
+    observations of later agents, longer actions); the gradient is unchanged. None: no bound."""
     learning_rate: float = 1e-6
     """Adam learning rate of every agent's adapter (paper: 1e-6)."""
     adam_eps: float = 1e-5
@@ -111,6 +116,14 @@ class TrainerConfig:
                 raise ValueError(
                     f"{type(self).__name__}.{name} must be >= 1, got {getattr(self, name)}."
                 )
+        chunk = self.max_chunk_tokens
+        if chunk is not None and (
+            isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1
+        ):
+            raise ValueError(
+                f"max_chunk_tokens must be a positive number of tokens (or None: no bound), got "
+                f"{chunk!r}."
+            )
         for name in (
             "eval_every",
             "checkpoint_every",

@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -86,6 +85,7 @@ class PolicyGradient:
         sampling: The rollout's ``temperature``, ``top_k`` and ``top_p``: log-probs are recomputed
             under the distribution that was sampled.
         accumulation_steps: Chunks each agent's share of a batch is split into (bounds memory).
+        max_chunk_tokens: Most padded tokens per chunk; more chunks where a share would pass it.
         distributed: Data-parallel context: weights use the global batch's counts, gradients and
             statistics are summed over ranks (default: one process).
     """
@@ -97,12 +97,14 @@ class PolicyGradient:
         *,
         sampling: Mapping[str, Any],
         accumulation_steps: int = 1,
+        max_chunk_tokens: int | None = None,
         distributed: DistributedContext | None = None,
     ) -> None:
         self.policy = policy
         self.objective = objective
         self.sampling = dict(sampling)
         self.accumulation_steps = accumulation_steps
+        self.max_chunk_tokens = max_chunk_tokens
         self.dist = distributed or DistributedContext()
 
     def parameters(self, agents: Sequence[str]) -> list[torch.nn.Parameter]:
@@ -266,7 +268,7 @@ class PolicyGradient:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
                 continue
-            for chunk in batch[rows].chunks(self.accumulation_steps):
+            for chunk in batch[rows].chunks(self.accumulation_steps, self.max_chunk_tokens):
                 lp, uncut = self._log_probs(agent, chunk, with_entropy=True, with_uncut=o.beta > 0)
                 mask = lp.mask
                 weights = self._weights(chunk, mask, totals)  # (B, T)
@@ -376,7 +378,7 @@ class PolicyGradient:
         out = torch.zeros_like(batch.old_log_probs)  # (N, T)
         for agent in dict.fromkeys(batch.agents):
             rows = batch.indices_of(agent)
-            for part in np.array_split(np.asarray(rows), min(self.accumulation_steps, len(rows))):
+            for part in batch.split_rows(rows, self.accumulation_steps, self.max_chunk_tokens):
                 lp = self._uncut_log_probs(agent, batch[part], reference=reference)
                 width = lp.mask.shape[1]
                 kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
@@ -391,7 +393,7 @@ class PolicyGradient:
         out = torch.zeros_like(batch.old_log_probs)  # (N, T)
         for agent in dict.fromkeys(batch.agents):
             rows = batch.indices_of(agent)
-            for part in np.array_split(np.asarray(rows), min(self.accumulation_steps, len(rows))):
+            for part in batch.split_rows(rows, self.accumulation_steps, self.max_chunk_tokens):
                 lp, _ = self._log_probs(agent, batch[part], with_entropy=False)
                 width = lp.mask.shape[1]
                 kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
@@ -404,7 +406,9 @@ class PolicyGradient:
         (π_old: the proximal policy where the batch has stale decisions)."""
         total, count = 0.0, 0
         for agent in dict.fromkeys(batch.agents):
-            for chunk in batch[batch.indices_of(agent)].chunks(self.accumulation_steps):
+            for chunk in batch[batch.indices_of(agent)].chunks(
+                self.accumulation_steps, self.max_chunk_tokens
+            ):
                 lp, _ = self._log_probs(agent, chunk, with_entropy=False)
                 weights = self._weights(chunk, lp.mask, (1.0, 1.0))
                 new, old, adv, entry_mask, _, prox = self._entries(

@@ -170,10 +170,11 @@ def test_normalising_equal_advantages_gives_zeros_not_noise():
 
 
 # ---------------------------------------------------------------------- accumulation invariance
-def _grads(trainer, batch, accumulation, **objective):
+def _grads(trainer, batch, accumulation, max_chunk_tokens=None, **objective):
     trainer.zero_grad()
     step = trainer.policy_gradient()
     step.accumulation_steps = accumulation
+    step.max_chunk_tokens = max_chunk_tokens
     if objective:
         from dataclasses import replace
 
@@ -235,8 +236,9 @@ def test_gradient_does_not_depend_on_accumulation_with_entropy_on(kind, team, ex
     )
     batch = _batch(trainer)
     one = _grads(trainer, batch, 1)
-    for steps in (2, 3, 8):
-        split = _grads(trainer, batch, steps)
+    # Split by count, and by a token bound (1: a row per chunk; 60: a few rows per chunk).
+    for steps, bound in ((2, None), (3, None), (8, None), (1, 1), (1, 60)):
+        split = _grads(trainer, batch, steps, bound)
         for agent in one:
             assert any(g.abs().sum() > 0 for g in one[agent]), agent
             for a, b in zip(one[agent], split[agent], strict=True):

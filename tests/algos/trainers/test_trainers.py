@@ -300,6 +300,12 @@ def test_configs_reject_bad_settings_with_fixes():
         ActionMARFTConfig(epsilon=0.2, epsilon_high=0.1)
     with pytest.raises(ValueError, match="logprob_normalization"):
         ActionMARFTConfig(logprob_normalization="chars")
+    for bad in (0, -5, 1.5, True, "2048"):
+        with pytest.raises(
+            ValueError, match=rf"max_chunk_tokens must be a positive .* got {bad!r}"
+        ):
+            GRPOConfig(max_chunk_tokens=bad)
+    assert ActionMARFTConfig(max_chunk_tokens=1).max_chunk_tokens == 1
 
 
 @pytest.mark.parametrize(
