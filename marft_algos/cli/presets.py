@@ -82,8 +82,9 @@ SMOLLM2_DEFAULTS: dict[str, Any] = {
     "eval_every": 0,
     "num_generations": 8,
     # A later agent's observation holds the earlier agents' messages, so a share of the batch can
-    # be several times wider than the first agent's: four chunks of code-dual-v2's coder (16 rows
-    # of ~430 tokens) were killed at 22 GB. Chunks of at most 2048 padded tokens stay near 5 GB.
+    # be several times wider than the first agent's: action-level MARFT on code-dual-v2 (64
+    # episodes, 128-token messages) was killed at 22 GB in its first update with four chunks per
+    # share. A bound on each chunk's padded tokens holds whatever the widths.
     "max_chunk_tokens": 2048,
 }
 
