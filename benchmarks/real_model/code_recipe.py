@@ -2,11 +2,13 @@
 code"): GRPO on ``code-single-v2`` with SmolLM2-135M-Instruct and the env's own prompt.
 
 Runs the documented ``marft train`` command once per seed and keeps, in
-``benchmarks/real_model/code_recipe/seedN/``, the run's held-out outcomes (``eval_outcomes.jsonl``:
-every held-out task right or wrong, before and after), its metrics and a ``summary.json`` with
-the paired counts and the wall time.
+``benchmarks/real_model/code_recipe/<env>/seedN/``, the run's held-out outcomes
+(``eval_outcomes.jsonl``: every held-out task right or wrong, before and after), its metrics and a
+``summary.json`` with the paired counts and the wall time. ``--env code-dual-v2`` runs the same
+command on the tester -> coder team.
 
     python benchmarks/real_model/code_recipe.py --seeds 0 1 2
+    python benchmarks/real_model/code_recipe.py --env code-dual-v2 --seeds 0 1
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ COMMAND = (
 )
 
 
-def summarize(run: Path, seed: int, seconds: float | None) -> dict:
+def command(env: str = "code-single-v2") -> str:
+    """The documented command, on ``env``."""
+    return COMMAND.replace("--env code-single-v2", f"--env {env}")
+
+
+def summarize(run: Path, seed: int, seconds: float | None, env: str = "code-single-v2") -> dict:
     """Before/after counts of a finished run folder, paired on its held-out tasks."""
     rows = [json.loads(line) for line in (run / "eval_outcomes.jsonl").open()]
     first, last = rows[0]["episodes"], rows[-1]["episodes"]
@@ -39,7 +46,7 @@ def summarize(run: Path, seed: int, seconds: float | None) -> dict:
     after = [bool(e["correct"]) for e in last]
     return {
         "seed": seed,
-        "command": f"{COMMAND} --seed {seed}",
+        "command": f"{command(env)} --seed {seed}",
         "episodes": len(after),
         "right_before": sum(before),
         "right_after": sum(after),
@@ -50,30 +57,39 @@ def summarize(run: Path, seed: int, seconds: float | None) -> dict:
     }
 
 
-def record(run: Path, seed: int, seconds: float | None) -> dict:
-    """Copy a run's outcome files into ``code_recipe/seed<seed>`` with its summary."""
-    target = RECORDS / f"seed{seed}"
+def record(run: Path, seed: int, seconds: float | None, env: str = "code-single-v2") -> dict:
+    """Copy a run's outcome files into ``code_recipe/<env>/seed<seed>`` with its summary."""
+    target = RECORDS / env / f"seed{seed}"
     target.mkdir(parents=True, exist_ok=True)
     for name in ("eval_outcomes.jsonl", "metrics.jsonl"):
         shutil.copyfile(run / name, target / name)
-    summary = summarize(run, seed, seconds)
+    summary = summarize(run, seed, seconds, env)
     (target / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--env", default="code-single-v2", choices=["code-single-v2", "code-dual-v2"]
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = parser.parse_args(argv)
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:
             run = Path(tmp) / "run"
-            argv_run = [*COMMAND.split()[2:], "--seed", str(seed), "--output-dir", str(run)]
+            argv_run = [
+                *command(args.env).split()[2:],
+                "--seed",
+                str(seed),
+                "--output-dir",
+                str(run),
+            ]
             start = time.perf_counter()
             subprocess.run(
                 [sys.executable, "-m", "marft_algos.cli", "train", *argv_run], check=True
             )
-            summary = record(run, seed, round(time.perf_counter() - start, 1))
+            summary = record(run, seed, round(time.perf_counter() - start, 1), args.env)
         print(json.dumps(summary))
 
 

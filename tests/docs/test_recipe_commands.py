@@ -17,7 +17,7 @@ from marft_envs import registration
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-RECIPE = ROOT / "benchmarks" / "real_model" / "code_recipe"
+RECIPE = ROOT / "benchmarks" / "real_model" / "code_recipe" / "code-single-v2"
 
 
 def shell_commands(text: str) -> list[str]:
@@ -95,7 +95,7 @@ def test_the_code_recipe_table_matches_the_recorded_outcomes() -> None:
 
 
 def test_the_recipe_script_runs_the_documented_command() -> None:
-    sys.path.insert(0, str(RECIPE.parent))
+    sys.path.insert(0, str(RECIPE.parents[1]))
     from code_recipe import COMMAND
 
     documented = [c for page, c in recipes() if "code-single-v2" in c]
