@@ -17,7 +17,8 @@ from marft_envs import registration
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-RECIPE = ROOT / "benchmarks" / "real_model" / "code_recipe" / "code-single-v2"
+RECORDS = ROOT / "benchmarks" / "real_model" / "code_recipe"
+RECIPE = RECORDS / "code-single-v2"
 
 
 def shell_commands(text: str) -> list[str]:
@@ -60,17 +61,17 @@ def test_a_recipe_parses_as_written(page: str, command: str) -> None:
         assert (ROOT / args.profiles).is_file(), f"{page} names a missing file {args.profiles}"
 
 
-def outcome_table() -> dict[int, tuple[int, int, int, int]]:
+def outcome_table(folder: Path) -> dict[int, tuple[int, int, int, int]]:
     """seed -> (right before, right after, wrong→right, right→wrong), counted here from the
     recorded per-task outcomes (not from the recorded summaries)."""
     table = {}
-    for folder in sorted(RECIPE.glob("seed*")):
-        rows = [json.loads(line) for line in (folder / "eval_outcomes.jsonl").open()]
+    for run in sorted(folder.glob("seed*")):
+        rows = [json.loads(line) for line in (run / "eval_outcomes.jsonl").open()]
         first, last = rows[0]["episodes"], rows[-1]["episodes"]
         assert [e["seed"] for e in first] == [e["seed"] for e in last]
         before = [e["correct"] for e in first]
         after = [e["correct"] for e in last]
-        table[int(folder.name[4:])] = (
+        table[int(run.name[4:])] = (
             sum(before),
             sum(after),
             sum(not b and a for b, a in zip(before, after, strict=True)),
@@ -79,17 +80,21 @@ def outcome_table() -> dict[int, tuple[int, int, int, int]]:
     return table
 
 
-def test_the_code_recipe_table_matches_the_recorded_outcomes() -> None:
+@pytest.mark.parametrize(
+    ("env", "seeds"), [("code-single-v2", [0, 1, 2]), ("code-dual-v2", [0, 1])]
+)
+def test_the_code_recipe_tables_match_the_recorded_outcomes(env: str, seeds: list[int]) -> None:
     text = (ROOT / "docs" / "real_model.md").read_text()
-    table = outcome_table()
-    assert sorted(table) == [0, 1, 2]
+    table = outcome_table(RECORDS / env)
+    assert sorted(table) == seeds
     for seed, (before, after, gained, lost) in table.items():
         row = re.search(
             rf"^\| {seed} \| {before}/100 \| \*\*{after}/100\*\* \| (\d+) \| (\d+) \|", text, re.M
         )
-        assert row, f"docs/real_model.md has no row for seed {seed}: {before}/100 -> {after}/100"
+        assert row, f"docs/real_model.md has no row for {env} seed {seed}: {before} -> {after}"
         assert (int(row[1]), int(row[2])) == (gained, lost)
-        summary = json.loads((RECIPE / f"seed{seed}" / "summary.json").read_text())
+        summary = json.loads((RECORDS / env / f"seed{seed}" / "summary.json").read_text())
+        assert summary["command"].startswith(f"marft train --env {env} ")
         assert (summary["right_before"], summary["right_after"]) == (before, after)
         assert (summary["wrong_to_right"], summary["right_to_wrong"]) == (gained, lost)
 
