@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from marft_algos.rollout.paired import paired_comparison
+
 HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "code_recipe"
 
@@ -41,17 +43,17 @@ def command(env: str = "code-single-v2") -> str:
 def summarize(run: Path, seed: int, seconds: float | None, env: str = "code-single-v2") -> dict:
     """Before/after counts of a finished run folder, paired on its held-out tasks."""
     rows = [json.loads(line) for line in (run / "eval_outcomes.jsonl").open()]
-    first, last = rows[0]["episodes"], rows[-1]["episodes"]
-    before = [bool(e["correct"]) for e in first]
-    after = [bool(e["correct"]) for e in last]
+    before = [bool(e["correct"]) for e in rows[0]["episodes"]]
+    after = [bool(e["correct"]) for e in rows[-1]["episodes"]]
+    paired = paired_comparison(before, after)
     return {
         "seed": seed,
         "command": f"{command(env)} --seed {seed}",
-        "episodes": len(after),
+        "episodes": paired.n,
         "right_before": sum(before),
         "right_after": sum(after),
-        "wrong_to_right": sum(a and not b for b, a in zip(before, after, strict=True)),
-        "right_to_wrong": sum(b and not a for b, a in zip(before, after, strict=True)),
+        "wrong_to_right": paired.wrong_to_right,
+        "right_to_wrong": paired.right_to_wrong,
         "iterations": rows[-1]["iteration"],
         "wall_seconds": seconds,
     }

@@ -18,7 +18,6 @@ from marft_envs import registration
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RECORDS = ROOT / "benchmarks" / "real_model" / "code_recipe"
-RECIPE = RECORDS / "code-single-v2"
 
 
 def shell_commands(text: str) -> list[str]:
@@ -100,7 +99,7 @@ def test_the_code_recipe_tables_match_the_recorded_outcomes(env: str, seeds: lis
 
 
 def test_the_recipe_script_runs_the_documented_command() -> None:
-    sys.path.insert(0, str(RECIPE.parents[1]))
+    sys.path.insert(0, str(RECORDS.parent))
     from code_recipe import COMMAND
 
     documented = [c for page, c in recipes() if "code-single-v2" in c]
