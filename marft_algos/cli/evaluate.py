@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
+from marft_algos.cli.program_failures import reporting_program_failures
 
 __all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main", "open_checkpoint"]
 
@@ -385,7 +386,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         from marft_algos.rollout.vllm import import_vllm
 
         import_vllm()  # a missing engine is one line with the install command
-    with open_checkpoint(values["run"]) as checkpoint:
+    with (
+        open_checkpoint(values["run"]) as checkpoint,
+        reporting_program_failures(checkpoint.parent),
+    ):
         metrics = evaluate_checkpoint(checkpoint, args)
     text = json.dumps(metrics, indent=2, default=repr)
     if "attribution" in metrics:

@@ -30,6 +30,7 @@ from marft_algos.cli.parsing import (
 )
 from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for, scale_for_world
 from marft_algos.cli.profiles import PROFILE_KEYS, with_profiles
+from marft_algos.cli.program_failures import reporting_program_failures
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
 from marft_algos.trainers.registry import ALGORITHMS, build_trainer, owners_of
 
@@ -470,7 +471,8 @@ def main(
     if dist.is_main:  # the other ranks only read the folder; rank 0 writes it
         run_dir.acquire()
     try:
-        return _train(args, config, plan, dist, dtype, run_dir, console)
+        with reporting_program_failures(run_dir.path, write=dist.is_main):
+            return _train(args, config, plan, dist, dtype, run_dir, console)
     except BaseException:
         if dist.is_main and fresh_folder:
             # A run that failed before writing anything leaves no folder holding only its lock.

@@ -140,7 +140,19 @@ def _unwrapped(env: AECEnv) -> FlexPOMDPEnv:
 
 
 class ProgramFailures(RuntimeError):
-    """Too many episodes of one rollout ended with a program error (the message has the first)."""
+    """Too many episodes of one rollout ended with a program error (the message has the first).
+
+    Attributes:
+        failed: The failed episodes (``info["program_error"]`` and their transcripts).
+        episodes: The rollout's episode count.
+        limit: The env's ``max_error_share``.
+    """
+
+    def __init__(
+        self, message: str, failed: Sequence[Episode] = (), episodes: int = 0, limit: float = 0.0
+    ) -> None:
+        super().__init__(message)
+        self.failed, self.episodes, self.limit = list(failed), episodes, limit
 
 
 def _over_at_reset(env: AECEnv) -> bool:
@@ -300,7 +312,10 @@ class RolloutCollector:
             f"{len(failed)} of {len(results)} episodes ended with a program error, more than "
             f"max_error_share={limit:g} allows. The first (episode seed {failed[0].seed}, agent "
             f"{first.get('agent')!r}, call {first.get('call')}): {first.get('type')}: "
-            f"{first.get('message')}\n{first.get('traceback', '')}"
+            f"{first.get('message')}\n{first.get('traceback', '')}",
+            failed,
+            len(results),
+            limit,
         )
 
     def _step(

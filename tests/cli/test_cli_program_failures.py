@@ -1,0 +1,121 @@
+"""An agent program that fails a run: ``marft train`` and ``marft eval`` end in one line naming
+the failure, its agent and call, and the file of the failed episodes' transcripts, with exit
+status 2; ``MARFT_DEBUG=1`` shows the traceback (issue 46)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from budgets import TINY
+
+import marft_envs
+from marft_algos.cli.main import guarded, main
+from marft_algos.cli.program_failures import FAILURES_FILE, ProgramFailed
+from marft_algos.rollout.collector import ProgramFailures
+
+TASKS = [f"task {i}" for i in range(12)]
+
+
+def _ask(client, model="solo"):
+    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+
+
+def string_reward(task, client):
+    _ask(client)
+    return "1.0"
+
+
+def unknown_agent(task, client):
+    _ask(client)
+    _ask(client, model="nobody")
+    return 1.0
+
+
+def works(task, client):
+    _ask(client)
+    return 1.0
+
+
+@pytest.fixture
+def program_ids():
+    """Registers ids for one test and removes them after."""
+    added: list[str] = []
+
+    def register(env_id, program, **kwargs):
+        with pytest.warns(UserWarning) if env_id in added else _nothing():
+            marft_envs.register_program(env_id, program, agents=["solo"], tasks=TASKS, **kwargs)
+        added.append(env_id)
+
+    yield register
+    for env_id in added:
+        marft_envs.registry.pop(env_id, None)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _train(tiny_path, env_id, run):
+    command = ["train", "--env", env_id, "--algo", "grpo", "--model", tiny_path]
+    budget = ["--iterations", "1", "--output-dir", str(run), "--no-plot", "--progress", "off"]
+    return command + budget + TINY
+
+
+@pytest.mark.parametrize(
+    ("program", "transport", "wanted"),
+    [
+        (string_reward, "inprocess", "agent 'solo' call 0: TypeError: the program returned '1.0'"),
+        (unknown_agent, "inprocess", "UnknownAgentError: model='nobody' is not an agent"),
+        (unknown_agent, "http", "NotFoundError: Error code: 404 - model='nobody' is not an agent"),
+    ],
+)
+def test_a_failing_program_ends_training_in_one_line_with_exit_2(
+    program, transport, wanted, tiny_path, tmp_path, program_ids, capsys, monkeypatch
+):
+    monkeypatch.delenv("MARFT_DEBUG", raising=False)
+    program_ids("failing-team-v0", program, transport=transport)
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        guarded(main, _train(tiny_path, "failing-team-v0", run), "marft train")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[1] == "(set MARFT_DEBUG=1 to see the traceback)", err
+    line = err[0]
+    assert re.match(r"marft train: error: (\d+) of \1 episodes' agent programs failed", line), line
+    assert wanted in line and "Traceback" not in line, line
+    assert f"transcripts of the failed episodes: {run / FAILURES_FILE}" in line
+    rows = [json.loads(r) for r in (run / FAILURES_FILE).read_text().splitlines()]
+    assert rows and all(r["info"]["program_error"] for r in rows)
+    assert rows[0]["turns"][0]["agent"] == "solo"
+
+
+def test_marft_debug_shows_the_traceback(tiny_path, tmp_path, program_ids, monkeypatch):
+    monkeypatch.setenv("MARFT_DEBUG", "1")
+    program_ids("failing-team-v0", unknown_agent)
+    with pytest.raises(ProgramFailed) as caught:
+        guarded(main, _train(tiny_path, "failing-team-v0", tmp_path / "run"), "marft train")
+    assert isinstance(caught.value.__cause__, ProgramFailures)
+    assert "Traceback" in str(caught.value.__cause__)
+
+
+def test_a_failing_program_ends_marft_eval_in_one_line(
+    tiny_path, tmp_path, program_ids, capsys, monkeypatch
+):
+    monkeypatch.delenv("MARFT_DEBUG", raising=False)
+    program_ids("flaky-team-v0", works)
+    run = tmp_path / "run"
+    main(_train(tiny_path, "flaky-team-v0", run))
+    program_ids("flaky-team-v0", string_reward)  # the same id, now failing
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        guarded(main, ["eval", str(run), "--no-before"], "marft eval")
+    assert exit_info.value.code == 2
+    line = capsys.readouterr().err.splitlines()[0]
+    assert re.match(r"marft eval: error: (\d+) of \1 episodes' agent programs failed", line), line
+    assert f"{run / FAILURES_FILE}" in line and (run / FAILURES_FILE).is_file()
