@@ -30,7 +30,7 @@ import importlib.metadata
 import logging
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -371,12 +371,26 @@ def register_program(
         kwargs={
             "program": program,
             "agents": list(agents),
-            "tasks": _task_source(tasks, "tasks"),
-            "test_tasks": _task_source(test_tasks, "test_tasks"),
+            "tasks": _checked_tasks(id, _task_source(tasks, "tasks"), "tasks"),
+            "test_tasks": _checked_tasks(id, _task_source(test_tasks, "test_tasks"), "test_tasks"),
             **kwargs,
         },
         description=description or f"agent program {getattr(program, '__qualname__', program)!r}",
     )
+
+
+def _checked_tasks(id: str, tasks: Any, name: str) -> Any:
+    """Refuse at registration what the env would refuse only when a run builds it: no tasks."""
+    if callable(tasks) or (tasks is None and name == "test_tasks"):
+        return tasks
+    fix = "pass a non-empty list, a .json/.jsonl file of rows, or a function of a numpy generator"
+    if name == "test_tasks":
+        fix += " (or leave test_tasks out: a seeded share of a tasks list is held out)"
+    if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence):
+        raise TypeError(f"{name}={tasks!r:.80} of {id!r} is not a list of tasks; {fix}.")
+    if not tasks:
+        raise ValueError(f"{name}={tasks!r} of {id!r} holds no tasks; {fix}.")
+    return tasks
 
 
 def _task_source(tasks: Any, name: str) -> Any:
@@ -441,12 +455,37 @@ def split_env_id(env_id: str) -> tuple[str | None, str]:
 
 def _import_env_module(module: str, env_id: str) -> None:
     try:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            # The ``marft`` script, unlike ``python -m``, does not put the working folder on the
+            # path; a team.py next to the user is what ``--env team:name-v0`` means.
+            if not _add_working_folder(module, exc):
+                raise
+            importlib.import_module(module)
     except ImportError as exc:
         raise EntryPointError(
             f"Cannot import {module!r} for env {env_id!r}: {exc}. The part before ':' must be an "
             f"importable module that registers the env (check the name and that its package is installed)."
         ) from exc
+
+
+def _add_working_folder(module: str, exc: ModuleNotFoundError) -> bool:
+    """Put the working folder at the end of ``sys.path`` when ``module`` itself (not one of its
+    imports) was not found there and is in it; returns whether it did."""
+    import os
+    import sys
+
+    top = module.split(".")[0]
+    folder = os.getcwd()
+    if exc.name != top or folder in {os.path.abspath(p or os.curdir) for p in sys.path}:
+        return False
+    here = os.path.join(folder, top)
+    if not (os.path.isfile(here + ".py") or os.path.isdir(here)):
+        return False
+    sys.path.append(folder)
+    importlib.invalidate_caches()
+    return True
 
 
 def spec(id: str) -> EnvSpec:

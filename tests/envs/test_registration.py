@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -278,3 +279,52 @@ def test_a_user_can_deprecate_an_id_of_their_own(scratch_ids):
     assert len(env.possible_agents) == 3 and env.unwrapped.spec.id == "test/old-v1"
     with pytest.raises(ValueError, match="'test/none-v1' is not registered"):
         marft_envs.deprecate("test/old-v0", "test/none-v1", "nothing")
+
+
+def test_module_prefix_finds_a_module_in_the_working_folder(tmp_path, monkeypatch, scratch_ids):
+    # The marft script (unlike python -m and pytest) has no working folder on sys.path.
+    (tmp_path / "cwd_team.py").write_text(
+        "import marft_envs\n"
+        "def team(task, client):\n"
+        "    client.chat.completions.create(model='solo', messages=[{'role': 'user', 'content': task}])\n"
+        "    return 1.0\n"
+        "marft_envs.register_program('cwd-team-v0', team, agents=['solo'], tasks=['a', 'b', 'c'])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    monkeypatch.delitem(sys.modules, "cwd_team", raising=False)
+    scratch_ids.append("cwd-team-v0")
+    env = marft_envs.make("cwd_team:cwd-team-v0", split="train")
+    assert env.possible_agents == ["solo"]
+    assert sys.path[-1] == str(tmp_path)
+    # A module that is in no folder still names the fix.
+    with pytest.raises(EntryPointError, match=r"Cannot import 'not_here' for env 'x-v0'"):
+        marft_envs.make("not_here:x-v0")
+
+
+def test_a_missing_import_inside_the_module_is_not_retried(tmp_path, monkeypatch):
+    (tmp_path / "cwd_broken.py").write_text("import no_such_dependency_of_cwd_broken\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    with pytest.raises(EntryPointError, match="no_such_dependency_of_cwd_broken"):
+        marft_envs.make("cwd_broken:x-v0")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tasks": []}, r"tasks=\[\] of 'empty-team-v0' holds no tasks; pass a non-empty list"),
+        ({"tasks": None}, r"tasks=None of 'empty-team-v0' is not a list of tasks"),
+        (
+            {"tasks": ["a"], "test_tasks": []},
+            r"test_tasks=\[\] of 'empty-team-v0' holds no tasks.*leave test_tasks out",
+        ),
+        ({"tasks": "a b c"}, r"tasks='a b c' is not a file"),
+    ],
+)
+def test_register_program_refuses_no_tasks_naming_the_argument(kwargs, message):
+    with pytest.raises((ValueError, TypeError, FileNotFoundError), match=message):
+        marft_envs.register_program(
+            "empty-team-v0", lambda task, client: 1.0, agents=["solo"], **kwargs
+        )
+    assert "empty-team-v0" not in marft_envs.registry
