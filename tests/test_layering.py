@@ -1,6 +1,6 @@
 """The packages' import graph: no circle, and imports only run downward.
 
-marft_algos: cli -> trainers -> runs -> rollout -> policy -> common; ``protocols`` and
+marft_algos: cli -> trainers (and serving) -> runs -> rollout -> policy -> common; ``protocols`` and
 ``distributed`` are used by everyone and import nothing of the package but ``common``.
 marft_envs: registration and the env list -> task families -> sandbox and core.
 
@@ -27,6 +27,7 @@ LAYERS = {
         "rollout": 3,
         "runs": 4,
         "trainers": 5,
+        "serving": 5,  # loads runs and policies; nothing below imports it
         "cli": 6,
     },
     "marft_envs": {

@@ -1,4 +1,4 @@
-"""The ``marft`` command: ``marft train | eval | envs | export``.
+"""The ``marft`` command: ``marft train | eval | envs | export | serve``.
 
 Errors a user can act on (bad flags, files, settings, a run folder in use) end in one line that
 says what was wrong and how to fix it, and a non-zero exit status; ``MARFT_DEBUG=1`` shows the
@@ -22,16 +22,23 @@ commands:
   eval     held-out accuracy of a run or checkpoint, settings read from the run
   envs     list the registered environments: ids, teams, dependency functions
   export   each agent's adapter as a peft folder, optionally merged into a standalone model
+  serve    the trained team on an OpenAI-compatible endpoint (model = agent) for its program
 """
 
 
 def _commands() -> dict[str, Callable[[Sequence[str]], Any]]:
-    from marft_algos.cli import envs, evaluate, export, train
+    from marft_algos.cli import envs, evaluate, export, serve, train
 
-    return {"train": train.main, "eval": evaluate.main, "envs": envs.main, "export": export.main}
+    return {
+        "train": train.main,
+        "eval": evaluate.main,
+        "envs": envs.main,
+        "export": export.main,
+        "serve": serve.main,
+    }
 
 
-COMMANDS = ("train", "eval", "envs", "export")
+COMMANDS = ("train", "eval", "envs", "export", "serve")
 
 
 def quiet_third_party() -> None:
@@ -63,6 +70,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from marft_algos.rollout.vllm import AdapterSyncError, VLLMNotInstalledError
     from marft_algos.runs.checkpoint import CheckpointError
     from marft_algos.runs.folder import RunDirectoryError, TrainingDiverged
+    from marft_algos.serving.server import BindError
     from marft_envs.math.loaders import DatasetsNotInstalledError
     from marft_envs.registration import EntryPointError, UnknownEnvError
     from marft_envs.tools.calls import ToolSandboxError
@@ -82,6 +90,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         AdapterSyncError,
         DatasetsNotInstalledError,
         ToolSandboxError,
+        BindError,
     )
 
 

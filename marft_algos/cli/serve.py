@@ -1,0 +1,129 @@
+"""``marft serve RUN_OR_EXPORT``: the trained team behind an OpenAI-compatible endpoint.
+
+The agent program runs unchanged against it: ``openai.OpenAI(base_url="http://127.0.0.1:8000/v1",
+api_key=KEY)``, each ``model`` an agent (:mod:`marft_algos.serving`). This module only parses the
+flags, finds what to load, and runs the server until Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from marft_algos.cli.parsing import UsageError, build_parser, parse_with, pick
+
+__all__ = ["ServeArguments", "load_team", "main"]
+
+#: Environment variable holding the API key when --api-key is not given.
+API_KEY_VARIABLE = "MARFT_API_KEY"
+
+
+@dataclass
+class ServeArguments:
+    """Where to listen and what to load."""
+
+    host: str = "127.0.0.1"
+    """Address to bind (0.0.0.0 listens on every interface: set an API key, and put TLS in front)."""
+    port: int = 8000
+    """Port to listen on (0: any free port, printed at start)."""
+    api_key: str | None = None
+    """Require 'Authorization: Bearer KEY' on every request (default: $MARFT_API_KEY; neither: open)."""
+    max_body_bytes: int = 4 * 1024 * 1024
+    """Largest request body in bytes (larger: HTTP 413)."""
+    max_messages: int = 512
+    """Most messages in one call (more: HTTP 400)."""
+    max_batch: int = 8
+    """Most concurrent calls of one agent generated together."""
+    model: str | None = None
+    """Base model path replacing the recorded one (same model, moved)."""
+    device: str | None = None
+    """Torch device (default: cuda if the run trained on a GPU and one is here, else cpu)."""
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Weight dtype (default: the run's)."""
+    threads: int | None = None
+    """Torch CPU threads (default: torch's own)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"--port {self.port}: must be in 0..65535.")
+        for name in ("max_body_bytes", "max_messages", "max_batch", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1.")
+        if self.api_key == "":
+            raise UsageError("--api-key is empty; pass a key, or leave the flag out.")
+
+
+def load_team(path: str, args: ServeArguments) -> Any:
+    """The team of an export folder, a checkpoint, or a run folder's newest checkpoint."""
+    from marft_algos.cli.evaluate import open_checkpoint, run_device_and_dtype
+    from marft_algos.serving import is_export, team_from_checkpoint, team_from_export
+
+    if is_export(path):
+        import json
+
+        from marft_algos.serving import EXPORT_INDEX
+
+        run = json.loads((Path(path) / EXPORT_INDEX).read_text()).get("run") or {}
+        device, dtype = run_device_and_dtype(run, args.device, args.dtype)
+        return team_from_export(path, model=args.model, device=device, dtype=dtype)
+    with open_checkpoint(path) as checkpoint:
+        from marft_algos.runs.checkpoint import read_manifest
+
+        run = read_manifest(checkpoint).get("run") or {}
+        device, dtype = run_device_and_dtype(run, args.device, args.dtype)
+        return team_from_checkpoint(checkpoint, model=args.model, device=device, dtype=dtype)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run ``marft serve RUN_OR_EXPORT`` until Ctrl-C or SIGTERM."""
+    import torch
+    from rich.console import Console
+
+    from marft_algos.serving import Limits, serve
+    from marft_algos.serving.server import is_loopback
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(
+        [ServeArguments],
+        prog="marft serve",
+        description="Serve a trained team on an OpenAI-compatible endpoint (model = agent).",
+    )
+    parser.add_argument(
+        "run", help="A run folder, a checkpoint-N folder, or a marft export folder."
+    )
+    values, _ = parse_with(parser, argv)
+    args = ServeArguments(**pick(values, ServeArguments))
+    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    team = load_team(values["run"], args)
+    console = Console(stderr=True)
+    if not is_loopback(args.host) and api_key is None:
+        console.print(
+            f"[yellow]warning:[/] serving on {args.host} without an API key: anyone who reaches "
+            f"the port can use the team (set --api-key or ${API_KEY_VARIABLE})."
+        )
+
+    def announce(url: str) -> None:
+        console.print(
+            f"serving {team.source} ({team.env_id}): agents {', '.join(team.agents)} at {url} "
+            f"{'(API key required)' if api_key else '(no API key)'}; Ctrl-C stops",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    serve(
+        team,
+        host=args.host,
+        port=args.port,
+        api_key=api_key,
+        limits=Limits(args.max_body_bytes, args.max_messages),
+        max_batch=args.max_batch,
+        announce=announce,
+    )

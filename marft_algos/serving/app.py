@@ -1,0 +1,179 @@
+"""The OpenAI-compatible app that serves a trained team: each ``model`` is an agent.
+
+Routes (Starlette):
+
+- ``POST /v1/chat/completions``: one call of the agent named by ``model``, rendered and decoded as
+  in the run's held-out evaluation (greedy, the agent's ``max_new_tokens``); with ``tools``, the
+  reply is parsed into ``tool_calls`` by the env's parser. An unknown ``model`` is 404
+  (``model_not_found``) naming the agents; a request marft cannot serve is 400 with what to do.
+- ``GET /v1/models``: the agents.
+- ``GET /health``: ``{"status": "ok"}`` (no key needed; for load balancers).
+
+Sampling fields: ``temperature`` > 0 samples at that temperature (with ``top_p`` and ``seed``),
+otherwise decoding is greedy; ``max_tokens`` / ``max_completion_tokens`` lower the agent's budget
+(never raise it). ``stop``, penalties and the other fields ``openai`` sends are accepted and
+ignored, as on the training endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+from marft_algos.protocols import GenerationSettings
+from marft_algos.serving.batcher import Batcher, BatcherClosed
+from marft_algos.serving.guards import (
+    Limits,
+    check_api_key,
+    check_content_type,
+    check_host,
+    error,
+    read_json,
+)
+from marft_algos.serving.team import ServedTeam
+from marft_envs.programs.client import UnknownAgentError, check_request, completion
+
+__all__ = ["build_app", "request_settings"]
+
+logger = logging.getLogger(__name__)
+
+
+def request_settings(
+    team_settings: GenerationSettings, agent: str, fields: Mapping[str, Any]
+) -> GenerationSettings:
+    """The settings of one call: the team's (greedy) unless ``temperature`` > 0 asks to sample;
+    ``max_tokens`` (or ``max_completion_tokens``) may lower the agent's budget.
+
+    Raises:
+        ValueError: A sampling field out of range, with what is accepted.
+    """
+    settings = team_settings
+    temperature = fields.get("temperature")
+    if temperature is not None:
+        if not _number(temperature) or not 0 <= temperature <= 2:
+            raise ValueError(f"temperature must be a number in [0, 2], got {temperature!r}.")
+        if temperature > 0:
+            top_p = fields.get("top_p")
+            top_p = 1.0 if top_p is None else top_p
+            if not _number(top_p) or not 0 < top_p <= 1:
+                raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}.")
+            settings = dataclasses.replace(
+                settings, do_sample=True, temperature=float(temperature), top_p=float(top_p)
+            )
+            seed = fields.get("seed")
+            if seed is not None:
+                if not isinstance(seed, int) or isinstance(seed, bool):
+                    raise ValueError(f"seed must be an integer, got {seed!r}.")
+                settings = dataclasses.replace(settings, seed=seed)
+    for name in ("max_completion_tokens", "max_tokens"):
+        cap = fields.get(name)
+        if cap is None:
+            continue
+        if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {cap!r}.")
+        budget = min(cap, settings.tokens_for(agent))
+        settings = dataclasses.replace(
+            settings,
+            max_new_tokens_per_agent={**(settings.max_new_tokens_per_agent or {}), agent: budget},
+        )
+        break
+    return settings
+
+
+def _number(value: Any) -> bool:
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def _without_none(value: Any) -> Any:
+    """The response as the OpenAI API writes it: absent fields left out rather than null."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None or k == "content"}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
+
+
+def build_app(
+    team: ServedTeam,
+    batcher: Batcher,
+    *,
+    api_key: str | None = None,
+    limits: Limits | None = None,
+    loopback: bool = True,
+) -> Any:
+    """The Starlette app serving ``team``; generation goes through ``batcher``.
+
+    Args:
+        team: The loaded team.
+        batcher: Generates prompt ids (``policy.generate_from_ids``) a batch at a time.
+        api_key: Required as ``Authorization: Bearer <key>`` on every ``/v1`` route (None: open).
+        limits: Request bounds (default :class:`Limits`).
+        loopback: The server is bound to a loopback address: answer only loopback ``Host`` names.
+    """
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    limits = limits or Limits()
+    calls = itertools.count()
+    agents = team.agents
+
+    def guard(request: Any) -> Any:
+        return check_host(request, loopback) or check_api_key(request, api_key)
+
+    async def models(request: Any) -> Any:
+        refused = guard(request)
+        if refused is not None:
+            return refused
+        data = [{"id": a, "object": "model", "created": 0, "owned_by": "marft"} for a in agents]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(request: Any) -> Any:
+        return JSONResponse({"status": "ok" if batcher.running else "stopping"})
+
+    async def chat(request: Any) -> Any:
+        refused = guard(request) or check_content_type(request)
+        if refused is not None:
+            return refused
+        body, refused = await read_json(request, limits)
+        if refused is not None:
+            return refused
+        fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
+        try:
+            messages, tools = check_request(agents, body.get("model"), body.get("messages"), fields)
+            agent = str(body["model"])
+            settings = request_settings(team.settings, agent, fields)
+            observation = team.observation(messages, tools)
+            prompt = await asyncio.to_thread(team.policy.render, agent, observation)
+        except UnknownAgentError as err:
+            return error(404, str(err), "invalid_request_error", "model_not_found")
+        except (TypeError, ValueError) as err:  # ToolTemplateError is a ValueError
+            return error(400, str(err), "invalid_request_error")
+        key = object() if settings.seed is not None else None  # a seeded call samples alone
+        try:
+            generation = await asyncio.wrap_future(batcher.submit(agent, prompt, settings, key))
+        except BatcherClosed as err:
+            return error(503, str(err), "server_error")
+        except Exception as err:
+            logger.exception("call of %r failed", agent)
+            return error(500, f"generation failed: {type(err).__name__}: {err}", "server_error")
+        reply = team.reply(generation, bool(tools), next(calls))
+        return JSONResponse(_without_none(dataclasses.asdict(completion(agent, reply))))
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )

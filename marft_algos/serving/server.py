@@ -1,0 +1,193 @@
+"""Running the serving app: in the foreground until Ctrl-C / SIGTERM, or on a background thread.
+
+Both bind where they are told (127.0.0.1 unless asked otherwise), generate through one
+:class:`~marft_algos.serving.batcher.Batcher`, and on stop let uvicorn finish the requests in
+flight, then close the batcher (calls still queued are answered 503).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from marft_algos.serving.app import build_app
+from marft_algos.serving.batcher import Batcher
+from marft_algos.serving.guards import Limits
+from marft_algos.serving.team import ServedTeam
+
+__all__ = ["BackgroundServer", "BindError", "base_url", "bind", "is_loopback", "serve"]
+
+logger = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address or ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class BindError(OSError):
+    """The address cannot be listened on (in use, or not an address of this machine)."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host.strip("[]"), port), family=family)
+    except OSError as err:
+        raise BindError(
+            f"cannot listen on {host}:{port} ({err.strerror}); pick another --port or --host."
+        ) from None
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://<host>:<port>/v1``."""
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    return f"http://{shown}:{port}/v1"
+
+
+def _server(
+    team: ServedTeam,
+    host: str,
+    port: int,
+    api_key: str | None,
+    limits: Limits | None,
+    max_batch: int,
+) -> tuple[Any, Batcher]:
+    try:
+        import uvicorn
+    except ImportError as err:
+        raise ImportError(
+            f"marft serve needs the server packages ({err.name} is missing): "
+            f"pip install 'marft[agents]'."
+        ) from None
+    policy = team.policy
+    batcher = Batcher(lambda agent, ids, s: policy.generate_from_ids(agent, ids, s), max_batch)
+    app = build_app(team, batcher, api_key=api_key, limits=limits, loopback=is_loopback(host))
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        timeout_graceful_shutdown=30,
+    )
+    return uvicorn.Server(config), batcher
+
+
+def serve(
+    team: ServedTeam,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    limits: Limits | None = None,
+    max_batch: int = 8,
+    announce: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``team`` in the foreground until Ctrl-C or SIGTERM (uvicorn's own handlers), then
+    finish the requests in flight and stop.
+
+    Args:
+        announce: Called with the base URL once the port is bound (port 0: the port it got).
+    """
+    listener = bind(host, port)
+    server, batcher = _server(team, host, port, api_key, limits, max_batch)
+    try:
+        if announce is not None:
+            announce(base_url(host, int(listener.getsockname()[1])))
+        with _signals_end_serving(), contextlib.suppress(_Stopped):
+            server.run(sockets=[listener])
+    finally:
+        batcher.close()
+        listener.close()
+    logger.info("stopped serving %s", team.source)
+
+
+class _Stopped(Exception):
+    """Ctrl-C or SIGTERM arrived: uvicorn shut down gracefully and passed the signal on."""
+
+
+@contextlib.contextmanager
+def _signals_end_serving() -> Iterator[None]:
+    """Make Ctrl-C and SIGTERM end :func:`serve` normally.
+
+    uvicorn catches both while it runs, shuts down gracefully, then raises the signal again for
+    the handlers that were there before; these handlers turn it into a normal return.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(sig: int, frame: Any) -> None:
+        raise _Stopped
+
+    saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+class BackgroundServer:
+    """The app on a daemon thread, for tests and for embedding in a process that has its own
+    main loop. Use as a context manager (it stops on every exit path) or call :meth:`stop`.
+
+    Attributes:
+        url: ``http://<host>:<port>/v1``, the ``base_url`` of an ``openai`` client.
+        batcher: The batcher (its ``batches`` count shows how calls were grouped).
+    """
+
+    def __init__(
+        self,
+        team: ServedTeam,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        limits: Limits | None = None,
+        max_batch: int = 8,
+        start_timeout: float = 30.0,
+    ) -> None:
+        self._server, self.batcher = _server(team, host, port, api_key, limits, max_batch)
+        self._thread = threading.Thread(target=self._server.run, name="marft-serve", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + start_timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the serving endpoint did not start on {host}:{port}.")
+            time.sleep(0.01)
+        bound = self._server.servers[0].sockets[0].getsockname()
+        self.port = int(bound[1])
+        self.url = base_url(host, self.port)
+
+    @property
+    def running(self) -> bool:
+        """Whether the server thread is alive."""
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop accepting, finish the requests in flight, end the thread and the batcher."""
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        self.batcher.close()
+
+    def __enter__(self) -> BackgroundServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
