@@ -1,0 +1,171 @@
+"""``marft serve``: the unchanged agent program, pointed at the served run or its export with
+``openai.OpenAI(base_url=..., api_key=...)``, reproduces ``marft eval``'s held-out episodes word
+for word (greedy); the command binds 127.0.0.1, asks for its key, and stops on SIGTERM and Ctrl-C."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from marft_algos.cli.evaluate import EvalArguments, evaluate_checkpoint, find_checkpoint
+from marft_algos.cli.main import main
+from marft_algos.serving import BackgroundServer, team_from_checkpoint, team_from_export
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+ENV = "program_team:program-math-dual-v0"
+EPISODES = 6
+KEY = "serve-test-key"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A one-iteration run of examples/program_team.py's dual team on the built-in model, its
+    export, and marft eval's greedy transcripts of its held-out episodes."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        root = tmp_path_factory.mktemp("serve")
+        run = root / "run"
+        main(
+            [
+                "train",
+                "--env",
+                ENV,
+                "--model",
+                "marft-tiny-math",
+                "--output-dir",
+                str(run),
+                "--iterations",
+                "1",
+                "--episodes-per-iteration",
+                "4",
+                "--rollout-threads",
+                "4",
+                "--eval-episodes",
+                str(EPISODES),
+                "--no-plot",
+                "--progress",
+                "off",
+            ]
+        )
+        main(["export", str(run)])
+        checkpoint = find_checkpoint(run)
+        metrics = evaluate_checkpoint(checkpoint, EvalArguments(before=False, samples=EPISODES))
+        yield run, checkpoint, metrics
+    finally:
+        sys.path.remove(str(EXAMPLES))
+
+
+def _served_episodes(url: str) -> tuple[list[float], list[list[str]]]:
+    """Run the example's program, unchanged, on the held-out tasks against ``url``, concurrently;
+    each episode's score and the replies its program received."""
+    from marft_envs.math import load_dataset
+
+    program_team = importlib.import_module("program_team")
+    tasks = list(load_dataset("builtin:test"))[:EPISODES]
+
+    def episode(task):
+        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+        replies: list[str] = []
+        create = client.chat.completions.create
+
+        def recording(**kwargs):
+            reply = create(**kwargs)
+            replies.append(reply.choices[0].message.content)
+            return reply
+
+        client.chat.completions.create = recording  # watch what the program receives
+        return program_team.dual_math(task, client)["success"], replies
+
+    with ThreadPoolExecutor(EPISODES) as pool:
+        results = list(pool.map(episode, tasks))
+    return [score for score, _ in results], [replies for _, replies in results]
+
+
+def _eval_episodes(metrics):
+    samples = metrics["samples"]
+    return [float(s["correct"]) for s in samples], [
+        [t["action"] for t in s["turns"]] for s in samples
+    ]
+
+
+@pytest.mark.parametrize("source", ["run", "export"])
+def test_the_unchanged_program_reproduces_eval_through_the_served_team(trained, source):
+    run, checkpoint, metrics = trained
+    team = team_from_checkpoint(checkpoint) if source == "run" else team_from_export(run / "export")
+    assert team.env_id == ENV and team.tool_prompt is None
+    assert team.settings.do_sample is False and team.settings.tokens_for("actor") == 8
+    with BackgroundServer(team, api_key=KEY) as server:
+        scores, replies = _served_episodes(server.url)
+        batches = server.batcher.batches
+    expected_scores, expected_replies = _eval_episodes(metrics)
+    assert replies == expected_replies  # every message, word for word
+    assert scores == expected_scores
+    assert sum(scores) / EPISODES == pytest.approx(metrics["eval/accuracy"])
+    assert batches < 2 * EPISODES  # concurrent episodes shared generate calls
+
+
+def _start(args, env=None):
+    """``marft serve ARGS`` as a user runs it; returns the process and its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "marft_algos.cli", "serve", *args],
+        env={
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{EXAMPLES}",
+            **(env or {}),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        found = re.search(r"at (http://127\.0\.0\.1:\d+/v1)", line)
+        if found:
+            return process, found.group(1)
+    process.wait(30)
+    raise AssertionError("marft serve did not start:\n" + "".join(lines))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_the_command_asks_for_its_key_and_stops_cleanly(trained, stop):
+    run, _, _ = trained
+    process, url = _start([str(run), "--port", "0"], env={"MARFT_API_KEY": KEY})
+    try:
+        assert httpx.get(f"{url}/models").status_code == 401
+        listed = httpx.get(f"{url}/models", headers={"authorization": f"Bearer {KEY}"})
+        assert [m["id"] for m in listed.json()["data"]] == ["reasoner", "actor"]
+        process.send_signal(stop)
+        assert process.wait(30) == 0, process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/models")
+
+
+def test_a_folder_that_is_neither_a_run_nor_an_export_is_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "marft_algos.cli", "serve", str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "marft serve: error:" in done.stderr and "Traceback" not in done.stderr
+    assert json.dumps(str(tmp_path))[1:-1] in done.stderr
