@@ -117,7 +117,7 @@ class Batcher:
             call.future.set_exception(BatcherClosed("the server shut down before this call ran."))
 
     def _drain(self) -> list[_Call]:
-        out = []
+        out: list[_Call] = []
         while True:
             try:
                 call = self._queue.get_nowait()
