@@ -17,7 +17,6 @@ the reply the env would hand the program (:meth:`ServedTeam.reply`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -251,14 +250,3 @@ def _give_chat_template(policy: Any, template: str | None) -> None:
     for backbone in policy.backbones.values():
         if not getattr(backbone.tokenizer, "chat_template", None):
             backbone.tokenizer.chat_template = template
-
-
-def describe(team: ServedTeam) -> dict[str, Any]:
-    """The team as a short JSON-able summary (agents, budgets, tool handling), for logs."""
-    return {
-        "source": team.source,
-        "env_id": team.env_id,
-        "agents": {a: team.settings.tokens_for(a) for a in team.agents},
-        "tool_prompt": team.tool_prompt,
-        "settings": dataclasses.asdict(team.settings),
-    }
