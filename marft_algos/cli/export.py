@@ -203,12 +203,69 @@ for agent, text, sees in TURNS:
 '''
 
 
-def team_script(index: Mapping[str, Any], transcript: Mapping[str, Any]) -> str | None:
+_CALLS_SCRIPT = '''"""The exported team on one held-out task, in plain transformers (greedy, as marft evaluates).
+
+Written by `marft export --merge` from an env that writes its agents' messages itself (an agent
+program): each call of one logged episode, {source}, with its messages and tools exactly as the
+env gave them, answered afresh by the agent's merged model. The program itself does not run here:
+a later call carries the earlier replies as the logged episode's program wrote them.
+"""
+
+import json
+from pathlib import Path
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+EXPORT = Path(__file__).resolve().parent
+INDEX = json.loads((EXPORT / "marft_export.json").read_text())
+# (agent, the messages of its call, the tools offered or None)
+CALLS = {calls}
+
+models = {{}}
+for agent, messages, tools in CALLS:
+    entry = INDEX["agents"][agent]
+    if agent not in models:
+        folder = EXPORT / entry["merged"]
+        models[agent] = (
+            AutoTokenizer.from_pretrained(folder),
+            AutoModelForCausalLM.from_pretrained(folder),
+        )
+    tokenizer, model = models[agent]
+    inputs = tokenizer.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    out = model.generate(
+        **inputs,
+        max_new_tokens=entry["max_new_tokens"],
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+    )
+    reply = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    print(f"[{{agent}}]\\n{{reply}}\\n")
+'''
+
+
+def _source(transcript: Mapping[str, Any]) -> str:
+    return (
+        f"held-out episode {transcript.get('episode', 0)} of the evaluation at iteration "
+        f"{transcript.get('iteration')}"
+    )
+
+
+def calls_script(transcript: Mapping[str, Any]) -> str:
+    """``run_team.py`` for an env that writes its messages itself (an agent program): every
+    logged call replayed with its own messages and tools."""
+    calls = [(t["agent"], t["messages"], t.get("tools")) for t in transcript.get("turns") or []]
+    shown = "[\n" + "".join(f"    {c!r},\n" for c in calls) + "]"
+    return _CALLS_SCRIPT.format(calls=shown, source=_source(transcript))
+
+
+def team_script(index: Mapping[str, Any], transcript: Mapping[str, Any]) -> str:
     """``run_team.py`` for a merged export: the team replaying one logged held-out episode
-    (``samples.jsonl`` row ``transcript``); None when the env writes its messages itself."""
+    (``samples.jsonl`` row ``transcript``)."""
     layout = index.get("message_layout")
     if layout not in ("system", "user"):
-        return None
+        return calls_script(transcript)
     turns: list[tuple[str, str, list[int]]] = []
     logged = list(transcript.get("turns") or [])
     for k, turn in enumerate(logged):
@@ -228,11 +285,7 @@ def team_script(index: Mapping[str, Any], transcript: Mapping[str, Any]) -> str 
                 sees.insert(0, j)
         turns.append((agent, text, sees))
     shown = "[\n" + "".join(f"    {t!r},\n" for t in turns) + "]"
-    source = (
-        f"held-out episode {transcript.get('episode', 0)} of the evaluation at iteration "
-        f"{transcript.get('iteration')}"
-    )
-    return _SCRIPT.format(turns=shown, source=source)
+    return _SCRIPT.format(turns=shown, source=_source(transcript))
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -307,8 +360,6 @@ def _write_script(
     latest = max(r.get("iteration", 0) for r in rows)
     first = min((r for r in rows if r.get("iteration", 0) == latest), key=lambda r: r["episode"])
     text = team_script(index, first)
-    if text is None:
-        return None
     path = output / "run_team.py"
     path.write_text(text, encoding="utf-8")
     return path
