@@ -95,11 +95,13 @@ def _serve(payload: bytes, jobs: Any, results: Any, parent: int) -> None:
             requests, weights, version, sampling_seed = job
             _load_adapter_weights(policy, weights)
             collector.generator.manual_seed(sampling_seed)
+            started = time.perf_counter()
             episodes = collector.collect(requests)
+            seconds = time.perf_counter() - started
             for episode in episodes:
                 for decision in episode.decisions:
                     decision.policy_version = version
-            results.put(("episodes", (episodes, version)))
+            results.put(("episodes", (episodes, version, seconds)))
     except BaseException:  # everything goes back to the trainer
         results.put(("error", traceback.format_exc()))
     finally:
@@ -173,6 +175,8 @@ class RolloutWorker:
         self._finalizer = weakref.finalize(self, _stop, self._process, self._jobs, self._results)
         self.pending = 0
         """Jobs submitted and not yet read back."""
+        self.seconds: float | None = None
+        """Wall time the worker took to collect the episodes :meth:`result` returned last."""
 
     @property
     def pid(self) -> int | None:
@@ -209,7 +213,7 @@ class RolloutWorker:
                 self.close()
                 raise RolloutWorkerError(f"The rollout worker failed:\n{value}")
             self.pending -= 1
-            episodes, version = value
+            episodes, version, self.seconds = value
             return episodes, version
 
     def _check_alive(self) -> None:

@@ -91,6 +91,9 @@ class AsyncRollouts:
         self.worker: RolloutWorker | None = None
         self.ready: tuple[list[Episode], int] | None = None
         """A batch already here: read back for a checkpoint, or loaded from one."""
+        self.seconds: float | None = None
+        """The worker's wall time for the batch :meth:`next_batch` returned last (None: a batch
+        loaded from a checkpoint); its tokens/s is the rollout's."""
 
     # ------------------------------------------------------------------ jobs
     def _submit(self, iteration: int) -> None:
@@ -111,9 +114,13 @@ class AsyncRollouts:
     def _receive(self) -> tuple[list[Episode], int]:
         if self.ready is not None:
             out, self.ready = self.ready, None
+            # Read back for a checkpoint by this worker (its last result), or loaded: unknown.
+            self.seconds = self.worker.seconds if self.worker is not None else None
             return out
         assert self.worker is not None
-        return self.worker.result()
+        out = self.worker.result()
+        self.seconds = self.worker.seconds
+        return out
 
     def next_batch(self) -> tuple[list[Episode], dict[str, Any]]:
         """This iteration's episodes (stale ones carry proximal log-probs) and ``rollout/``

@@ -276,6 +276,8 @@ class Trainer(ABC):
             episodes, sampling_stats = self.collect_with_stats()
         else:
             episodes, sampling_stats = self.async_rollouts.next_batch()
+            if self._progress is not None:  # the worker generated them, at its own pace
+                self._progress.generated_elsewhere(episodes, self.async_rollouts.seconds)
         rollout_time = time.perf_counter() - start
         if not self._credit_checked:  # once, on the run's first episodes
             self._credit_checked = True

@@ -125,6 +125,29 @@ def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
     assert any(line.endswith("ETA 3m00s") for line in lines)
 
 
+def test_a_batch_from_the_async_worker_counts_its_tokens_over_the_workers_time(caplog):
+    from types import SimpleNamespace
+
+    def episode(tokens):
+        return SimpleNamespace(decisions=[SimpleNamespace(action_ids=[1] * tokens)])
+
+    clock = FakeClock()
+    bar = TrainingProgress("plain", total=2, done=0, slow_phase_s=10, clock=clock)
+    with caplog.at_level(logging.INFO, logger="marft_algos.runs.progress"), bar:
+        bar.phase("rollout", 4)
+        clock.now += 1.0  # the wait for a batch the worker made in 8 s during the last update
+        bar.generated_elsewhere([episode(100)] * 4, seconds=8.0)
+        bar.phase("update")
+        bar.update({"rollout/reward_mean": 0.5})
+        bar.phase("rollout", 4)
+        clock.now += 4.0  # a batch loaded from a checkpoint: the worker's time is unknown
+        bar.generated_elsewhere([episode(10)] * 4, seconds=None)
+        bar.phase("update")
+        bar.update({"rollout/reward_mean": 0.5})
+    lines = [r.getMessage() for r in caplog.records if r.name == "marft_algos.runs.progress"]
+    assert "| rollout 50 tokens/s" in lines[0] and "| rollout 10 tokens/s" in lines[1]
+
+
 def test_the_eta_counts_the_evaluations_still_to_come(caplog):
     # A run of 4 iterations evaluating before training and every 2 iterations: each iteration
     # takes 60 s and each evaluation 30 s (greedy 20 s + sampled 10 s).

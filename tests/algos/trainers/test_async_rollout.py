@@ -82,6 +82,19 @@ def test_an_async_run_trains_each_batch_one_version_stale(kind, passes, tiny_pat
     assert trainer.async_rollouts.worker is None  # stopped when train() returned
 
 
+def test_progress_counts_the_tokens_the_worker_generated(tiny_path, caplog):
+    trainer = build("grpo", tiny_path, iterations=2, max_staleness=1)
+    try:
+        with caplog.at_level("INFO", logger="marft_algos.runs.progress"):
+            trainer.train(progress="plain")
+    finally:
+        trainer.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "marft_algos.runs.progress"]
+    ends = [line for line in lines if line.startswith(("iteration 1/2", "iteration 2/2"))]
+    rates = [float(line.split("| rollout ")[1].split()[0]) for line in ends]
+    assert len(rates) == 2 and all(rate > 0 for rate in rates), lines
+
+
 def test_a_too_stale_batch_is_dropped_and_sampled_again(tiny_path, caplog):
     trainer = build("grpo", tiny_path, iterations=2, max_staleness=1)
     try:
