@@ -104,7 +104,11 @@ def serve(
         announce: Called with the base URL once the port is bound (port 0: the port it got).
     """
     listener = bind(host, port)
-    server, batcher = _server(team, host, port, api_key, limits, max_batch)
+    try:
+        server, batcher = _server(team, host, port, api_key, limits, max_batch)
+    except BaseException:
+        listener.close()
+        raise
     try:
         if announce is not None:
             announce(base_url(host, int(listener.getsockname()[1])))
