@@ -42,7 +42,8 @@ METRICS: dict[str, str] = {
     "rollout/reward/<name>": 'mean of the named reward part (`info["reward_parts"]` of an env or '
     "agent program; a program's before its weight) over those episodes",
     "rollout/calls/<agent>": "the agent's model calls (decisions) per episode",
-    "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward or timed out",
+    "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward, timed out or passed a bound",
+    "rollout/episodes_dropped": "failed episodes left out of the update (agent programs' on_error='drop'; transcripts in program_errors.jsonl)",
     "rollout/nothing_to_learn": "1 when the rewards carry no signal (every critic-free group "
     "flat, or every decision rewarded alike); a warning says so",
     "rollout/zero_std_fraction": "critic-free, `num_generations` ≥ 2: share of (episode, agent) "

@@ -48,6 +48,7 @@ from marft_algos.trainers.evaluator import (
     summarize,
     warn_unpaid_agents,
 )
+from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers, clip_and_step
 from marft_algos.trainers.policy_gradient import Objective, PolicyGradient
@@ -285,6 +286,9 @@ class Trainer(ABC):
         metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
+        folder = self.run_dir.path if self.run_dir is not None else None
+        episodes, dropped = set_aside_failures(episodes, self.iteration, folder, self.dist)
+        metrics.update(dropped)
         self.rest_rollout_backend()
         start_update = time.perf_counter()
         self._phase("update")

@@ -34,6 +34,8 @@ __all__ = [
     "Message",
     "ProgramClient",
     "Reply",
+    "RequestLimits",
+    "RequestRefused",
     "UnknownAgentError",
     "Usage",
 ]
@@ -45,6 +47,45 @@ class UnknownAgentError(LookupError):
 
 class EpisodeEnded(RuntimeError):
     """A call arrived after the env ended the episode (timeout, call budget, or ``close()``)."""
+
+
+class RequestRefused(ValueError):
+    """A request past one of the episode's :class:`RequestLimits` (or not one an OpenAI client
+    sends). ``status`` is the HTTP status the endpoint answers with; ``kind`` names the program
+    error the episode is counted as (None: refused without counting, e.g. malformed JSON)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        code: str | None = None,
+        kind: str | None = None,
+        error_type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.kind, self.error_type = status, code, kind, error_type
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one call may carry, and how many calls of one episode may wait at once. A request
+    past a bound is refused (HTTP 413, 400 or 429 over the endpoint; :class:`RequestRefused` in
+    process) and its episode counted as a program error; the defaults are far above what a team
+    sends."""
+
+    max_request_bytes: int = 4 * 2**20
+    """Bytes of one request body (in process: characters of its messages and tools)."""
+    max_messages: int = 1024
+    """Messages in one request."""
+    max_concurrent_calls: int = 16
+    """Calls of one episode waiting for their replies at once."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_request_bytes", "max_messages", "max_concurrent_calls"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
 
 
 @dataclass
@@ -226,12 +267,17 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
 
 
 def check_request(
-    agents: Sequence[str], model: Any, messages: Any, fields: Mapping[str, Any]
+    agents: Sequence[str],
+    model: Any,
+    messages: Any,
+    fields: Mapping[str, Any],
+    limits: RequestLimits | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Validate one chat-completions request; return its messages as plain dicts, and its tools.
 
     Raises:
         UnknownAgentError: ``model`` is not an agent of the team.
+        RequestRefused: More messages than ``limits.max_messages``.
         ValueError / TypeError: A request marft cannot serve exactly (streaming, ``n > 1``,
             malformed messages or tools), with what to do instead.
     """
@@ -258,6 +304,15 @@ def check_request(
         raise TypeError(
             f"messages must be a non-empty list of {{'role': ..., 'content': ...}} dicts, got "
             f"{messages!r:.80}."
+        )
+    if limits is not None and len(messages) > limits.max_messages:
+        raise RequestRefused(
+            f"the request has {len(messages)} messages, more than max_messages="
+            f"{limits.max_messages}; send fewer, or raise max_messages where the program is "
+            f"registered.",
+            status=400,
+            code="too_many_messages",
+            kind="TooManyMessages",
         )
     plain = []
     for i, message in enumerate(messages):
@@ -354,18 +409,45 @@ class ProgramClient:
         agents: Sequence[str],
         send: Callable[[CallRecord], Reply],
         rng: np.random.Generator,
+        limits: RequestLimits | None = None,
+        refused: Callable[[str, str], None] | None = None,
     ) -> None:
         self.agents = tuple(agents)
         self.rng = rng
         self.counts = Counts()
         self._send = send
+        self._limits = limits or RequestLimits()
+        self._refused = refused
         self._calls = itertools.count()
         completions = _Completions(self)
         self.chat = _Chat(completions)
         self.aio = _AsyncClient(completions)
 
     def _call(self, model: Any, messages: Any, fields: Mapping[str, Any]) -> ChatCompletion:
-        plain, tools = check_request(self.agents, model, messages, fields)
+        try:
+            plain, tools = check_request(self.agents, model, messages, fields, self._limits)
+            size = request_size(plain, tools)
+            if size > self._limits.max_request_bytes:
+                raise RequestRefused(
+                    f"the request holds {size} characters, more than max_request_bytes="
+                    f"{self._limits.max_request_bytes}; send less, or raise max_request_bytes "
+                    f"where the program is registered.",
+                    status=413,
+                    code="request_too_large",
+                    kind="RequestTooLarge",
+                )
+        except RequestRefused as err:
+            if err.kind is not None and self._refused is not None:
+                self._refused(err.kind, str(err))
+            raise
         reply = self._send(CallRecord(model, plain, next(self._calls), tools))
         self.counts.add(model, reply.prompt_tokens, reply.completion_tokens)
         return completion(model, reply)
+
+
+def request_size(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None) -> int:
+    """Characters of a request's message contents, tool calls and tools (what the in-process
+    client bounds with ``max_request_bytes``)."""
+    size = sum(len(m.get("content") or "") for m in messages)
+    size += sum(len(repr(m["tool_calls"])) for m in messages if "tool_calls" in m)
+    return size + (len(repr(tools)) if tools else 0)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -39,7 +40,7 @@ from marft_envs.core.dependency import DependencyFunction, RoundState, Turn
 from marft_envs.core.env import FlexPOMDPEnv, Transition
 from marft_envs.core.profiles import AgentProfile
 from marft_envs.core.spaces import ChatObservation, ChatSpace
-from marft_envs.programs.client import CallRecord, ProgramClient, Reply
+from marft_envs.programs.client import CallRecord, ProgramClient, Reply, RequestLimits
 from marft_envs.programs.runner import Event, ProgramRun
 from marft_envs.programs.tools import (
     TOOL_PROMPTS,
@@ -49,7 +50,7 @@ from marft_envs.programs.tools import (
     resolve_parser,
 )
 
-__all__ = ["ProgramEnv", "ProgramTurns", "combine_reward", "split_tasks"]
+__all__ = ["MAX_REWARD_PARTS", "ProgramEnv", "ProgramTurns", "combine_reward", "split_tasks"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,34 +66,61 @@ class ProgramTurns(DependencyFunction):
         return Turn(agent=str(state.context["agent"]))
 
 
-def combine_reward(value: Any, weights: Mapping[str, float]) -> tuple[float, dict[str, float]]:
+#: Named reward parts a program may return, by default (``max_reward_parts``).
+MAX_REWARD_PARTS = 64
+
+
+def combine_reward(
+    value: Any, weights: Mapping[str, float], max_parts: int = MAX_REWARD_PARTS
+) -> tuple[float, dict[str, float]]:
     """The team reward and its named parts from what a program returned.
 
     A number is the team reward itself (parts: ``{}``). A mapping of named parts gives
-    ``Σ weights.get(name, 1) · part``.
+    ``Σ weights.get(name, 1) · part``, which must be a finite float too.
 
     Raises:
-        TypeError / ValueError: Anything else, or a part that is not a finite number.
+        TypeError / ValueError: Anything else: a part that is not a finite float (huge integers
+            included), more than ``max_parts`` parts, or a weighted sum that overflows.
     """
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        if not math.isfinite(float(value)):
-            raise ValueError(f"the program returned reward {value}; return a finite number.")
-        return float(value), {}
+        return _finite_float(value, "the program returned reward"), {}
     if isinstance(value, Mapping) and value:
+        if len(value) > max_parts:
+            raise ValueError(
+                f"the program returned {len(value)} reward parts, more than max_reward_parts="
+                f"{max_parts}; return fewer named parts (each becomes a metric), or raise "
+                f"max_reward_parts where the program is registered."
+            )
         parts: dict[str, float] = {}
         for name, part in value.items():
             if not isinstance(name, str):
-                raise TypeError(f"reward part names must be strings, got {name!r}.")
+                raise TypeError(f"reward part names must be strings, got {name!r:.80}.")
             if isinstance(part, bool) or not isinstance(part, numbers.Real):
                 raise TypeError(f"reward part {name!r} must be a number, got {part!r:.80}.")
-            if not math.isfinite(float(part)):
-                raise ValueError(f"reward part {name!r} is {part}; return finite numbers.")
-            parts[name] = float(part)
-        return sum(weights.get(name, 1.0) * part for name, part in parts.items()), parts
+            parts[name] = _finite_float(part, f"reward part {name!r} is")
+        total = math.fsum(weights.get(name, 1.0) * part for name, part in parts.items())
+        if not math.isfinite(total):
+            raise ValueError(
+                f"the weighted sum of the reward parts {sorted(parts)} is {total}; return parts "
+                f"whose weighted sum is a finite number."
+            )
+        return total, parts
     raise TypeError(
         f"the program returned {value!r:.80}; return the episode's reward: a number, or a mapping "
         f"of named parts such as {{'success': 1.0, 'cost': -0.15}}."
     )
+
+
+def _finite_float(value: numbers.Real, what: str) -> float:
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(
+            f"{what} {str(value)[:40]}, which is not a finite float; return finite numbers."
+        )
+    return number
 
 
 def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -154,10 +182,30 @@ class ProgramEnv(FlexPOMDPEnv):
         credit: Credit rule for the program's reward (default ``"team"``: every agent that acted).
         max_calls: Model calls per episode before it is truncated.
         episode_timeout: Seconds the env waits, in total per episode, for the program between its
-            calls (model time excluded); past it the episode ends with ``error_reward``.
-        error_reward: The reward of an episode whose program failed or timed out.
+            calls (model time excluded); past it the episode fails (``Timeout``).
+        max_episode_seconds: Wall-clock seconds of one episode, model time included, checked at
+            each call; past it the episode fails (``Timeout``). None: no limit.
+        on_error: What a failed episode (the program raised, timed out, returned no finite
+            reward, passed a bound, or used up ``max_calls``) is worth to training. ``"drop"``
+            (default): it is left out of the update and counted, so failing can never pay more
+            than finishing. ``"reward"``: it is paid ``error_reward`` and trained on (a warning
+            says when that exceeds the lowest reward a finished episode was paid).
+        error_reward: What a failed episode is paid (under ``"drop"``: only what held-out
+            metrics such as ``eval/reward_mean`` count it as).
         max_error_share: Share of one rollout's episodes that may fail before the run stops with
             the first failure's traceback (1 never stops).
+        max_reward_parts: Named reward parts a program may return (each becomes a metric).
+        max_request_bytes: Bytes of one request body (in process: characters of its messages and
+            tools); larger requests are refused (HTTP 413) and fail the episode.
+        max_messages: Messages of one request; more are refused (HTTP 400) and fail the episode.
+        max_concurrent_calls: Calls of one episode waiting at once; more are refused (HTTP 429)
+            and fail the episode.
+        max_prompt_tokens: Tokens of one rendered prompt; a longer one fails the episode after
+            its call. None: no limit.
+        isolation: ``"thread"`` (default): the program runs in a thread of this process.
+            ``"process"``: in a child process and process group of its own, killed with its
+            children at the episode's end, so that neither ``os._exit``, a crash nor a process it
+            leaves behind can end or outlive the trainer (POSIX only; docs/programs.md).
         test_size: Held-out share (or count) of ``tasks`` when ``test_tasks`` is not given.
         split_seed: Seed of that split.
         transport: ``"inprocess"``: the program gets a :class:`~marft_envs.programs.ProgramClient`;
@@ -191,8 +239,16 @@ class ProgramEnv(FlexPOMDPEnv):
         credit: str = "team",
         max_calls: int = 32,
         episode_timeout: float = 60.0,
+        max_episode_seconds: float | None = 3600.0,
+        on_error: str = "drop",
         error_reward: float = 0.0,
         max_error_share: float = 0.5,
+        max_reward_parts: int = MAX_REWARD_PARTS,
+        max_request_bytes: int = RequestLimits.max_request_bytes,
+        max_messages: int = RequestLimits.max_messages,
+        max_concurrent_calls: int = RequestLimits.max_concurrent_calls,
+        max_prompt_tokens: int | None = None,
+        isolation: str = "thread",
         test_size: float = 0.1,
         split_seed: int = 0,
         transport: str = "inprocess",
@@ -224,6 +280,29 @@ class ProgramEnv(FlexPOMDPEnv):
                 raise ValueError(f"{name} must be a finite number, got {value!r}.")
         if transport not in ("inprocess", "http"):
             raise ValueError(f"transport must be 'inprocess' or 'http', got {transport!r}.")
+        if on_error not in ("drop", "reward"):
+            raise ValueError(
+                f"on_error must be 'drop' (failed episodes are left out of the update) or "
+                f"'reward' (they are paid error_reward), got {on_error!r}."
+            )
+        if isolation not in ("thread", "process"):
+            raise ValueError(f"isolation must be 'thread' or 'process', got {isolation!r}.")
+        if max_episode_seconds is not None and not (
+            _finite(max_episode_seconds) and max_episode_seconds > 0
+        ):
+            raise ValueError(
+                f"max_episode_seconds must be a positive number of seconds or None, got "
+                f"{max_episode_seconds!r}."
+            )
+        for name, bound in {
+            "max_reward_parts": max_reward_parts,
+            "max_prompt_tokens": max_prompt_tokens,
+        }.items():
+            if bound is not None and (
+                isinstance(bound, bool) or not isinstance(bound, int) or bound < 1
+            ):
+                raise ValueError(f"{name} must be a positive integer, got {bound!r}.")
+        self.limits = RequestLimits(max_request_bytes, max_messages, max_concurrent_calls)
         if not 0 < max_error_share <= 1:
             raise ValueError(f"max_error_share must be in (0, 1], got {max_error_share!r}.")
         if tool_prompt is not None and tool_prompt not in TOOL_PROMPTS:
@@ -241,7 +320,15 @@ class ProgramEnv(FlexPOMDPEnv):
         self.reward_weights = {str(k): float(v) for k, v in (reward_weights or {}).items()}
         self.episode_timeout = float(episode_timeout)
         self.error_reward = float(error_reward)
+        self.on_error = on_error
         self.max_error_share = float(max_error_share)
+        self.max_episode_seconds = max_episode_seconds
+        self.max_reward_parts = max_reward_parts
+        self.max_prompt_tokens = max_prompt_tokens
+        self.isolation = isolation
+        self._lowest_finished: float | None = None
+        self._last_prompt_tokens = 0
+        self._started = 0.0
         self.split = split
         self.transport = transport
         self._server: Any = None
@@ -294,12 +381,18 @@ class ProgramEnv(FlexPOMDPEnv):
             self.task = self.draw_task(self.np_random)
         program_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
         self._latest, self._answered, self._usage = {}, None, (0, 0, True)
-        make_client: Callable[[Callable[[CallRecord], Any]], Any]
+        self._last_prompt_tokens = 0
+        make_client: Callable[[ProgramRun], Any]
         if self.transport == "http":
-            make_client = lambda send: self._http_client(send, program_rng)  # noqa: E731
+            make_client = lambda run: self._http_client(run, program_rng)  # noqa: E731
         else:
-            make_client = lambda send: ProgramClient(self.possible_agents, send, program_rng)  # noqa: E731
-        self._run = ProgramRun(self.program, self.task, make_client, self.episode_timeout)
+            make_client = lambda run: ProgramClient(  # noqa: E731
+                self.possible_agents, run.send, program_rng, self.limits, run.refused
+            )
+        self._started = time.monotonic()
+        self._run = ProgramRun(
+            self.program, self.task, make_client, self.episode_timeout, isolation=self.isolation
+        )
         self._event = self._run.next_event()
 
     def _route_context(self) -> Mapping[str, Any]:
@@ -337,6 +430,7 @@ class ProgramEnv(FlexPOMDPEnv):
 
     def note_generation(self, prompt_tokens: int, completion_tokens: int, finished: bool) -> None:
         self._usage = (int(prompt_tokens), int(completion_tokens), bool(finished))
+        self._last_prompt_tokens = int(prompt_tokens)
 
     def prepare_step(self, action: str) -> None:
         """Hand the reply to the program now, so that the programs of all env copies run on to
@@ -367,12 +461,16 @@ class ProgramEnv(FlexPOMDPEnv):
             )
         self._answered = None
         self._event = self._run.next_event()
+        broken = self._broken_bound()
+        if broken is not None:
+            self._stop()
+            return self._failed(*broken, "")
         if self._event.kind == "call":
             if self.timestep + 1 >= self.horizon:
                 self._stop()
                 return Transition(
                     reward=self.error_reward,
-                    info={**self._counts(), "program_failure": "max_calls"},
+                    info={**self._counts(), "program_failure": "max_calls", **self._drop()},
                 )
             return Transition(reward=0.0)
         return self._final(self._event)
@@ -402,11 +500,17 @@ class ProgramEnv(FlexPOMDPEnv):
 
     def _final(self, event: Event) -> Transition:
         self._stop()
+        assert self._run is not None
+        if self._run.refusals:  # a refused request fails the episode, whatever the program did then
+            return self._failed(*self._run.refusals[0], "")
         if event.kind == "return":
             try:
-                reward, parts = combine_reward(event.value, self.reward_weights)
+                reward, parts = combine_reward(
+                    event.value, self.reward_weights, self.max_reward_parts
+                )
             except (TypeError, ValueError) as err:
                 return self._failed(type(err).__name__, str(err), "")
+            self._note_finished(reward)
             info: dict[str, Any] = {**self._counts(), "reward_parts": parts}
             if "success" in parts:
                 info["correct"] = parts["success"] > 0
@@ -433,8 +537,51 @@ class ProgramEnv(FlexPOMDPEnv):
         return Transition(
             reward=self.error_reward,
             terminated=True,
-            info={**self._counts(), "program_error": error},
+            info={**self._counts(), "program_error": error, **self._drop()},
         )
+
+    def _drop(self) -> dict[str, Any]:
+        """``{"drop": True}`` under ``on_error="drop"``: trainers leave the episode out."""
+        return {"drop": True} if self.on_error == "drop" else {}
+
+    def _broken_bound(self) -> tuple[str, str] | None:
+        """The first bound the episode passed, as ``(kind, message)``; None while within them."""
+        assert self._run is not None
+        if self._run.refusals:
+            return self._run.refusals[0]
+        prompt_tokens = self._last_prompt_tokens
+        if self.max_prompt_tokens is not None and prompt_tokens > self.max_prompt_tokens:
+            return (
+                "PromptTooLong",
+                f"a call's rendered prompt has {prompt_tokens} tokens, more than "
+                f"max_prompt_tokens={self.max_prompt_tokens}; send shorter messages, or raise "
+                f"max_prompt_tokens where the program is registered.",
+            )
+        elapsed = time.monotonic() - self._started
+        if self.max_episode_seconds is not None and elapsed > self.max_episode_seconds:
+            return (
+                "Timeout",
+                f"the episode ran {elapsed:.0f} s, model time included, more than "
+                f"max_episode_seconds={self.max_episode_seconds:g}",
+            )
+        return None
+
+    def _note_finished(self, reward: float) -> None:
+        """Warn once when a failed episode would be paid more than a finished one was."""
+        lowest = self._lowest_finished
+        self._lowest_finished = reward if lowest is None else min(lowest, reward)
+        if (
+            self.on_error == "reward"
+            and self.error_reward > self._lowest_finished
+            and (lowest is None or self.error_reward <= lowest)
+        ):
+            logger.warning(
+                "error_reward=%g exceeds the reward of a finished episode (%g): failing pays more "
+                "than finishing, so training will teach the team to fail. Use on_error='drop' (the "
+                "default) or a lower error_reward.",
+                self.error_reward,
+                self._lowest_finished,
+            )
 
     def _counts(self) -> dict[str, Any]:
         if self._run is None:
@@ -454,7 +601,7 @@ class ProgramEnv(FlexPOMDPEnv):
             return self._event.call
         return self._run.last_call if self._run is not None else None
 
-    def _http_client(self, send: Callable[[CallRecord], Any], rng: np.random.Generator) -> Any:
+    def _http_client(self, run: ProgramRun, rng: np.random.Generator) -> Any:
         """``openai.OpenAI`` on a fresh episode URL of the shared local endpoint."""
         from marft_envs.programs.server import shared_server
 
@@ -466,12 +613,13 @@ class ProgramEnv(FlexPOMDPEnv):
             ) from None
         if self._server is None:
             self._server = shared_server()
-        url, counts = self._server.open(tuple(self.possible_agents), send)
+        url, counts = self._server.open(tuple(self.possible_agents), run, self.limits)
         self._episode_url = url
         if self._http is None:  # one connection pool per env copy, kept across its episodes
             self._http = openai.DefaultHttpxClient(timeout=None)
+        key = url.rstrip("/").split("/")[-2]  # the episode's secret, also sent as its API key
         client = openai.OpenAI(
-            base_url=url, api_key="marft", max_retries=0, timeout=None, http_client=self._http
+            base_url=url, api_key=key, max_retries=0, timeout=None, http_client=self._http
         )
         client.rng, client.counts, client.agents = rng, counts, tuple(self.possible_agents)  # type: ignore[attr-defined]
         return client

@@ -1,9 +1,18 @@
-"""One episode of an agent program, run in its own thread and advanced one model call at a time.
+"""One episode of an agent program, advanced one model call at a time.
 
 The program runs until it makes a model call; the call waits there while the env schedules the
 named agent and the policy generates; :meth:`ProgramRun.answer` hands the text back and the program
 runs on to its next call or its end. The env only ever waits for the program's next *event* (a
 call, a return, an exception), and never longer than the episode's time budget.
+
+A call is queued with :meth:`ProgramRun.submit`, which never blocks: the reply is delivered to a
+callback. The in-process client waits for it on a queue; the HTTP endpoint awaits it on its event
+loop, so a waiting call holds no thread and any number of episodes can wait at once.
+
+Where the program runs (``isolation``): ``"thread"``, a daemon thread of this process;
+``"process"``, a child process in its own process group (:mod:`marft_envs.programs.isolation`),
+killed with every process it started when the episode ends, so that neither ``os._exit``, a crash
+of the interpreter nor a child it leaves behind can end or outlive the trainer.
 """
 
 from __future__ import annotations
@@ -21,9 +30,10 @@ from typing import Any
 
 from marft_envs.programs.client import CallRecord, EpisodeEnded
 
-__all__ = ["Event", "ProgramRun"]
+__all__ = ["Deliver", "Event", "ProgramRun"]
 
-_CLOSED = object()
+#: Receives a call's reply, or the :class:`EpisodeEnded` that ends the wait.
+Deliver = Callable[[Any], None]
 
 
 @dataclass
@@ -40,64 +50,88 @@ class Event:
 @dataclass
 class _Pending:
     call: CallRecord
-    reply: queue.Queue[Any]
+    deliver: Deliver
 
 
 class ProgramRun:
-    """A program's episode in a daemon thread.
+    """A program's episode, in a thread of this process or in a child process.
 
     Args:
         program: ``program(task, client)``, a function or an ``async def``.
         task: This episode's task.
-        make_client: Builds the client from the function that sends a call to the env.
+        make_client: Builds the client from this run (its :meth:`send` and :meth:`submit`).
         time_budget: Seconds the env may wait, in total, for the program between its calls.
+        isolation: ``"thread"`` or ``"process"`` (see the module notes).
     """
 
     def __init__(
         self,
         program: Callable[..., Any],
         task: Any,
-        make_client: Callable[[Callable[[CallRecord], Any]], Any],
+        make_client: Callable[[ProgramRun], Any],
         time_budget: float,
+        *,
+        isolation: str = "thread",
     ) -> None:
         self._events: queue.Queue[Event] = queue.Queue()
         self._pending: deque[_Pending] = deque()
         self._lock = threading.Lock()
         self._closed = False
         self._budget = float(time_budget)
-        self.client = make_client(self._send)
         self.finished = False
         self.last_call: CallRecord | None = None
-        self._thread = threading.Thread(
-            target=self._main, args=(program, task), name="marft-program", daemon=True
-        )
-        self._thread.start()
+        #: Requests refused for passing a bound, as ``(kind, message)``: the episode is failed.
+        self.refusals: list[tuple[str, str]] = []
+        self.client = make_client(self)
+        self._child: Any = None
+        if isolation == "process":
+            from marft_envs.programs.isolation import ChildProgram
 
-    # ------------------------------------------------------------------ program thread
+            self._child = ChildProgram(program, task, self)
+        else:
+            threading.Thread(
+                target=self._main, args=(program, task), name="marft-program", daemon=True
+            ).start()
+
+    # ------------------------------------------------------------------ program side
     def _main(self, program: Callable[..., Any], task: Any) -> None:
         try:
-            result = program(task, self.client)
-            if inspect.isawaitable(result):
-                result = asyncio.run(_awaited(result))
-            self._events.put(Event("return", value=result))
+            self.ended(Event("return", value=run_program(program, task, self.client)))
         except BaseException as exc:  # the program's own failure ends its episode, not the run
-            self._events.put(Event("error", error=exc, traceback=traceback.format_exc()))
+            self.ended(Event("error", error=exc, traceback=traceback.format_exc()))
 
-    def _send(self, call: CallRecord) -> Any:
-        reply: queue.Queue[Any] = queue.Queue(maxsize=1)
+    def ended(self, event: Event) -> None:
+        """The program returned or failed (called from wherever it runs)."""
+        self._events.put(event)
+
+    def refused(self, kind: str, message: str) -> None:
+        """A request of the program passed a bound (:class:`~marft_envs.programs.client.RequestLimits`)."""
+        with self._lock:
+            self.refusals.append((kind, message))
+
+    def submit(self, call: CallRecord, deliver: Deliver) -> None:
+        """Queue a call without waiting; ``deliver`` later gets its reply, or an
+        :class:`EpisodeEnded` when the episode ends first.
+
+        Raises:
+            EpisodeEnded: The episode has already ended.
+        """
         with self._lock:
             if self._closed:
                 raise EpisodeEnded(
                     f"call {call.index} for {call.agent!r} arrived after the episode ended (its time "
                     f"budget or call budget ran out, or the env was reset or closed)."
                 )
-            self._pending.append(_Pending(call, reply))
+            self._pending.append(_Pending(call, deliver))
         self._events.put(Event("call", call=call))
-        answer = reply.get()
-        if answer is _CLOSED:
-            raise EpisodeEnded(
-                f"the episode ended while call {call.index} for {call.agent!r} waited."
-            )
+
+    def send(self, call: CallRecord) -> Any:
+        """Queue a call and wait for its reply (the in-process client's path)."""
+        box: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self.submit(call, box.put)
+        answer = box.get()
+        if isinstance(answer, EpisodeEnded):
+            raise answer
         return answer
 
     # ------------------------------------------------------------------ env side
@@ -119,16 +153,32 @@ class ProgramRun:
         """Hand the reply to the oldest waiting call."""
         with self._lock:
             pending = self._pending.popleft()
-        pending.reply.put(reply)
+        pending.deliver(reply)
 
     def close(self) -> None:
-        """End the episode: every waiting call, and every later one, raises :class:`EpisodeEnded`."""
+        """End the episode: every waiting call, and every later one, gets :class:`EpisodeEnded`;
+        a program in a child process is killed with its process group."""
         with self._lock:
             self._closed = True
             waiting = list(self._pending)
             self._pending.clear()
         for pending in waiting:
-            pending.reply.put(_CLOSED)
+            pending.deliver(
+                EpisodeEnded(
+                    f"the episode ended while call {pending.call.index} for "
+                    f"{pending.call.agent!r} waited."
+                )
+            )
+        if self._child is not None:
+            self._child.kill()
+
+
+def run_program(program: Callable[..., Any], task: Any, client: Any) -> Any:
+    """``program(task, client)``, awaited when it is a coroutine."""
+    result = program(task, client)
+    if inspect.isawaitable(result):
+        result = asyncio.run(_awaited(result))
+    return result
 
 
 async def _awaited(awaitable: Any) -> Any:

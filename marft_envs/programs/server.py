@@ -1,26 +1,37 @@
 """An OpenAI-compatible endpoint for agent programs that run out of process or through a framework.
 
 With ``transport="http"`` each episode of a :class:`~marft_envs.programs.ProgramEnv` gets its own
-base URL on one local server, ``http://127.0.0.1:<port>/episodes/<id>/v1``, so concurrent episodes
-never mix. The program receives a real ``openai.OpenAI(base_url=<that URL>)``; a framework builds
-its own client from ``client.base_url`` (LangGraph's ``ChatOpenAI(base_url=...)``, the Agents SDK's
-``AsyncOpenAI``). Served:
+base URL on one local server, ``http://127.0.0.1:<port>/episodes/<secret>/v1``, so concurrent
+episodes never mix. The program receives a real ``openai.OpenAI(base_url=<that URL>)``; a framework
+builds its own client from ``client.base_url`` (LangGraph's ``ChatOpenAI(base_url=...)``, the
+Agents SDK's ``AsyncOpenAI``). Served:
 
-- ``POST /episodes/<id>/v1/chat/completions``: one model call; ``model`` names the agent (404 naming
-  the agents for any other). It waits while the env schedules the agent and the policy generates.
-- ``GET /episodes/<id>/v1/models``: the team's agents.
+- ``POST /episodes/<secret>/v1/chat/completions``: one model call; ``model`` names the agent (404
+  naming the agents for any other). It waits while the env schedules the agent and the policy
+  generates, holding no thread: any number of episodes may wait at once.
+- ``GET /episodes/<secret>/v1/models``: the team's agents.
 
-The server (Starlette on uvicorn, the ``agents`` extra) binds 127.0.0.1 only. It starts with the
-first episode that needs it and stops when the last env using it closes, or when the process exits.
+Who may call (docs/programs.md, "Threat model"): the server binds 127.0.0.1 only; an episode's URL
+holds an unguessable secret (``secrets.token_urlsafe(32)``), known only to the program it was
+handed to; requests must name ``Host: 127.0.0.1`` or ``localhost`` and send JSON, which a web page
+cannot do without the browser asking the server first. Bounds (:class:`RequestLimits`): request
+bytes, messages per request and calls waiting at once per episode; a request past one is refused
+(413, 400, 429) and counted as its episode's program error.
+
+The server (Starlette on uvicorn, the ``agents`` extra) starts with the first episode that needs it
+and stops when the last env using it closes, or when the process exits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import itertools
+import json
+import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any
 
@@ -28,24 +39,41 @@ from marft_envs.programs.client import (
     CallRecord,
     Counts,
     EpisodeEnded,
-    Reply,
+    RequestLimits,
+    RequestRefused,
     UnknownAgentError,
     check_request,
     completion,
 )
+from marft_envs.programs.runner import ProgramRun
 
-__all__ = ["EpisodeServer", "release_server", "running_server", "shared_server"]
+__all__ = [
+    "EpisodeServer",
+    "allowed_host",
+    "error_response",
+    "read_json",
+    "release_server",
+    "running_server",
+    "shared_server",
+    "without_none",
+]
+
+#: How many ended episodes' secrets are remembered, so that a late call gets 409, not 404.
+_ENDED_KEPT = 4096
 
 
 class _Episode:
-    def __init__(self, agents: tuple[str, ...], send: Callable[[CallRecord], Reply]) -> None:
+    def __init__(self, agents: tuple[str, ...], run: ProgramRun, limits: RequestLimits) -> None:
         self.agents = agents
-        self.send = send
+        self.run = run
+        self.limits = limits
         self.counts = Counts()
         self.calls = itertools.count()
+        self.in_flight = 0
 
 
-def _error(status: int, message: str, kind: str, code: str | None = None) -> Any:
+def error_response(status: int, message: str, kind: str, code: str | None = None) -> Any:
+    """An error as the OpenAI API writes it (``openai`` raises the matching ``APIStatusError``)."""
     from starlette.responses import JSONResponse
 
     return JSONResponse(
@@ -54,17 +82,65 @@ def _error(status: int, message: str, kind: str, code: str | None = None) -> Any
     )
 
 
-def _without_none(value: Any) -> Any:
+def without_none(value: Any) -> Any:
     """The response as the OpenAI API writes it: ``tool_calls`` absent rather than null."""
     if isinstance(value, dict):
-        return {k: _without_none(v) for k, v in value.items() if v is not None or k == "content"}
+        return {k: without_none(v) for k, v in value.items() if v is not None or k == "content"}
     if isinstance(value, list):
-        return [_without_none(v) for v in value]
+        return [without_none(v) for v in value]
     return value
 
 
+def allowed_host(host: str | None, port: int) -> bool:
+    """``Host`` names this machine's loopback (``127.0.0.1``, ``localhost``, ``[::1]``) and,
+    when it has one, this port: a browser page on another origin cannot send that (DNS rebinding
+    included, whose requests carry the attacker's host name)."""
+    if not host:
+        return False
+    name, _, given = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+    if not name:  # no port given
+        name, given = host, ""
+    return name.lower() in ("127.0.0.1", "localhost", "[::1]") and given in ("", str(port))
+
+
+async def read_json(request: Any, max_bytes: int) -> Any:
+    """The request's JSON body, read no further than ``max_bytes``.
+
+    Raises:
+        RequestRefused: Another content type than JSON (415), a body over ``max_bytes`` (413),
+            malformed JSON (400).
+    """
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise RequestRefused(
+            f"the request's content type is {kind or 'missing'!r}; send application/json (as every "
+            f"OpenAI client does).",
+            status=415,
+            code="unsupported_media_type",
+        )
+    too_large = RequestRefused(
+        f"the request body is over max_request_bytes={max_bytes}; send less, or raise "
+        f"max_request_bytes where the program is registered.",
+        status=413,
+        code="request_too_large",
+        kind="RequestTooLarge",
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > max_bytes:
+            raise too_large
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise RequestRefused("the request body is not JSON.", status=400) from None
+
+
 class EpisodeServer:
-    """One local server, many episodes (each under its own URL prefix)."""
+    """One local server, many episodes (each under its own secret URL prefix)."""
 
     def __init__(self) -> None:
         try:
@@ -77,7 +153,7 @@ class EpisodeServer:
                 f"pip install 'marft[agents]'."
             ) from None
         self._episodes: dict[str, _Episode] = {}
-        self._ids = itertools.count()
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
         app = Starlette(
             routes=[
@@ -85,7 +161,9 @@ class EpisodeServer:
                 Route("/episodes/{episode}/v1/models", self._models, methods=["GET"]),
             ]
         )
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", access_log=False
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="marft-endpoint", daemon=True)
         self._thread.start()
@@ -98,20 +176,23 @@ class EpisodeServer:
 
     # ------------------------------------------------------------------ episodes
     def open(
-        self, agents: tuple[str, ...], send: Callable[[CallRecord], Reply]
+        self, agents: tuple[str, ...], run: ProgramRun, limits: RequestLimits
     ) -> tuple[str, Counts]:
-        """A new episode's base URL and its usage counts."""
-        episode = _Episode(agents, send)
+        """A new episode's base URL (with its secret) and its usage counts."""
+        episode = _Episode(agents, run, limits)
+        key = secrets.token_urlsafe(32)
         with self._lock:
-            key = f"e{next(self._ids)}"
             self._episodes[key] = episode
         return f"http://127.0.0.1:{self.port}/episodes/{key}/v1", episode.counts
 
     def release(self, base_url: str) -> None:
-        """Forget an episode: later calls to its URL get 404."""
+        """Forget an episode: later calls to its URL get 409 (episode ended)."""
         key = base_url.rstrip("/").split("/")[-2]
         with self._lock:
-            self._episodes.pop(key, None)
+            if self._episodes.pop(key, None) is not None:
+                self._ended[key] = None
+                while len(self._ended) > _ENDED_KEPT:
+                    self._ended.popitem(last=False)
 
     def stop(self) -> None:
         """Close the socket and end the server thread."""
@@ -119,51 +200,99 @@ class EpisodeServer:
         self._thread.join(timeout=10)
 
     # ------------------------------------------------------------------ routes
-    def _find(self, request: Any) -> _Episode | None:
+    def _find(self, request: Any) -> tuple[_Episode | None, Any]:
+        """The request's episode, or the response refusing it."""
+        if not allowed_host(request.headers.get("host"), self.port):
+            return None, error_response(
+                403,
+                f"Host {request.headers.get('host')!r} is not served; call "
+                f"http://127.0.0.1:{self.port}/... (the episode's base URL).",
+                "invalid_request_error",
+                "forbidden_host",
+            )
+        key = request.path_params["episode"]
         with self._lock:
-            return self._episodes.get(request.path_params["episode"])
+            episode = self._episodes.get(key)
+            ended = key in self._ended
+        if episode is not None:
+            return episode, None
+        if ended:
+            return None, error_response(
+                409,
+                "this episode has ended (its program returned, failed, or ran out of its time or "
+                "call budget); it takes no more calls.",
+                "invalid_request_error",
+                "episode_ended",
+            )
+        return None, error_response(404, "unknown episode", "invalid_request_error")
 
     async def _models(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
-        episode = self._find(request)
+        episode, refused = self._find(request)
         if episode is None:
-            return _error(404, "unknown or finished episode", "invalid_request_error")
+            return refused
         data = [
             {"id": a, "object": "model", "created": 0, "owned_by": "marft"} for a in episode.agents
         ]
         return JSONResponse({"object": "list", "data": data})
 
     async def _chat(self, request: Any) -> Any:
-        import anyio
         from starlette.responses import JSONResponse
 
-        episode = self._find(request)
+        episode, refused = self._find(request)
         if episode is None:
-            return _error(404, "unknown or finished episode", "invalid_request_error")
+            return refused
         try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "the request body is not JSON", "invalid_request_error")
-        if not isinstance(body, dict):
-            return _error(400, "the request body must be a JSON object", "invalid_request_error")
-        fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
-        try:
+            body = await read_json(request, episode.limits.max_request_bytes)
+            if not isinstance(body, dict):
+                raise RequestRefused("the request body must be a JSON object.", status=400)
+            fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
             messages, tools = check_request(
-                episode.agents, body.get("model"), body.get("messages"), fields
+                episode.agents, body.get("model"), body.get("messages"), fields, episode.limits
             )
+            if episode.in_flight >= episode.limits.max_concurrent_calls:
+                raise RequestRefused(
+                    f"this episode already has {episode.in_flight} calls waiting, the most "
+                    f"max_concurrent_calls={episode.limits.max_concurrent_calls} allows; wait for "
+                    f"one to finish.",
+                    status=429,
+                    code="too_many_calls",
+                    kind="TooManyCalls",
+                )
         except UnknownAgentError as err:
-            return _error(404, str(err), "invalid_request_error", "model_not_found")
+            return error_response(404, str(err), "invalid_request_error", "model_not_found")
+        except RequestRefused as err:
+            if err.kind is not None:
+                episode.run.refused(err.kind, str(err))
+            return error_response(err.status, str(err), err.error_type, err.code)
         except (TypeError, ValueError) as err:
-            return _error(400, str(err), "invalid_request_error")
+            return error_response(400, str(err), "invalid_request_error")
         agent = str(body["model"])
         call = CallRecord(agent, messages, next(episode.calls), tools)
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Any] = loop.create_future()
+
+        def deliver(answer: Any) -> None:  # from the env's thread
+            loop.call_soon_threadsafe(_settle, reply, answer)
+
+        episode.in_flight += 1
         try:
-            reply = await anyio.to_thread.run_sync(episode.send, call, abandon_on_cancel=True)
+            episode.run.submit(call, deliver)
+            answer = await reply
+            if isinstance(answer, EpisodeEnded):
+                raise answer
         except EpisodeEnded as err:
-            return _error(409, str(err), "invalid_request_error", "episode_ended")
-        episode.counts.add(agent, reply.prompt_tokens, reply.completion_tokens)
-        return JSONResponse(_without_none(asdict(completion(agent, reply))))
+            return error_response(409, str(err), "invalid_request_error", "episode_ended")
+        finally:
+            episode.in_flight -= 1
+        episode.counts.add(agent, answer.prompt_tokens, answer.completion_tokens)
+        return JSONResponse(without_none(asdict(completion(agent, answer))))
+
+
+def _settle(future: asyncio.Future[Any], answer: Any) -> None:
+    if not future.done():
+        future.set_result(answer)
 
 
 class _Shared:
