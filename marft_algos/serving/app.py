@@ -28,16 +28,16 @@ from typing import Any
 
 from marft_algos.protocols import GenerationSettings
 from marft_algos.serving.batcher import Batcher, BatcherClosed
-from marft_algos.serving.guards import (
-    Limits,
-    check_api_key,
-    check_content_type,
-    check_host,
-    error,
-    read_json,
-)
+from marft_algos.serving.guards import Limits, check_api_key, check_host, read_body, refused
 from marft_algos.serving.team import ServedTeam
-from marft_envs.programs.client import UnknownAgentError, check_request, completion
+from marft_envs.programs.client import (
+    RequestRefused,
+    UnknownAgentError,
+    check_request,
+    completion,
+)
+from marft_envs.programs.server import error_response as error
+from marft_envs.programs.server import without_none
 
 __all__ = ["build_app", "request_settings"]
 
@@ -94,15 +94,6 @@ def _number(value: Any) -> bool:
     )
 
 
-def _without_none(value: Any) -> Any:
-    """The response as the OpenAI API writes it: absent fields left out rather than null."""
-    if isinstance(value, dict):
-        return {k: _without_none(v) for k, v in value.items() if v is not None or k == "content"}
-    if isinstance(value, list):
-        return [_without_none(v) for v in value]
-    return value
-
-
 def build_app(
     team: ServedTeam,
     batcher: Batcher,
@@ -125,6 +116,7 @@ def build_app(
     from starlette.routing import Route
 
     limits = limits or Limits()
+    request_limits = limits.request_limits()
     calls = itertools.count()
     agents = team.agents
 
@@ -132,9 +124,9 @@ def build_app(
         return check_host(request, loopback) or check_api_key(request, api_key)
 
     async def models(request: Any) -> Any:
-        refused = guard(request)
-        if refused is not None:
-            return refused
+        refusal = guard(request)
+        if refusal is not None:
+            return refusal
         data = [{"id": a, "object": "model", "created": 0, "owned_by": "marft"} for a in agents]
         return JSONResponse({"object": "list", "data": data})
 
@@ -142,21 +134,25 @@ def build_app(
         return JSONResponse({"status": "ok" if batcher.running else "stopping"})
 
     async def chat(request: Any) -> Any:
-        refused = guard(request) or check_content_type(request)
-        if refused is not None:
-            return refused
-        body, refused = await read_json(request, limits)
-        if refused is not None:
-            return refused
+        refusal = guard(request)
+        if refusal is not None:
+            return refusal
+        body, refusal = await read_body(request, limits)
+        if refusal is not None:
+            return refusal
         fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
         try:
-            messages, tools = check_request(agents, body.get("model"), body.get("messages"), fields)
+            messages, tools = check_request(
+                agents, body.get("model"), body.get("messages"), fields, request_limits
+            )
             agent = str(body["model"])
             settings = request_settings(team.settings, agent, fields)
             observation = team.observation(messages, tools)
             prompt = await asyncio.to_thread(team.policy.render, agent, observation)
         except UnknownAgentError as err:
             return error(404, str(err), "invalid_request_error", "model_not_found")
+        except RequestRefused as err:
+            return refused(err, limits)
         except (TypeError, ValueError) as err:  # ToolTemplateError is a ValueError
             return error(400, str(err), "invalid_request_error")
         key = object() if settings.seed is not None else None  # a seeded call samples alone
@@ -168,7 +164,7 @@ def build_app(
             logger.exception("call of %r failed", agent)
             return error(500, f"generation failed: {type(err).__name__}: {err}", "server_error")
         reply = team.reply(generation, bool(tools), next(calls))
-        return JSONResponse(_without_none(dataclasses.asdict(completion(agent, reply))))
+        return JSONResponse(without_none(dataclasses.asdict(completion(agent, reply))))
 
     return Starlette(
         routes=[

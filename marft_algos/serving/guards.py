@@ -1,21 +1,23 @@
 """Request guards of the serving endpoint: API key, Host header, content type, size bounds.
 
-Small local checks (``marft_envs.programs.server`` had none to share when this was written). Each
-returns None when the request may go on, or an OpenAI-style error response that says what was
-wrong and how to fix it.
+The Host, content-type and body checks are the training endpoint's own
+(:mod:`marft_envs.programs.server`: :func:`~marft_envs.programs.server.allowed_host`,
+:func:`~marft_envs.programs.server.read_json`, and ``check_request``'s message count); this module
+adds the API key and words the refusals for ``marft serve``'s flags. Each check returns None when
+the request may go on, or an OpenAI-style error response that says what was wrong and how to fix
+it.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Limits", "check_api_key", "check_content_type", "check_host", "error", "read_json"]
+from marft_envs.programs.client import RequestLimits, RequestRefused
+from marft_envs.programs.server import allowed_host, error_response, read_json
 
-#: Host names a loopback-bound server answers to (anything else: DNS rebinding from a web page).
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+__all__ = ["Limits", "check_api_key", "check_host", "read_body", "refused"]
 
 
 @dataclass(frozen=True)
@@ -35,15 +37,9 @@ class Limits:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
 
-
-def error(status: int, message: str, kind: str, code: str | None = None) -> Any:
-    """An error response shaped as the OpenAI API writes them (``openai`` raises it by status)."""
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "code": code, "param": None}},
-        status_code=status,
-    )
+    def request_limits(self) -> RequestLimits:
+        """The same bounds as the training endpoint's ``check_request`` takes them."""
+        return RequestLimits(max_request_bytes=self.max_body_bytes, max_messages=self.max_messages)
 
 
 def check_api_key(request: Any, api_key: str | None) -> Any:
@@ -53,7 +49,7 @@ def check_api_key(request: Any, api_key: str | None) -> Any:
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), api_key.encode()):
         return None
-    return error(
+    return error_response(
         401,
         "missing or wrong API key: send 'Authorization: Bearer <key>' with the key the server was "
         "started with (--api-key or MARFT_API_KEY), e.g. openai.OpenAI(api_key=...).",
@@ -63,70 +59,52 @@ def check_api_key(request: Any, api_key: str | None) -> Any:
 
 
 def check_host(request: Any, loopback: bool) -> Any:
-    """On a loopback-bound server, 421 for a ``Host`` that is not a loopback name (a web page
-    reaching the server through DNS rebinding); a server bound elsewhere relies on its API key."""
+    """On a loopback-bound server, 421 for a ``Host`` that is not a loopback name with this port
+    (a web page reaching the server through DNS rebinding); a server bound elsewhere relies on its
+    API key."""
     if not loopback:
         return None
-    host = request.headers.get("host", "")
-    name = host.rsplit(":", 1)[0] if host.count(":") <= 1 else host.rsplit("]", 1)[0] + "]"
-    if name.lower() in LOOPBACK_NAMES:
+    host = request.headers.get("host")
+    port = int((request.scope.get("server") or ("", 0))[1] or 0)
+    if allowed_host(host, port):
         return None
-    return error(
+    return error_response(
         421,
         f"Host {host!r} is not this server's: a server bound to a loopback address answers only "
-        f"to 127.0.0.1, localhost or [::1].",
+        f"to 127.0.0.1, localhost or [::1] on its port.",
         "invalid_request_error",
     )
 
 
-def check_content_type(request: Any) -> Any:
-    """415 unless the body is declared JSON (a browser form cannot post it without a preflight)."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind == "application/json":
-        return None
-    return error(
-        415,
-        f"Content-Type {kind or 'missing'!r}: send the request as 'application/json'.",
-        "invalid_request_error",
-    )
-
-
-async def read_json(request: Any, limits: Limits) -> tuple[Any, Any]:
-    """The request body as JSON, read at most ``max_body_bytes`` far.
+async def read_body(request: Any, limits: Limits) -> tuple[Any, Any]:
+    """The request body as a JSON object, read at most ``max_body_bytes`` far.
 
     Returns:
-        ``(body, None)``, or ``(None, error response)``: 413 for a body over the limit, 400 for
-        one that is not a JSON object.
+        ``(body, None)``, or ``(None, error response)``: 415 for another content type than JSON,
+        413 for a body over the limit, 400 for one that is not a JSON object.
     """
-    too_large = error(
-        413,
-        f"the request body is over the server's limit of {limits.max_body_bytes} bytes; send "
-        f"fewer or shorter messages, or start the server with a larger --max-body-bytes.",
-        "invalid_request_error",
-        "request_too_large",
-    )
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        return None, too_large
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limits.max_body_bytes:
-            return None, too_large
-        chunks.append(chunk)
     try:
-        body = json.loads(b"".join(chunks))
-    except ValueError:
-        return None, error(400, "the request body is not JSON", "invalid_request_error")
+        body = await read_json(request, limits.max_body_bytes)
+    except RequestRefused as err:
+        return None, refused(err, limits)
     if not isinstance(body, dict):
-        return None, error(400, "the request body must be a JSON object", "invalid_request_error")
-    messages = body.get("messages")
-    if isinstance(messages, list) and len(messages) > limits.max_messages:
-        return None, error(
-            400,
-            f"{len(messages)} messages is over the server's limit of {limits.max_messages}; "
-            f"shorten the history, or start the server with a larger --max-messages.",
-            "invalid_request_error",
-            "too_many_messages",
+        return None, error_response(
+            400, "the request body must be a JSON object", "invalid_request_error"
         )
     return body, None
+
+
+def refused(err: RequestRefused, limits: Limits) -> Any:
+    """The response to a refused request, naming the server's flag for a bound it passed."""
+    message = str(err)
+    if err.code == "request_too_large":
+        message = (
+            f"the request body is over the server's limit of {limits.max_body_bytes} bytes; send "
+            f"fewer or shorter messages, or start marft serve with a larger --max-body-bytes."
+        )
+    elif err.code == "too_many_messages":
+        message = (
+            f"the request has more messages than the server's limit of {limits.max_messages}; "
+            f"shorten the history, or start marft serve with a larger --max-messages."
+        )
+    return error_response(err.status, message, err.error_type, err.code)
