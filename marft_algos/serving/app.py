@@ -23,6 +23,7 @@ import itertools
 import logging
 import math
 import numbers
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,6 +118,13 @@ def build_app(
 
     limits = limits or Limits()
     request_limits = limits.request_limits()
+    # A fast tokenizer refuses two encodes at once ("Already borrowed"): render one at a time.
+    render_lock = threading.Lock()
+
+    def render(agent: str, observation: Any) -> Any:
+        with render_lock:
+            return team.policy.render(agent, observation)
+
     calls = itertools.count()
     agents = team.agents
 
@@ -148,7 +156,7 @@ def build_app(
             agent = str(body["model"])
             settings = request_settings(team.settings, agent, fields)
             observation = team.observation(messages, tools)
-            prompt = await asyncio.to_thread(team.policy.render, agent, observation)
+            prompt = await asyncio.to_thread(render, agent, observation)
         except UnknownAgentError as err:
             return error(404, str(err), "invalid_request_error", "model_not_found")
         except RequestRefused as err:
