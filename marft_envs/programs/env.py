@@ -98,7 +98,10 @@ def combine_reward(
             if isinstance(part, bool) or not isinstance(part, numbers.Real):
                 raise TypeError(f"reward part {name!r} must be a number, got {part!r:.80}.")
             parts[name] = _finite_float(part, f"reward part {name!r} is")
-        total = math.fsum(weights.get(name, 1.0) * part for name, part in parts.items())
+        try:
+            total = math.fsum(weights.get(name, 1.0) * part for name, part in parts.items())
+        except OverflowError:
+            total = math.inf
         if not math.isfinite(total):
             raise ValueError(
                 f"the weighted sum of the reward parts {sorted(parts)} is {total}; return parts "

@@ -247,3 +247,59 @@ def test_a_program_with_tools_trains_on_the_ids_it_rendered(tiny_path, tool_prom
         assert '"name": "lookup"' in prompt
         assert (d.tools == [LOOKUP]) == (tool_prompt is None)
         assert ("<tools>" in prompt) == (tool_prompt == "hermes")
+
+
+def _sometimes_fails(task, client):
+    reply = client.chat.completions.create(
+        model="solo", messages=[{"role": "user", "content": f"task {task}"}]
+    )
+    text = reply.choices[0].message.content or ""
+    if len(text) % 3 == 0:  # sampled replies differ within a group: some episodes fail
+        raise ValueError("bad task")
+    return {"success": float(len(text) % 2 == 0), "cost": -0.5}
+
+
+@pytest.mark.parametrize("on_error", ["drop", "reward"])
+def test_failed_episodes_are_left_out_of_the_update_and_told_on_the_console(
+    tiny_path, tmp_path, caplog, on_error
+):
+    """The default drops them (a crash paid 0 would beat finishing at -0.5 here); one console
+    line per iteration counts them by kind and names their transcripts."""
+    import json
+    import logging
+
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["solo"], seed=0)
+
+    def env_fn():
+        return ProgramEnv(
+            _sometimes_fails,
+            ["solo"],
+            [0, 1, 2, 3],
+            test_tasks=[9],
+            on_error=on_error,
+            max_error_share=1.0,
+        )
+
+    small = {**SMALL, "iterations": 1, "episodes_per_iteration": 8, "max_new_tokens": 4}
+    del small["critic_learning_rate"]
+    config = GRPOConfig(num_generations=4, output_dir=str(tmp_path / "run"), **small)
+    trainer = GRPOTrainer(policy, env_fn, config)
+    trained_on = []
+    update = trainer.update
+    trainer.update = lambda episodes: trained_on.extend(episodes) or update(episodes)
+    with caplog.at_level(logging.WARNING, logger="marft_algos.trainers.base"):
+        (record,) = trainer.train()
+    trainer.close()
+    failed = record["rollout/program_errors"]
+    assert failed > 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "program_errors.jsonl").open()]
+    assert len(rows) == failed and rows[0]["info"]["program_error"]["message"] == "bad task"
+    lines = [r.getMessage() for r in caplog.records if "episodes failed" in r.getMessage()]
+    assert len(lines) == 1 and f"{failed} of 8 episodes failed (ValueError {failed})" in lines[0]
+    assert "program_errors.jsonl" in lines[0]
+    errors = [e for e in trained_on if "program_error" in e.info]
+    if on_error == "drop":
+        assert record["rollout/episodes_dropped"] == failed and not errors
+        assert len(trained_on) == 8 - failed
+    else:
+        assert record["rollout/episodes_dropped"] == 0 and len(errors) == failed

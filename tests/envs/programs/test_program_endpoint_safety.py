@@ -244,8 +244,8 @@ def _post_from(messages_or_body, **env_kwargs):
 
     env = ProgramEnv(program, AGENTS, ["t"], transport="http", **env_kwargs)
     try:
-        play(env, lambda agent, messages: "ok")
-        info = env.history[-1].info if env.history else env.infos[env.possible_agents[0]]
+        env.reset(seed=0)  # the program's one request is refused: it ends before any call
+        info = dict(env.infos[env.agent_selection])
     finally:
         env.close()
     return seen, info

@@ -1,0 +1,214 @@
+"""Failed agent-program episodes never pay: rewards must be finite floats, failures are dropped
+from training by default, and a program in its own process cannot take the trainer down."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from test_program_env import play
+
+from marft_envs.programs import ProgramEnv, combine_reward
+from marft_envs.programs.env import MAX_REWARD_PARTS
+
+AGENTS = ["planner", "solver"]
+
+
+def returns(value):
+    def program(task, client):
+        client.chat.completions.create(
+            model="planner", messages=[{"role": "user", "content": task}]
+        )
+        return value
+
+    return program
+
+
+# ---------------------------------------------------------------------- rewards
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": 1e308, "b": 1e308},  # each part finite, the sum is not
+        10**400,  # float() overflows
+        {"a": 10**400},
+        float("inf"),
+        float("nan"),
+        "1.0",
+        {"a": "x"},
+        None,
+        {f"part{i}": 0.0 for i in range(MAX_REWARD_PARTS + 1)},
+    ],
+)
+def test_a_reward_that_is_not_a_finite_float_is_a_counted_program_error(value):
+    env = ProgramEnv(returns(value), AGENTS, ["t"])
+    play(env, lambda agent, messages: "ok")
+    info = env.history[-1].info
+    assert info["program_error"]["type"] in ("ValueError", "TypeError")
+    assert env.history[-1].team_reward == env.error_reward
+    assert "reward_parts" not in info
+
+
+def test_the_reward_part_cap_is_named_and_configurable():
+    many = {f"part{i}": 0.0 for i in range(70)}
+    with pytest.raises(ValueError, match="max_reward_parts=64"):
+        combine_reward(many, {})
+    assert combine_reward(many, {}, max_parts=70)[0] == 0.0
+    env = ProgramEnv(returns(many), AGENTS, ["t"], max_reward_parts=70)
+    play(env, lambda agent, messages: "ok")
+    assert len(env.history[-1].info["reward_parts"]) == 70
+
+
+def test_weights_that_overflow_the_sum_are_refused():
+    with pytest.raises(ValueError, match="finite"):
+        combine_reward({"a": 1e300}, {"a": 1e300})
+
+
+# ---------------------------------------------------------------------- failures never pay
+def crashes(task, client):
+    client.chat.completions.create(model="planner", messages=[{"role": "user", "content": task}])
+    raise RuntimeError("boom")
+
+
+def test_a_failed_episode_is_marked_for_dropping_by_default():
+    env = ProgramEnv(crashes, AGENTS, ["t"])
+    play(env, lambda agent, messages: "ok")
+    info = env.history[-1].info
+    assert info["program_error"]["type"] == "RuntimeError" and info["drop"] is True
+
+
+def test_max_calls_truncation_is_dropped_too():
+    def loops(task, client):
+        while True:
+            client.chat.completions.create(
+                model="planner", messages=[{"role": "user", "content": task}]
+            )
+
+    env = ProgramEnv(loops, AGENTS, ["t"], max_calls=3)
+    play(env, lambda agent, messages: "ok")
+    info = env.history[-1].info
+    assert info["program_failure"] == "max_calls" and info["drop"] is True
+
+
+def test_on_error_reward_pays_error_reward_and_warns_when_failing_pays_more(caplog):
+    finished = {"success": 0.0, "cost": -0.15}
+    env = ProgramEnv(returns(finished), AGENTS, ["t"], on_error="reward", error_reward=0.0)
+    with caplog.at_level(logging.WARNING, logger="marft_envs.programs.env"):
+        play(env, lambda agent, messages: "ok")
+    assert "drop" not in env.history[-1].info
+    assert any("failing pays more than finishing" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    env = ProgramEnv(returns(finished), AGENTS, ["t"], on_error="reward", error_reward=-1.0)
+    with caplog.at_level(logging.WARNING, logger="marft_envs.programs.env"):
+        play(env, lambda agent, messages: "ok")
+    assert not any("failing pays" in r.getMessage() for r in caplog.records)
+    failed = ProgramEnv(crashes, AGENTS, ["t"], on_error="reward", error_reward=-1.0)
+    play(failed, lambda agent, messages: "ok")
+    assert failed.history[-1].team_reward == -1.0 and "drop" not in failed.history[-1].info
+
+
+# ---------------------------------------------------------------------- isolation
+
+
+def exits_hard(task, client):
+    client.chat.completions.create(model="planner", messages=[{"role": "user", "content": task}])
+    os._exit(3)
+
+
+def crashes_the_interpreter(task, client):
+    client.chat.completions.create(model="planner", messages=[{"role": "user", "content": task}])
+    import ctypes
+
+    ctypes.string_at(0)  # a segmentation fault
+
+
+@pytest.mark.parametrize("transport", ["inprocess", "http"])
+@pytest.mark.parametrize("program", [exits_hard, crashes_the_interpreter])
+def test_a_program_that_kills_its_process_fails_only_its_episode(program, transport):
+    if transport == "http":
+        pytest.importorskip("uvicorn")
+    env = ProgramEnv(program, AGENTS, ["t"], isolation="process", transport=transport)
+    try:
+        play(env, lambda agent, messages: "ok")
+        error = env.history[-1].info["program_error"]
+        assert error["type"] == "ProgramExited"
+        assert env.history[-1].info["drop"] is True
+        # The trainer's process goes on: the next episode runs.
+        env.program = returns(1.0)
+        play(env, lambda agent, messages: "ok", seed=1)
+        assert env.history[-1].team_reward == 1.0
+    finally:
+        env.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (ended, not yet reaped by its parent) counts as gone.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("transport", ["inprocess", "http"])
+def test_a_process_the_program_starts_ends_with_its_episode(transport, tmp_path):
+    if transport == "http":
+        pytest.importorskip("uvicorn")
+    pid_file = tmp_path / "pid"
+
+    def starts_a_child(task, client):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        pid_file.write_text(str(child.pid))
+        answer = client.chat.completions.create(
+            model="planner", messages=[{"role": "user", "content": task}]
+        )
+        solver = client.chat.completions.create(
+            model="solver",
+            messages=[{"role": "user", "content": answer.choices[0].message.content}],
+        )
+        return {
+            "success": float(solver.choices[0].message.content == "ok"),
+            "cost": -0.01 * sum(client.counts.calls.values()),
+        }
+
+    env = ProgramEnv(starts_a_child, AGENTS, ["t"], isolation="process", transport=transport)
+    try:
+        play(env, lambda agent, messages: "ok")
+        info = env.history[-1].info
+        # Calls, counts and the reward cross the process boundary exactly.
+        assert info["calls"] == {"planner": 1, "solver": 1}
+        assert info["reward_parts"] == pytest.approx({"success": 1.0, "cost": -0.02})
+        pid = int(pid_file.read_text())
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        env.close()
+
+
+def test_an_async_program_in_a_process_overlaps_its_calls():
+    import asyncio
+
+    async def fan_out(task, client):
+        replies = await asyncio.gather(
+            *(
+                client.aio.chat.completions.create(
+                    model=agent, messages=[{"role": "user", "content": agent}]
+                )
+                for agent in AGENTS
+            )
+        )
+        return float(all(r.choices[0].message.content == "ok" for r in replies))
+
+    env = ProgramEnv(fan_out, AGENTS, ["t"], isolation="process")
+    try:
+        seen = play(env, lambda agent, messages: "ok")
+        assert sorted(a for a, _ in seen) == AGENTS
+        assert env.history[-1].team_reward == 1.0
+    finally:
+        env.close()
