@@ -24,12 +24,10 @@ import traceback
 from collections.abc import Callable
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from marft_envs.programs.client import CallRecord, Counts, EpisodeEnded, ProgramClient, Reply
-
-if TYPE_CHECKING:
-    from marft_envs.programs.runner import ProgramRun
+from marft_envs.programs.events import Event, run_program
 
 __all__ = ["ChildProgram", "ProgramExited"]
 
@@ -39,9 +37,10 @@ class ProgramExited(RuntimeError):
 
 
 class ChildProgram:
-    """The program of one :class:`~marft_envs.programs.runner.ProgramRun`, in a forked child."""
+    """The program of one :class:`~marft_envs.programs.runner.ProgramRun` (``run``: its
+    ``client``, ``submit``, ``refused`` and ``ended``), in a forked child."""
 
-    def __init__(self, program: Callable[..., Any], task: Any, run: ProgramRun) -> None:
+    def __init__(self, program: Callable[..., Any], task: Any, run: Any) -> None:
         if not hasattr(os, "fork"):
             raise RuntimeError(
                 "isolation='process' needs os.fork (Linux or macOS); use isolation='thread'."
@@ -62,8 +61,6 @@ class ChildProgram:
     # ------------------------------------------------------------------ trainer side
     def _relay(self) -> None:
         """Serve the child's calls and count requests until it ends; report how it ended."""
-        from marft_envs.programs.runner import Event
-
         ended = False
         while True:
             try:
@@ -150,8 +147,6 @@ def _child_main(
             client._send, client._refused = link.call, link.refused
         else:
             client = _http_client(client, link)
-        from marft_envs.programs.runner import run_program
-
         try:
             result: tuple[Any, ...] = ("return", run_program(program, task, client))
         except BaseException as exc:

@@ -17,8 +17,6 @@ of the interpreter nor a child it leaves behind can end or outlive the trainer.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import queue
 import threading
 import time
@@ -29,22 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from marft_envs.programs.client import CallRecord, EpisodeEnded
+from marft_envs.programs.events import Event, run_program
 
-__all__ = ["Deliver", "Event", "ProgramRun"]
+__all__ = ["Deliver", "Event", "ProgramRun", "run_program"]
 
 #: Receives a call's reply, or the :class:`EpisodeEnded` that ends the wait.
 Deliver = Callable[[Any], None]
-
-
-@dataclass
-class Event:
-    """What the program did next: ``kind`` is ``"call"``, ``"return"``, ``"error"`` or ``"timeout"``."""
-
-    kind: str
-    call: CallRecord | None = None
-    value: Any = None
-    error: BaseException | None = None
-    traceback: str = ""
 
 
 @dataclass
@@ -171,15 +159,3 @@ class ProgramRun:
             )
         if self._child is not None:
             self._child.kill()
-
-
-def run_program(program: Callable[..., Any], task: Any, client: Any) -> Any:
-    """``program(task, client)``, awaited when it is a coroutine."""
-    result = program(task, client)
-    if inspect.isawaitable(result):
-        result = asyncio.run(_awaited(result))
-    return result
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
