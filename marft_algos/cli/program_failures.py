@@ -4,7 +4,8 @@ The collector stops a rollout when more than ``max_error_share`` of its episodes
 program error (:class:`~marft_algos.rollout.collector.ProgramFailures`, whose message carries the
 first failure's traceback). On the command line that is input the user fixes (the program), so it
 ends like every such error: one line naming the failure, its agent and call, and the file that
-holds the failed episodes' transcripts, exit status 2; ``MARFT_DEBUG=1`` shows the traceback.
+holds the failed episodes' transcripts (the run folder's ``program_errors.jsonl``, where the trainer
+keeps every failed rollout episode), exit status 2; ``MARFT_DEBUG=1`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from pathlib import Path
 from marft_algos.cli.parsing import UsageError
 from marft_algos.rollout.collector import ProgramFailures
 from marft_algos.runs.samples import episode_transcript
+from marft_algos.trainers.failures import FAILURES_FILE
 
-__all__ = ["FAILURES_FILE", "ProgramFailed", "reporting_program_failures"]
-
-#: File of the failed episodes' transcripts, in the run folder.
-FAILURES_FILE = "program_failures.jsonl"
+__all__ = ["ProgramFailed", "describe", "reporting_program_failures"]
 
 
 class ProgramFailed(UsageError):
@@ -40,9 +39,10 @@ def _write_transcripts(error: ProgramFailures, folder: Path) -> Path | None:
     path = folder / FAILURES_FILE
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as fh:
+        with path.open("a", encoding="utf-8") as fh:
             for index, episode in enumerate(error.failed):
-                fh.write(json.dumps(episode_transcript(episode, index)) + "\n")
+                row = {"stopped_the_run": True, **episode_transcript(episode, index)}
+                fh.write(json.dumps(row, default=str) + "\n")
     except OSError:
         return None
     return path
@@ -69,8 +69,8 @@ def describe(error: ProgramFailures, transcripts: Path | None) -> str:
 @contextmanager
 def reporting_program_failures(folder: str | Path, *, write: bool = True) -> Iterator[None]:
     """Turn :class:`ProgramFailures` raised in the block into :class:`ProgramFailed` (one line),
-    after writing the failed episodes' transcripts to ``folder``/``program_failures.jsonl``
-    (``write=False``: another process writes them)."""
+    after appending the failed episodes' transcripts to ``folder``/``program_errors.jsonl``
+    (marked ``"stopped_the_run": true``; ``write=False``: another process writes them)."""
     try:
         yield
     except ProgramFailures as exc:

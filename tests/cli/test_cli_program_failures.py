@@ -12,8 +12,9 @@ from budgets import TINY
 
 import marft_envs
 from marft_algos.cli.main import guarded, main
-from marft_algos.cli.program_failures import FAILURES_FILE, ProgramFailed
+from marft_algos.cli.program_failures import ProgramFailed
 from marft_algos.rollout.collector import ProgramFailures
+from marft_algos.trainers.failures import FAILURES_FILE
 
 TASKS = [f"task {i}" for i in range(12)]
 
@@ -91,7 +92,7 @@ def test_a_failing_program_ends_training_in_one_line_with_exit_2(
     assert wanted in line and "Traceback" not in line, line
     assert f"transcripts of the failed episodes: {run / FAILURES_FILE}" in line
     rows = [json.loads(r) for r in (run / FAILURES_FILE).read_text().splitlines()]
-    assert rows and all(r["info"]["program_error"] for r in rows)
+    assert rows and all(r["stopped_the_run"] and r["info"]["program_error"] for r in rows)
     assert rows[0]["turns"][0]["agent"] == "solo"
 
 
