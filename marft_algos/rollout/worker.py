@@ -8,8 +8,9 @@ rollout of the next iteration runs on another core while the trainer updates on 
 sampled it (``Decision.policy_version``).
 
 Failure handling: an exception in the worker comes back with its traceback and is raised by
-:meth:`RolloutWorker.result` as :class:`RolloutWorkerError`; a worker that dies (killed, out of
-memory) is noticed within a second and raised the same way. The worker exits by itself when the
+:meth:`RolloutWorker.result` as :class:`RolloutWorkerError` (too many failed agent programs as
+the collector's own :class:`~marft_algos.rollout.collector.ProgramFailures`); a worker that dies
+(killed, out of memory) is noticed within a second and raised the same way. The worker exits by itself when the
 trainer's process disappears (even killed with SIGKILL), so no process is left behind.
 """
 
@@ -30,7 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from marft_algos.rollout.collector import Episode, EpisodeRequest, GenerationSettings
+from marft_algos.rollout.collector import (
+    Episode,
+    EpisodeRequest,
+    GenerationSettings,
+    ProgramFailures,
+)
 
 __all__ = ["RolloutWorker", "RolloutWorkerError"]
 
@@ -102,6 +108,8 @@ def _serve(payload: bytes, jobs: Any, results: Any, parent: int) -> None:
                 for decision in episode.decisions:
                     decision.policy_version = version
             results.put(("episodes", (episodes, version, seconds)))
+    except ProgramFailures as exc:  # the run's own error, raised in the trainer as it is
+        results.put(("program_failures", exc))
     except BaseException:  # everything goes back to the trainer
         results.put(("error", traceback.format_exc()))
     finally:
@@ -209,12 +217,19 @@ class RolloutWorker:
             except queue.Empty:
                 self._check_alive()
                 continue
-            if kind == "error":
-                self.close()
-                raise RolloutWorkerError(f"The rollout worker failed:\n{value}")
+            if kind != "episodes":
+                self._raise_reported(kind, value)
             self.pending -= 1
             episodes, version, self.seconds = value
             return episodes, version
+
+    def _raise_reported(self, kind: str, value: Any) -> None:
+        """Raise what the worker reported: too many failed agent programs as the collector
+        raises them in a synchronous run, anything else with the worker's traceback."""
+        self.close()
+        if kind == "program_failures":
+            raise value
+        raise RolloutWorkerError(f"The rollout worker failed:\n{value}")
 
     def _check_alive(self) -> None:
         if not self._process.is_alive():
@@ -222,9 +237,8 @@ class RolloutWorker:
             # An error it reported just before exiting is the better message.
             with contextlib.suppress(queue.Empty):
                 kind, value = self._results.get(timeout=_POLL_S)
-                if kind == "error":
-                    self.close()
-                    raise RolloutWorkerError(f"The rollout worker failed:\n{value}")
+                if kind != "episodes":
+                    self._raise_reported(kind, value)
             self.close()
             raise RolloutWorkerError(
                 f"The rollout worker process (pid {self._process.pid}) died with exit code "

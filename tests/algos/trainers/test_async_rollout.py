@@ -171,6 +171,26 @@ def test_an_error_in_the_worker_stops_the_run_with_it(tiny_path):
     trainer.close()
 
 
+def test_failed_programs_in_the_worker_stop_the_run_as_in_a_synchronous_run(tiny_path):
+    from marft_algos.rollout.collector import ProgramFailures
+    from marft_envs.programs import ProgramEnv
+
+    def fails(task, client):
+        client.chat.completions.create(
+            model="answerer", messages=[{"role": "user", "content": task}]
+        )
+        raise KeyError("no such field")
+
+    trainer = build("grpo", tiny_path, team=1, iterations=2, max_staleness=1)
+    trainer.env_fn = lambda: ProgramEnv(fails, ["answerer"], [f"t{i}" for i in range(8)])
+    with pytest.raises(ProgramFailures, match="no such field") as caught:
+        trainer.train()
+    trainer.close()
+    assert (
+        caught.value.failed and caught.value.failed[0].info["program_error"]["type"] == "KeyError"
+    )
+
+
 def test_a_killed_worker_stops_the_run_and_leaves_no_process(tiny_path):
     trainer = build("grpo", tiny_path, iterations=3, max_staleness=1)
     update = trainer.update
