@@ -1,8 +1,8 @@
 """Well-formed tool calls and task success on the 60 held-out lookup tasks (``tool_task.py``).
 
-    python benchmarks/tool_calls/run.py untuned                 # both ids, greedy and T = 1
-    python benchmarks/tool_calls/run.py tuned RUN_DIR           # a run's final checkpoint and the
-                                                                # untuned model, greedy, paired
+    python benchmarks/tool_calls/measure.py untuned          # both ids, greedy and T = 1
+    python benchmarks/tool_calls/measure.py tuned RUN_DIR    # a run's newest checkpoint and the
+                                                             # untuned model, greedy, paired
 
 A reply counts as a well-formed tool call when ``parse_hermes`` (the env's parser) turns it into
 at least one call, every call naming an offered tool; it is read off the first reply of each
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None, help="default: results/<what>.json")
     args = parser.parse_args(argv)
     if args.what == "tuned" and args.run is None:
-        parser.error("tuned needs the run folder: run.py tuned RUN_DIR")
+        parser.error("tuned needs the run folder: measure.py tuned RUN_DIR")
     torch.set_num_threads(args.threads)
     tool_task.check_split()
     result = untuned(args) if args.what == "untuned" else tuned(args)
