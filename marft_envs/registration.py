@@ -365,6 +365,11 @@ def register_program(
         raise TypeError(
             f"program of {id!r} must be a function program(task, client), got {program!r:.80}."
         )
+    if callable(test_tasks) and not callable(tasks):
+        raise TypeError(
+            f"test_tasks of {id!r} is a function but tasks is not; give test_tasks as a list too, "
+            f"or tasks as a function of a numpy generator."
+        )
     return register(
         id,
         "marft_envs.programs.env:ProgramEnv",

@@ -320,6 +320,7 @@ def test_a_missing_import_inside_the_module_is_not_retried(tmp_path, monkeypatch
             r"test_tasks=\[\] of 'empty-team-v0' holds no tasks.*leave test_tasks out",
         ),
         ({"tasks": "a b c"}, r"tasks='a b c' is not a file"),
+        ({"tasks": ["a"], "test_tasks": lambda rng: "b"}, r"test_tasks of 'empty-team-v0' is a"),
     ],
 )
 def test_register_program_refuses_no_tasks_naming_the_argument(kwargs, message):
