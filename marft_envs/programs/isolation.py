@@ -240,6 +240,7 @@ def _http_client(parent_client: Any, link: _Link) -> Any:
         api_key=parent_client.api_key,
         max_retries=0,
         timeout=None,
+        http_client=openai.DefaultHttpxClient(timeout=None, verify=False),  # loopback: no TLS
     )
     client.rng, client.agents = parent_client.rng, parent_client.agents  # type: ignore[attr-defined]
     client.counts = _RemoteCounts(link)  # type: ignore[attr-defined]
