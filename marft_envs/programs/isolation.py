@@ -15,6 +15,7 @@ the cost is the page tables, measured in docs/programs.md.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import os
 import queue
@@ -84,6 +85,7 @@ class ChildProgram:
                 ended = True
                 error = _named_error(message[1], message[2])
                 self._run.ended(Event("error", error=error, traceback=message[3]))
+        self._conn.close()
         status = self._reap()
         if not ended and not self._ended:
             self._run.ended(
@@ -127,7 +129,8 @@ class ChildProgram:
         self._ended = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        self._conn.close()
+        # The relay closes the pipe when it reads the end of it: closing it here would free its
+        # descriptor for the next episode's pipe while the relay may still read from it.
 
 
 def _named_error(name: str, message: str) -> BaseException:
@@ -141,6 +144,8 @@ def _child_main(
 ) -> None:
     status = 0
     try:
+        # The inherited heap is the trainer's: never walk it (each visit copies a page).
+        gc.freeze()
         os.setsid()
         link = _Link(conn)
         if in_process:
