@@ -212,3 +212,15 @@ def test_an_async_program_in_a_process_overlaps_its_calls():
         assert env.history[-1].team_reward == 1.0
     finally:
         env.close()
+
+
+def test_many_episodes_in_a_row_in_processes_never_lose_a_call():
+    """Each episode's pipe is read by its own relay only (a closed pipe's descriptor is reused
+    by the next episode's)."""
+    env = ProgramEnv(returns(1.0), AGENTS, ["t"], isolation="process", episode_timeout=10)
+    try:
+        for seed in range(25):
+            play(env, lambda agent, messages: "ok", seed=seed)
+            assert env.history[-1].team_reward == 1.0, env.history[-1].info
+    finally:
+        env.close()
