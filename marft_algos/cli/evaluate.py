@@ -226,7 +226,7 @@ def evaluate_checkpoint(
     import torch
 
     import marft_envs
-    from marft_algos.cli.train import apply_chat_template
+    from marft_algos.policy.rendering import fill_chat_template
     from marft_algos.rollout.attribution import SettingsPolicy
     from marft_algos.rollout.collector import GenerationSettings, RolloutCollector
     from marft_algos.rollout.evaluation import evaluation_requests, greedy
@@ -267,7 +267,7 @@ def evaluate_checkpoint(
         torch_dtype=getattr(torch, dtype),
         model_kwargs={"attn_implementation": attn} if attn else None,
     )
-    apply_chat_template(policy, run.get("chat_template"))
+    fill_chat_template(policy, run.get("chat_template"))
     recorded = dict(run.get("generation") or {})
     if not recorded:
         raise UsageError(

@@ -418,15 +418,6 @@ def _chat_template(value: str | None) -> str | None:
     return path.read_text(encoding="utf-8") if path.is_file() else value
 
 
-def apply_chat_template(policy: Any, template: str | None) -> None:
-    """Give tokenizers without a chat template the user's template."""
-    if template is None:
-        return
-    for backbone in policy.backbones.values():
-        if not getattr(backbone.tokenizer, "chat_template", None):
-            backbone.tokenizer.chat_template = template
-
-
 def main(
     argv: Sequence[str] | None = None, *, defaults: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -492,6 +483,7 @@ def _train(
     import torch
 
     from marft_algos.policy import LoraSettings, MultiAgentPolicy
+    from marft_algos.policy.rendering import fill_chat_template
 
     record = {
         "env_id": args.env,
@@ -537,7 +529,7 @@ def _train(
     )
     policy.gradient_checkpointing = args.gradient_checkpointing
     template = _chat_template(args.chat_template)
-    apply_chat_template(policy, template)
+    fill_chat_template(policy, template)
     backend = None
     if args.rollout_backend == "vllm":
         from marft_algos.rollout.vllm import VLLMRolloutBackend

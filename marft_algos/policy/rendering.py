@@ -20,6 +20,7 @@ __all__ = [
     "FALLBACK_CHAT_TEMPLATE",
     "ToolTemplateError",
     "as_messages",
+    "fill_chat_template",
     "observation_tools",
     "render_prompt_ids",
     "render_prompt_text",
@@ -154,3 +155,14 @@ def render_prompt_ids(
     if isinstance(out, Mapping) or hasattr(out, "keys"):
         out = out["input_ids"]
     return [int(i) for i in out]
+
+
+def fill_chat_template(policy: Any, template: str | None) -> None:
+    """Give the policy's tokenizers that have no chat template ``template`` (the user's
+    ``--chat-template``, which a run records so that ``marft eval`` and ``marft serve`` render as
+    training did). None: nothing changes."""
+    if template is None:
+        return
+    for backbone in policy.backbones.values():
+        if not getattr(backbone.tokenizer, "chat_template", None):
+            backbone.tokenizer.chat_template = template

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from marft_algos.policy.rendering import fill_chat_template
 from marft_algos.protocols import GenerationSettings
 from marft_algos.rollout.evaluation import greedy
 from marft_envs.programs.client import Reply
@@ -31,8 +32,8 @@ from marft_envs.programs.tools import (
     TOOL_PARSERS,
     TOOL_PROMPTS,
     ToolParser,
-    arguments_object,
     parse_tool_calls,
+    template_message,
 )
 
 __all__ = ["EXPORT_INDEX", "ServedTeam", "is_export", "team_from_checkpoint", "team_from_export"]
@@ -77,7 +78,7 @@ class ServedTeam:
         arguments as objects, and ``{"messages": ..., "tools": ...}`` when the call offers tools."""
         if self.tool_prompt is not None:
             return TOOL_PROMPTS[self.tool_prompt](messages, tools)
-        plain = [_template_message(m) for m in messages]
+        plain = [template_message(m) for m in messages]
         return {"messages": plain, "tools": [dict(t) for t in tools]} if tools else plain
 
     def reply(self, generation: Any, offered_tools: bool, call_index: int) -> Reply:
@@ -93,24 +94,6 @@ class ServedTeam:
                 generation.text, self.tool_parser, call_index
             )
         return reply
-
-
-def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """As :class:`~marft_envs.programs.ProgramEnv` passes a message to the chat template:
-    tool-call arguments as objects, not JSON text."""
-    out = dict(message)
-    if "tool_calls" in out:
-        out["tool_calls"] = [
-            {
-                **c,
-                "function": {
-                    **c["function"],
-                    "arguments": arguments_object(c["function"]["arguments"]),
-                },
-            }
-            for c in out["tool_calls"]
-        ]
-    return out
 
 
 def is_export(folder: str | Path) -> bool:
@@ -201,7 +184,7 @@ def _team(policy: Any, run: Mapping[str, Any], source: str) -> ServedTeam:
             f"{source} does not record its generation settings (an older run); serve a run "
             f"trained with this marft version."
         )
-    _give_chat_template(policy, run.get("chat_template"))
+    fill_chat_template(policy, run.get("chat_template"))
     settings = greedy(GenerationSettings(**recorded))
     spec = run.get("eval_env") or run.get("env") or {}
     env_id = run.get("env_id") or spec.get("id")
@@ -241,12 +224,3 @@ def _tool_parser(recorded: Any, env_id: str | None, source: str) -> ToolParser:
         f"({sorted(TOOL_PARSERS)}) nor reachable through the env {env_id!r}; make the module that "
         f"registers the env importable (PYTHONPATH) so its parser is registered."
     )
-
-
-def _give_chat_template(policy: Any, template: str | None) -> None:
-    """Tokenizers without a chat template get the one the run rendered with (as ``marft eval``)."""
-    if template is None:
-        return
-    for backbone in policy.backbones.values():
-        if not getattr(backbone.tokenizer, "chat_template", None):
-            backbone.tokenizer.chat_template = template

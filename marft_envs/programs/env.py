@@ -45,9 +45,9 @@ from marft_envs.programs.runner import Event, ProgramRun
 from marft_envs.programs.tools import (
     TOOL_PROMPTS,
     ToolParser,
-    arguments_object,
     parse_tool_calls,
     resolve_parser,
+    template_message,
 )
 
 __all__ = ["MAX_REWARD_PARTS", "ProgramEnv", "ProgramTurns", "combine_reward", "split_tasks"]
@@ -124,23 +124,6 @@ def _finite_float(value: numbers.Real, what: str) -> float:
             f"{what} {str(value)[:40]}, which is not a finite float; return finite numbers."
         )
     return number
-
-
-def _template_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A message as chat templates take it: tool-call arguments as objects, not JSON text."""
-    out = dict(message)
-    if "tool_calls" in out:
-        out["tool_calls"] = [
-            {
-                **c,
-                "function": {
-                    **c["function"],
-                    "arguments": arguments_object(c["function"]["arguments"]),
-                },
-            }
-            for c in out["tool_calls"]
-        ]
-    return out
 
 
 def _finite(value: Any) -> bool:
@@ -429,7 +412,7 @@ class ProgramEnv(FlexPOMDPEnv):
             return []
         if self.tool_prompt is not None:
             return TOOL_PROMPTS[self.tool_prompt](latest.messages, latest.tools)
-        return [_template_message(m) for m in latest.messages]
+        return [template_message(m) for m in latest.messages]
 
     def note_generation(self, prompt_tokens: int, completion_tokens: int, finished: bool) -> None:
         self._usage = (int(prompt_tokens), int(completion_tokens), bool(finished))

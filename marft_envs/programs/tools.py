@@ -35,6 +35,7 @@ __all__ = [
     "parse_hermes",
     "parse_tool_calls",
     "register_tool_parser",
+    "template_message",
 ]
 
 #: What a parser returns: the reply's text outside tool calls (None when empty) and each call's
@@ -194,3 +195,22 @@ def hermes_prompt(
 #: ``tool_prompt=`` choices: how the env writes tools into the transcript for templates without
 #: tool support.
 TOOL_PROMPTS: dict[str, Callable[..., list[dict[str, str]]]] = {"hermes": hermes_prompt}
+
+
+def template_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A message as chat templates take it: tool-call arguments as objects, not JSON text (how
+    :class:`~marft_envs.programs.ProgramEnv` hands a call's messages to the policy, and
+    ``marft serve`` too)."""
+    out = dict(message)
+    if "tool_calls" in out:
+        out["tool_calls"] = [
+            {
+                **c,
+                "function": {
+                    **c["function"],
+                    "arguments": arguments_object(c["function"]["arguments"]),
+                },
+            }
+            for c in out["tool_calls"]
+        ]
+    return out
