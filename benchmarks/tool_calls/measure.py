@@ -1,6 +1,6 @@
 """Well-formed tool calls and task success on the 60 held-out lookup tasks (``tool_task.py``).
 
-    python benchmarks/tool_calls/measure.py untuned          # both ids, greedy and T = 1
+    python benchmarks/tool_calls/measure.py untuned          # the three ids, greedy and T = 1
     python benchmarks/tool_calls/measure.py tuned RUN_DIR    # a run's newest checkpoint and the
                                                              # untuned model, greedy, paired
 
@@ -97,7 +97,7 @@ def sampled_settings(max_new_tokens: int) -> GenerationSettings:
 def untuned(args: argparse.Namespace) -> dict[str, Any]:
     policy = MultiAgentPolicy.from_pretrained(args.model, [tool_task.AGENT], seed=SEED)
     out: dict[str, Any] = {}
-    for env_id in (tool_task.ENV_ID, tool_task.EXAMPLE_ID):
+    for env_id in args.envs:
         for name, settings in (
             ("greedy", greedy_settings(args.max_new_tokens)),
             ("sampled_T1", sampled_settings(args.max_new_tokens)),
@@ -137,7 +137,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("what", choices=["untuned", "tuned"])
     parser.add_argument("run", nargs="?", type=Path, help="tuned: the marft train run folder")
     parser.add_argument("--model", default=MODEL)
-    parser.add_argument("--env", default=tool_task.EXAMPLE_ID, help="tuned: the env measured")
+    parser.add_argument("--env", default=tool_task.RECIPE_ID, help="tuned: the env measured")
+    parser.add_argument(
+        "--envs", nargs="+", default=list(tool_task.EXAMPLES), help="untuned: the envs measured"
+    )
     parser.add_argument("--episodes", type=int, default=tool_task.NUM_TEST_TASKS)
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     parser.add_argument("--threads", type=int, default=1)
@@ -149,7 +152,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tool_task.check_split()
     result = untuned(args) if args.what == "untuned" else tuned(args)
     result.update(model=args.model, max_new_tokens=args.max_new_tokens, seed=SEED)
-    result["run_info"] = run_info([tool_task.ENV_ID, tool_task.EXAMPLE_ID])
+    result["run_info"] = run_info(
+        list(tool_task.EXAMPLES), argv=sys.argv[1:] if argv is None else argv
+    )
     out = args.out or HERE / "results" / f"{args.what}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

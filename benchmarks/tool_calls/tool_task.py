@@ -18,6 +18,9 @@ JSON signatures and parses ``<tool_call>{"name": ..., "arguments": {...}}</tool_
                     with tool support would send)
 ``tool-lookup-example-v0``  the same, with one worked example exchange (question, tool call,
                     tool result, answer) between the system prompt and the question
+``tool-lookup-recipe-v0``  the same, with only the example's question and its tool call (no
+                    result, no answer): the recipe's prompt (added after the design probes of
+                    ``probe.py`` on training tasks, before any tuned run)
 ==================  =========================================================================
 
 Reward parts (team reward ``Σ weight · part``; by default only ``success`` counts, the others
@@ -48,6 +51,7 @@ import marft_envs
 
 ENV_ID = "tool-lookup-v0"
 EXAMPLE_ID = "tool-lookup-example-v0"
+RECIPE_ID = "tool-lookup-recipe-v0"
 AGENT = "assistant"
 #: Weights of the logged parts when nothing else is asked (only ``success`` is paid).
 LOGGED_ONLY = {"tool_call": 0.0, "right_call": 0.0}
@@ -115,6 +119,12 @@ EXAMPLE: list[dict[str, Any]] = [
     },
     {"role": "assistant", "content": "Invoice 1234 comes to $75.50."},
 ]
+#: The recipe's example: the question and the call only. With the result and the answer too, the
+#: untuned model continues the pattern of the last example message and writes a
+#: ``<tool_response>`` itself (probe.py).
+EXAMPLE_CALL = EXAMPLE[:2]
+#: The example turns of each id.
+EXAMPLES = {ENV_ID: [], EXAMPLE_ID: EXAMPLE, RECIPE_ID: EXAMPLE_CALL}
 
 # --------------------------------------------------------------------------- tasks
 MONTHS = [
@@ -238,12 +248,14 @@ def well_formed(tool_calls: list[Any] | None) -> bool:
 
 
 # --------------------------------------------------------------------------- the program
-def lookup_program(example: bool) -> Callable[[dict[str, Any], Any], dict[str, float]]:
-    """The program of either id: with or without the worked example exchange."""
+def lookup_program(
+    example: list[dict[str, Any]],
+) -> Callable[[dict[str, Any], Any], dict[str, float]]:
+    """The program of each id: the system prompt, the ``example`` turns, the question."""
 
     def program(task: dict[str, Any], client: Any) -> dict[str, float]:
         messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
-        messages += EXAMPLE if example else []
+        messages += example
         messages.append({"role": "user", "content": task["request"]})
         first = client.chat.completions.create(model=AGENT, messages=messages, tools=TOOLS)
         message = first.choices[0].message
@@ -280,8 +292,8 @@ def lookup_program(example: bool) -> Callable[[dict[str, Any], Any], dict[str, f
 
 
 def register() -> None:
-    """Register both ids (idempotent)."""
-    for env_id, example in ((ENV_ID, False), (EXAMPLE_ID, True)):
+    """Register the three ids (idempotent)."""
+    for env_id, example in EXAMPLES.items():
         if env_id in marft_envs.registry:
             continue
         marft_envs.register_program(

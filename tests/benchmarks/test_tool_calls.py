@@ -84,7 +84,7 @@ def test_a_right_call_then_the_value_succeeds():
     key = tool_task.TOOL_FIELDS[name][0]
     call = json.dumps({"name": name, "arguments": {key: task["id"]}})
     client = ScriptedClient([f"<tool_call>{call}</tool_call>", f"It is {task['answer']}."])
-    parts = tool_task.lookup_program(example=True)(task, client)
+    parts = tool_task.lookup_program(tool_task.EXAMPLE)(task, client)
     assert parts == {"success": 1.0, "tool_call": 1.0, "right_call": 1.0}
     tool_result = client.prompts[1][-1]["content"]
     assert task["answer"] in tool_result and "<tool_response>" in tool_result
@@ -97,11 +97,11 @@ def test_a_wrong_id_gets_no_value_and_no_call_is_graded_as_the_answer():
     key = tool_task.TOOL_FIELDS[name][0]
     call = json.dumps({"name": name, "arguments": {key: "1"}})
     client = ScriptedClient([f"<tool_call>{call}</tool_call>", "I could not find it."])
-    parts = tool_task.lookup_program(example=False)(task, client)
+    parts = tool_task.lookup_program([])(task, client)
     assert parts == {"success": 0.0, "tool_call": 1.0, "right_call": 0.0}
     assert "Error: no" in client.prompts[1][-1]["content"]
     client = ScriptedClient([f"It is {task['answer']}."])  # a (lucky) answer without a call
-    assert tool_task.lookup_program(example=False)(task, client)["tool_call"] == 0.0
+    assert tool_task.lookup_program([])(task, client)["tool_call"] == 0.0
 
 
 def test_the_held_out_split_shares_no_phrasing_or_id():
