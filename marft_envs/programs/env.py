@@ -327,10 +327,20 @@ class ProgramEnv(FlexPOMDPEnv):
         else:
             if callable(test_tasks):
                 raise TypeError("give test_tasks as a list when tasks is a list.")
-            if isinstance(source, (str, bytes)) or not isinstance(source, Sequence) or not source:
+            name = "test_tasks" if source is test_tasks else "tasks"
+            if isinstance(source, (str, bytes)) or not isinstance(source, Sequence):
                 raise TypeError(
-                    f"tasks must be a non-empty list of tasks or a function of a numpy generator, got "
-                    f"{source!r:.80}."
+                    f"{name} must be a non-empty list of tasks or a function of a numpy generator, "
+                    f"got {source!r:.80}."
+                )
+            if not source:
+                raise ValueError(
+                    f"{name} is empty; give at least one task"
+                    + (
+                        " (or leave test_tasks out to hold out a share of tasks)."
+                        if name == "test_tasks"
+                        else "."
+                    )
                 )
             self.draw_task = None
             if split == "test" and test_tasks is not None:

@@ -224,3 +224,12 @@ def test_many_episodes_in_a_row_in_processes_never_lose_a_call():
             assert env.history[-1].team_reward == 1.0, env.history[-1].info
     finally:
         env.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"tasks": []}, "tasks"), ({"tasks": ["t"], "test_tasks": [], "split": "test"}, "test_tasks")],
+)
+def test_an_empty_task_list_is_refused_naming_its_argument(kwargs, name):
+    with pytest.raises(ValueError, match=f"^{name} is empty"):
+        ProgramEnv(returns(1.0), AGENTS, **kwargs)
