@@ -303,3 +303,37 @@ def test_failed_episodes_are_left_out_of_the_update_and_told_on_the_console(
         assert len(trained_on) == 8 - failed
     else:
         assert record["rollout/episodes_dropped"] == 0 and len(errors) == failed
+
+
+def test_128_concurrent_http_episodes_on_the_built_in_model(tiny_path):
+    """More episodes wait in a call at once than any worker-thread pool of the endpoint holds
+    (anyio's is 40): all finish, with the tokens they would get in process."""
+    pytest.importorskip("uvicorn", reason="the HTTP transport needs the agents extra")
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["planner", "math", "writer"], seed=0)
+    settings = GenerationSettings(max_new_tokens=4)
+    requests = [EpisodeRequest(seed=i, options={"index": i % 4}) for i in range(128)]
+    runs = {}
+    for transport in ("http", "inprocess"):
+        collector = RolloutCollector.from_factory(
+            policy,
+            lambda: ProgramEnv(
+                terse_team,
+                ["planner", "math", "writer"],
+                [1, 2, 3, 4],
+                split="all",
+                transport=transport,
+            ),
+            128,
+            settings,
+            seed=0,
+        )
+        try:
+            runs[transport] = collector.collect(requests)
+        finally:
+            collector.close()
+    http, inprocess = runs["http"], runs["inprocess"]
+    assert not [e.info["program_error"] for e in http if "program_error" in e.info]
+    assert [len(e.decisions) for e in http] == [2] * 128
+    assert [d.action_ids for e in http for d in e.decisions] == [
+        d.action_ids for e in inprocess for d in e.decisions
+    ]
