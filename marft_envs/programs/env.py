@@ -201,7 +201,10 @@ class ProgramEnv(FlexPOMDPEnv):
             :data:`~marft_envs.programs.tools.TOOL_PARSERS` (default ``"hermes"``) or a function.
         tool_prompt: None (default): tools reach the policy's chat template, which must support
             them. ``"hermes"``: the env describes them in the system prompt and writes tool calls
-            and results as text, for models whose template has no tool support.
+            and results as text, for models whose template has no tool support. An untuned
+            small model rarely uses that format: SmolLM2-135M-Instruct wrote no well-formed call
+            on 60 held-out tasks, greedy or at T = 1, until the program's messages held one
+            example call (``benchmarks/tool_calls/RESULTS.md``: the rates and a recipe).
         render_mode: As for every :class:`~marft_envs.FlexPOMDPEnv`.
     """
 
