@@ -10,7 +10,9 @@ or ``account``, whose answer ``qa`` reviews (3 calls per episode), rewarded for 
 department minus 0.05 per call. All settings run the same episodes with the same sampling seed,
 so they generate the same tokens (checked: ``same_tokens``); they are measured back to back,
 interleaved, ``--repeats`` times after a warm-up, and reported as episodes per second and the
-ratio to the in-process thread setting of the same repeat. One torch thread.
+ratio to the in-process thread setting of the same repeat. ``--train-iterations`` also times
+whole GRPO iterations (rollout and update, from the same untuned adapters) per setting, as a
+``marft train`` run spends them. One torch thread.
 """
 
 from __future__ import annotations
@@ -108,6 +110,38 @@ def measure(policy, transport: str, isolation: str, args) -> dict:
     }
 
 
+def measure_training(model: str, transport: str, isolation: str, args) -> dict:
+    """Whole GRPO iterations (rollout and update) from the same untuned adapters."""
+    from marft_algos import GRPOConfig, GRPOTrainer
+
+    policy = MultiAgentPolicy.from_pretrained(model, AGENTS, seed=0)
+
+    def make_env():
+        return ProgramEnv(
+            help_desk, AGENTS, REQUESTS, transport=transport, isolation=isolation, split="all"
+        )
+
+    config = GRPOConfig(
+        iterations=args.train_iterations,
+        episodes_per_iteration=args.episodes,
+        rollout_threads=args.copies,
+        max_new_tokens=args.max_new_tokens,
+        num_generations=4,
+        seed=0,
+    )
+    trainer = GRPOTrainer(policy, make_env, config)
+    start = time.perf_counter()
+    records = trainer.train()
+    seconds = time.perf_counter() - start
+    trainer.close()
+    return {
+        "seconds": seconds,
+        "rollout_s": sum(r["time/rollout_s"] for r in records),
+        "update_s": sum(r["time/update_s"] for r in records),
+        "program_errors": sum(r.get("rollout/program_errors", 0) for r in records),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="model name or path (default: built-in)")
@@ -115,6 +149,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--copies", type=int, default=64, help="env copies stepped together")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--train-iterations",
+        type=int,
+        default=2,
+        help="also time this many GRPO iterations per setting (0: rollouts only)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -131,6 +171,12 @@ def main(argv: list[str] | None = None) -> dict:
     for _ in range(args.repeats):
         for transport, isolation in settings:
             runs[f"{transport}/{isolation}"].append(measure(policy, transport, isolation, args))
+    training: dict[str, list[dict]] = {f"{t}/{i}": [] for t, i in settings}
+    for _ in range(args.repeats if args.train_iterations else 0):
+        for transport, isolation in settings:
+            training[f"{transport}/{isolation}"].append(
+                measure_training(model, transport, isolation, args)
+            )
     base = runs["inprocess/thread"]
     ratios = {}
     for name, rs in runs.items():
@@ -155,6 +201,20 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": {n: [round(r["seconds"], 3) for r in rs] for n, rs in runs.items()},
         "ratio_to_inprocess_thread": ratios,
         "extra_ms_per_call_vs_inprocess_thread": extra_ms_per_call,
+        "training": {
+            "iterations": args.train_iterations,
+            "seconds": {n: [round(r["seconds"], 3) for r in rs] for n, rs in training.items()},
+            "rollout_s": {n: [round(r["rollout_s"], 3) for r in rs] for n, rs in training.items()},
+            "update_s": {n: [round(r["update_s"], 3) for r in rs] for n, rs in training.items()},
+            "program_errors": {n: [r["program_errors"] for r in rs] for n, rs in training.items()},
+            "ratio_to_inprocess_thread": {
+                n: [
+                    b["seconds"] / r["seconds"]
+                    for r, b in zip(rs, training["inprocess/thread"], strict=True)
+                ]
+                for n, rs in training.items()
+            },
+        },
         "run_info": run_info([]),
     }
     print(json.dumps({k: v for k, v in result.items() if k != "run_info"}, indent=1))
