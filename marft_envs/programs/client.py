@@ -66,6 +66,15 @@ class RequestRefused(ValueError):
         super().__init__(message)
         self.status, self.code, self.kind, self.error_type = status, code, kind, error_type
 
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses the pipe of isolation="process"
+        return (_refused, (str(self), self.status, self.code, self.kind, self.error_type))
+
+
+def _refused(
+    message: str, status: int, code: str | None, kind: str | None, error_type: str
+) -> RequestRefused:
+    return RequestRefused(message, status=status, code=code, kind=kind, error_type=error_type)
+
 
 @dataclass(frozen=True)
 class RequestLimits:

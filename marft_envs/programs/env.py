@@ -390,7 +390,12 @@ class ProgramEnv(FlexPOMDPEnv):
             )
         self._started = time.monotonic()
         self._run = ProgramRun(
-            self.program, self.task, make_client, self.episode_timeout, isolation=self.isolation
+            self.program,
+            self.task,
+            make_client,
+            self.episode_timeout,
+            isolation=self.isolation,
+            max_pending=self.limits.max_concurrent_calls,
         )
         self._event = self._run.next_event()
 

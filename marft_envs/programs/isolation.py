@@ -27,7 +27,14 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any
 
-from marft_envs.programs.client import CallRecord, Counts, EpisodeEnded, ProgramClient, Reply
+from marft_envs.programs.client import (
+    CallRecord,
+    Counts,
+    EpisodeEnded,
+    ProgramClient,
+    Reply,
+    RequestRefused,
+)
 from marft_envs.programs.events import Event, run_program
 
 __all__ = ["ChildProgram", "ProgramExited"]
@@ -108,7 +115,7 @@ class ChildProgram:
 
         try:
             self._run.submit(call, deliver)
-        except EpisodeEnded as err:
+        except (EpisodeEnded, RequestRefused) as err:
             self._reply(request, err)
 
     def _reply(self, request: int, answer: Any) -> None:

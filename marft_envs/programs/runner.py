@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from marft_envs.programs.client import CallRecord, EpisodeEnded
+from marft_envs.programs.client import CallRecord, EpisodeEnded, RequestRefused
 from marft_envs.programs.events import Event, run_program
 
 __all__ = ["Deliver", "Event", "ProgramRun", "run_program"]
@@ -50,6 +50,9 @@ class ProgramRun:
         make_client: Builds the client from this run (its :meth:`send` and :meth:`submit`).
         time_budget: Seconds the env may wait, in total, for the program between its calls.
         isolation: ``"thread"`` or ``"process"`` (see the module notes).
+        max_pending: Calls that may wait for their replies at once (None: no bound); one more is
+            refused with :class:`~marft_envs.programs.client.RequestRefused` (HTTP 429) and
+            recorded as a refusal.
     """
 
     def __init__(
@@ -60,12 +63,14 @@ class ProgramRun:
         time_budget: float,
         *,
         isolation: str = "thread",
+        max_pending: int | None = None,
     ) -> None:
         self._events: queue.Queue[Event] = queue.Queue()
         self._pending: deque[_Pending] = deque()
         self._lock = threading.Lock()
         self._closed = False
         self._budget = float(time_budget)
+        self._max_pending = max_pending
         self.finished = False
         self.last_call: CallRecord | None = None
         #: Requests refused for passing a bound, as ``(kind, message)``: the episode is failed.
@@ -103,6 +108,7 @@ class ProgramRun:
 
         Raises:
             EpisodeEnded: The episode has already ended.
+            RequestRefused: ``max_pending`` calls already wait.
         """
         with self._lock:
             if self._closed:
@@ -110,6 +116,17 @@ class ProgramRun:
                     f"call {call.index} for {call.agent!r} arrived after the episode ended (its time "
                     f"budget or call budget ran out, or the env was reset or closed)."
                 )
+            if self._max_pending is not None and len(self._pending) >= self._max_pending:
+                refusal = RequestRefused(
+                    f"this episode already has {len(self._pending)} calls waiting, the most "
+                    f"max_concurrent_calls={self._max_pending} allows; wait for one to finish.",
+                    status=429,
+                    code="too_many_calls",
+                    kind="TooManyCalls",
+                    error_type="rate_limit_error",
+                )
+                self.refusals.append(("TooManyCalls", str(refusal)))
+                raise refusal
             self._pending.append(_Pending(call, deliver))
         self._events.put(Event("call", call=call))
 

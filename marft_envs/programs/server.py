@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import itertools
 import json
 import secrets
@@ -69,7 +70,6 @@ class _Episode:
         self.limits = limits
         self.counts = Counts()
         self.calls = itertools.count()
-        self.in_flight = 0
 
 
 def error_response(status: int, message: str, kind: str, code: str | None = None) -> Any:
@@ -251,15 +251,6 @@ class EpisodeServer:
             messages, tools = check_request(
                 episode.agents, body.get("model"), body.get("messages"), fields, episode.limits
             )
-            if episode.in_flight >= episode.limits.max_concurrent_calls:
-                raise RequestRefused(
-                    f"this episode already has {episode.in_flight} calls waiting, the most "
-                    f"max_concurrent_calls={episode.limits.max_concurrent_calls} allows; wait for "
-                    f"one to finish.",
-                    status=429,
-                    code="too_many_calls",
-                    kind="TooManyCalls",
-                )
         except UnknownAgentError as err:
             return error_response(404, str(err), "invalid_request_error", "model_not_found")
         except RequestRefused as err:
@@ -274,9 +265,9 @@ class EpisodeServer:
         reply: asyncio.Future[Any] = loop.create_future()
 
         def deliver(answer: Any) -> None:  # from the env's thread
-            loop.call_soon_threadsafe(_settle, reply, answer)
+            with contextlib.suppress(RuntimeError):  # the loop has stopped with the endpoint
+                loop.call_soon_threadsafe(_settle, reply, answer)
 
-        episode.in_flight += 1
         try:
             episode.run.submit(call, deliver)
             answer = await reply
@@ -284,8 +275,8 @@ class EpisodeServer:
                 raise answer
         except EpisodeEnded as err:
             return error_response(409, str(err), "invalid_request_error", "episode_ended")
-        finally:
-            episode.in_flight -= 1
+        except RequestRefused as err:
+            return error_response(err.status, str(err), err.error_type, err.code)
         episode.counts.add(agent, answer.prompt_tokens, answer.completion_tokens)
         return JSONResponse(without_none(asdict(completion(agent, answer))))
 

@@ -233,3 +233,33 @@ def test_many_episodes_in_a_row_in_processes_never_lose_a_call():
 def test_an_empty_task_list_is_refused_naming_its_argument(kwargs, name):
     with pytest.raises(ValueError, match=f"^{name} is empty"):
         ProgramEnv(returns(1.0), AGENTS, **kwargs)
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_too_many_overlapping_calls_in_process_are_refused_and_fail_the_episode(isolation):
+    import asyncio
+
+    from marft_envs.programs.client import RequestRefused
+
+    async def fan_out(task, client):
+        replies = await asyncio.gather(
+            *(
+                client.aio.chat.completions.create(
+                    model="planner", messages=[{"role": "user", "content": str(i)}]
+                )
+                for i in range(5)
+            ),
+            return_exceptions=True,
+        )
+        refused = [r for r in replies if isinstance(r, RequestRefused)]
+        assert refused and all(r.status == 429 for r in refused)
+        return 1.0
+
+    env = ProgramEnv(fan_out, AGENTS, ["t"], max_concurrent_calls=2, isolation=isolation)
+    try:
+        # A slow model: the five calls are all made before the first is answered.
+        play(env, lambda agent, messages: time.sleep(0.3) or "ok")
+        error = env.history[-1].info["program_error"]
+        assert error["type"] == "TooManyCalls" and "max_concurrent_calls=2" in error["message"]
+    finally:
+        env.close()
