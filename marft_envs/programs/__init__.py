@@ -12,7 +12,8 @@ from marft_envs.programs.client import (
     ProgramClient,
     UnknownAgentError,
 )
-from marft_envs.programs.env import ProgramEnv, ProgramTurns, combine_reward
+from marft_envs.programs.env import ProgramEnv, ProgramTurns
+from marft_envs.programs.rewards import combine_reward
 from marft_envs.programs.tools import (
     TOOL_PARSERS,
     hermes_prompt,

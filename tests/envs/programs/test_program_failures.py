@@ -13,7 +13,7 @@ import pytest
 from test_program_env import play
 
 from marft_envs.programs import ProgramEnv, combine_reward
-from marft_envs.programs.env import MAX_REWARD_PARTS
+from marft_envs.programs.rewards import MAX_REWARD_PARTS
 
 AGENTS = ["planner", "solver"]
 
