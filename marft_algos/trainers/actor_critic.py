@@ -348,7 +348,7 @@ class ActorCriticTrainer(Trainer):
         mask = self.granularity.mask(batch)
         values, count = self.dist.sum([float(batch.values[mask].sum()), float(mask.sum())])
         metrics["train/value_mean"] = values / count if count else float("nan")
-        trained = torch.tensor([a in train_agents for a in batch.agents])
+        trained = torch.tensor([a in train_agents for a in batch.agents], dtype=torch.bool)
         entries = mask & (trained if mask.dim() == 1 else trained.unsqueeze(-1))
         metrics.update(advantage_abs_mean(batch.advantages, entries, self.dist))
         metrics.update(

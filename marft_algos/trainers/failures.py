@@ -55,7 +55,7 @@ def set_aside_failures(
     metrics = {"rollout/episodes_dropped": int(dist.sum([dropped])[0])}
     if not failed:
         return list(episodes), metrics
-    where = "metrics.jsonl"
+    where = "not kept (no output_dir)"
     if folder is not None:
         path = Path(folder) / FAILURES_FILE
         with path.open("a", encoding="utf-8") as f:

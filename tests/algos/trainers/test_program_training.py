@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from test_trainers import SMALL
 
 import marft_envs
@@ -316,7 +317,7 @@ def test_128_concurrent_http_episodes_on_the_built_in_model(tiny_path):
     for transport in ("http", "inprocess"):
         collector = RolloutCollector.from_factory(
             policy,
-            lambda: ProgramEnv(
+            lambda transport=transport: ProgramEnv(
                 terse_team,
                 ["planner", "math", "writer"],
                 [1, 2, 3, 4],
@@ -337,3 +338,40 @@ def test_128_concurrent_http_episodes_on_the_built_in_model(tiny_path):
     assert [d.action_ids for e in http for d in e.decisions] == [
         d.action_ids for e in inprocess for d in e.decisions
     ]
+
+
+def _always_fails(task, client):
+    client.chat.completions.create(model="solo", messages=[{"role": "user", "content": "hi"}])
+    raise ValueError("always")
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo", "reinforce-pp", "action", "token", "ppo-action"])
+def test_an_iteration_whose_episodes_all_failed_updates_nothing(tiny_path, kind):
+    from test_trainers import CRITIC_FREE, adapter_params
+
+    from marft_algos import PPOConfig, PPOTrainer, TokenMARFTConfig, TokenMARFTTrainer
+
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["solo"], seed=0)
+    settings = {**SMALL, "iterations": 1, "episodes_per_iteration": 4, "max_new_tokens": 4}
+
+    def env_fn():
+        return ProgramEnv(_always_fails, ["solo"], [1, 2], test_tasks=[3], max_error_share=1.0)
+
+    if kind in CRITIC_FREE:
+        settings.pop("critic_learning_rate")
+        settings["num_generations"] = 1 if kind == "reinforce-pp" else 2
+        config_cls, trainer_cls = CRITIC_FREE[kind]
+        trainer = trainer_cls(policy, env_fn, config_cls(**settings))
+    else:
+        config_cls, trainer_cls = {
+            "action": (ActionMARFTConfig, ActionMARFTTrainer),
+            "token": (TokenMARFTConfig, TokenMARFTTrainer),
+            "ppo-action": (PPOConfig, PPOTrainer),
+        }[kind]
+        trainer = trainer_cls(policy, env_fn, config_cls(**settings), critic=Critic(policy, seed=0))
+    before = adapter_params(trainer, "solo")
+    (record,) = trainer.train()
+    trainer.close()
+    assert record["rollout/episodes_dropped"] == 4
+    after = adapter_params(trainer, "solo")
+    assert all(torch.equal(before[name], after[name]) for name in before)
