@@ -15,18 +15,14 @@ the cost is the page tables, measured in docs/programs.md.
 from __future__ import annotations
 
 import contextlib
-import gc
-import itertools
 import os
-import queue
 import signal
 import threading
-import traceback
 from collections.abc import Callable
 from multiprocessing import Pipe
-from multiprocessing.connection import Connection
 from typing import Any
 
+from marft_envs.programs.child import child_main, client_spec
 from marft_envs.programs.client import (
     CallRecord,
     Counts,
@@ -35,7 +31,8 @@ from marft_envs.programs.client import (
     Reply,
     RequestRefused,
 )
-from marft_envs.programs.events import Event, run_program
+from marft_envs.programs.events import Event
+from marft_envs.programs.zygote import start_in_zygote
 
 __all__ = ["ChildProgram", "ProgramExited"]
 
@@ -57,13 +54,18 @@ class ChildProgram:
         self._in_process = isinstance(run.client, ProgramClient)
         self._send_lock = threading.Lock()
         self._ended = False
-        parent, child = Pipe(duplex=True)
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns into the trainer's code
-            parent.close()
-            _child_main(program, task, run.client, child, self._in_process)
-        child.close()
-        self._conn = parent
+        spec = client_spec(run.client)
+        started = start_in_zygote(program, task, spec)
+        if started is not None:
+            self.pid, self._conn = started
+        else:  # a program the zygote cannot import (a closure, __main__): fork the trainer
+            parent, child = Pipe(duplex=True)
+            self.pid = os.fork()
+            if self.pid == 0:  # the child: never returns into the trainer's code
+                parent.close()
+                child_main(program, task, spec, child)
+            child.close()
+            self._conn = parent
         threading.Thread(target=self._relay, name="marft-program-relay", daemon=True).start()
 
     # ------------------------------------------------------------------ trainer side
@@ -125,8 +127,8 @@ class ChildProgram:
     def _reap(self) -> str:
         try:
             _, status = os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            return "already reaped"
+        except ChildProcessError:  # the zygote's child: the zygote reaps it
+            return "its exit status is the zygote's to read"
         if os.WIFSIGNALED(status):
             return f"killed by signal {os.WTERMSIG(status)}"
         return f"exit code {os.waitstatus_to_exitcode(status)}"
@@ -134,8 +136,13 @@ class ChildProgram:
     def kill(self) -> None:
         """End the program and every process of its group (the episode is over)."""
         self._ended = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:  # not yet the leader of its group (or gone): the process alone
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGKILL)
+        except PermissionError:
+            pass
         # The relay closes the pipe when it reads the end of it: closing it here would free its
         # descriptor for the next episode's pipe while the relay may still read from it.
 
@@ -143,117 +150,3 @@ class ChildProgram:
 def _named_error(name: str, message: str) -> BaseException:
     """An exception whose type name is the child's (its class may not exist here)."""
     return type(name, (RuntimeError,), {"__module__": "program"})(message)
-
-
-# ---------------------------------------------------------------------- child side
-def _child_main(
-    program: Callable[..., Any], task: Any, client: Any, conn: Connection, in_process: bool
-) -> None:
-    status = 0
-    try:
-        # The inherited heap is the trainer's: never walk it (each visit copies a page).
-        gc.freeze()
-        os.setsid()
-        link = _Link(conn)
-        if in_process:
-            client._send, client._refused = link.call, link.refused
-        else:
-            client = _http_client(client, link)
-        try:
-            result: tuple[Any, ...] = ("return", run_program(program, task, client))
-        except BaseException as exc:
-            result = ("error", type(exc).__name__, str(exc), traceback.format_exc())
-        try:
-            link.send(result)
-        except Exception as err:  # e.g. a return value that cannot be pickled
-            link.send(
-                (
-                    "error",
-                    type(err).__name__,
-                    f"the program's result could not be sent to the trainer: {err}",
-                    traceback.format_exc(),
-                )
-            )
-    except BaseException:
-        status = 1
-    finally:
-        os._exit(status)
-
-
-class _Link:
-    """The child's end of the pipe: calls wait for their replies, matched by request number."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._lock = threading.Lock()
-        self._requests = itertools.count()
-        self._waiting: dict[int, queue.Queue[Any]] = {}
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def send(self, message: tuple[Any, ...]) -> None:
-        with self._lock:
-            self._conn.send(message)
-
-    def _ask(self, kind: str, *payload: Any) -> Any:
-        box: queue.Queue[Any] = queue.Queue(maxsize=1)
-        request = next(self._requests)
-        self._waiting[request] = box
-        self.send((kind, request, *payload))
-        answer = box.get()
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-    def _read(self) -> None:
-        while True:
-            try:
-                _, request, answer = self._conn.recv()
-            except (EOFError, OSError):
-                os._exit(0)  # the trainer closed the episode
-            self._waiting.pop(request).put(answer)
-
-    def call(self, call: CallRecord) -> Reply:
-        answer: Reply = self._ask("call", call)
-        return answer
-
-    def refused(self, kind: str, message: str) -> None:
-        self.send(("refused", kind, message))
-
-    def counts(self) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-        answer: tuple[dict[str, int], dict[str, int], dict[str, int]] = self._ask("counts")
-        return answer
-
-
-class _RemoteCounts:
-    """``client.counts`` in the child of an HTTP episode: the endpoint's counts, asked for."""
-
-    def __init__(self, link: _Link) -> None:
-        self._link = link
-
-    @property
-    def calls(self) -> dict[str, int]:
-        return self._link.counts()[0]
-
-    @property
-    def prompt_tokens(self) -> dict[str, int]:
-        return self._link.counts()[1]
-
-    @property
-    def completion_tokens(self) -> dict[str, int]:
-        return self._link.counts()[2]
-
-
-def _http_client(parent_client: Any, link: _Link) -> Any:
-    """A fresh ``openai.OpenAI`` on the episode's URL (the parent's connection pool stays there)."""
-    import openai
-
-    client = openai.OpenAI(
-        base_url=str(parent_client.base_url),
-        api_key=parent_client.api_key,
-        max_retries=0,
-        timeout=None,
-        http_client=openai.DefaultHttpxClient(timeout=None, verify=False),  # loopback: no TLS
-    )
-    client.rng, client.agents = parent_client.rng, parent_client.agents  # type: ignore[attr-defined]
-    client.counts = _RemoteCounts(link)  # type: ignore[attr-defined]
-    return client

@@ -263,3 +263,61 @@ def test_too_many_overlapping_calls_in_process_are_refused_and_fail_the_episode(
         assert error["type"] == "TooManyCalls" and "max_concurrent_calls=2" in error["message"]
     finally:
         env.close()
+
+
+def reports_its_parent(task, client):
+    client.chat.completions.create(model="planner", messages=[{"role": "user", "content": task}])
+    return {"parent": float(os.getppid())}
+
+
+def test_an_importable_program_is_forked_from_the_zygote_and_a_closure_from_the_trainer():
+    from marft_envs.programs import zygote
+
+    def closure(task, client):
+        return reports_its_parent(task, client)
+
+    parents = {}
+    for name, program in (("module", reports_its_parent), ("closure", closure)):
+        env = ProgramEnv(program, AGENTS, ["t"], isolation="process")
+        try:
+            play(env, lambda agent, messages: "ok")
+            parents[name] = env.history[-1].info["reward_parts"]["parent"]
+        finally:
+            env.close()
+    assert parents["module"] == zygote._ZYGOTE._process.pid != os.getpid()
+    assert parents["closure"] == os.getpid()
+
+
+def test_a_dead_zygote_is_replaced():
+    from marft_envs.programs import zygote
+
+    env = ProgramEnv(reports_its_parent, AGENTS, ["t"], isolation="process")
+    try:
+        play(env, lambda agent, messages: "ok")
+        first = zygote._ZYGOTE._process
+        first.kill()
+        first.wait()
+        play(env, lambda agent, messages: "ok", seed=1)
+        assert env.history[-1].info["reward_parts"]["parent"] == zygote._ZYGOTE._process.pid
+        assert zygote._ZYGOTE._process.pid != first.pid
+    finally:
+        env.close()
+
+
+def starts_a_sleeper(task, client):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    client.chat.completions.create(model="planner", messages=[{"role": "user", "content": task}])
+    return {"sleeper": float(child.pid)}
+
+
+def test_a_process_started_by_a_zygote_child_ends_with_its_episode():
+    env = ProgramEnv(starts_a_sleeper, AGENTS, ["t"], isolation="process")
+    try:
+        play(env, lambda agent, messages: "ok")
+        pid = int(env.history[-1].info["reward_parts"]["sleeper"])
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        env.close()
