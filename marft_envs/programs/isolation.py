@@ -1,15 +1,15 @@
-"""``isolation="process"``: an agent program's episode in a child process of its own.
+"""``isolation="process"``: an agent program's episode in a process of its own.
 
-The child is forked when the episode starts, so the program needs no pickling and no import, and
-it is the leader of a new process group. Its model calls travel to this process over a pipe (in
-process) or go to the episode's URL of the local endpoint as before (``transport="http"``); what it
-returns or raises comes back over the pipe. When the episode ends, the whole process group is
-killed, so a process the program started ends with it (unless it left the group on purpose with
-``setsid``). ``os._exit``, a crash of the interpreter or a kill of the child end its episode only:
-the episode fails with ``ProgramExited`` and the trainer goes on.
+The process is forked from the zygote (:mod:`marft_envs.programs.zygote`) when the program can
+be imported there, otherwise from the trainer itself (no pickling, no import: closures work).
+Either way it leads a new process group. Its model calls travel to this process over a socket
+(in process) or go to the episode's URL of the local endpoint as before (``transport="http"``);
+what it returns or raises comes back over the socket. When the episode ends, the whole process
+group is killed, so a process the program started ends with it (unless it left the group on
+purpose with ``setsid``). ``os._exit``, a crash of the interpreter or a kill of the process end
+its episode only: the episode fails with ``ProgramExited`` and the trainer goes on.
 
-POSIX only (``os.fork``). Forking copies the trainer's address space lazily (copy-on-write), so
-the cost is the page tables, measured in docs/programs.md.
+POSIX only (``os.fork``). The cost is measured in ``benchmarks/programs/scale.py``.
 """
 
 from __future__ import annotations
