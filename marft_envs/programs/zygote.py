@@ -191,6 +191,8 @@ def _serve(control: socket.socket) -> None:
             _send(control, pickle.dumps(("error", f"{type(err).__name__}: {err}")))
             continue
         assert fd is not None
+        if spec[0] == "http":
+            import openai  # noqa: F401  (once here, not in every child)
         pid = os.fork()
         if pid == 0:
             control.close()
