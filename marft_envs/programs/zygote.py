@@ -173,6 +173,26 @@ def start_in_zygote(
 
 
 # ---------------------------------------------------------------------- the zygote process
+_WARM: list[Any] = []
+
+
+def _warm_openai() -> None:
+    """Import, once here rather than in every child, what the ``openai`` client loads lazily on
+    its first call (the chat resources and their response types)."""
+    if _WARM:
+        return
+    import openai
+    from openai.types.chat import ChatCompletion  # noqa: F401
+
+    client = openai.OpenAI(
+        base_url="http://127.0.0.1:9/v1",
+        api_key="warm",
+        http_client=openai.DefaultHttpxClient(verify=False),
+    )
+    _WARM.append(client.chat.completions)
+    _WARM.append(client.models)
+
+
 def _serve(control: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped as they end
     while True:
@@ -192,7 +212,7 @@ def _serve(control: socket.socket) -> None:
             continue
         assert fd is not None
         if spec[0] == "http":
-            import openai  # noqa: F401  (once here, not in every child)
+            _warm_openai()
         pid = os.fork()
         if pid == 0:
             control.close()
