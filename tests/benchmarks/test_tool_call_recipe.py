@@ -13,6 +13,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "too
 tool_task = pytest.importorskip("tool_task")
 measure = pytest.importorskip("measure")
 
+import marft_envs  # noqa: E402
+
+#: Importing tool_task registers its ids (for ``marft train --env tool_task:...``); they stay out
+#: of the global registry that other test modules enumerate, and are back for these tests only.
+TOOL_IDS = [i for i in list(marft_envs.registry) if i.startswith("tool-lookup-")]
+for _id in TOOL_IDS:
+    del marft_envs.registry[_id]
+
+
+@pytest.fixture(autouse=True)
+def _tool_ids():
+    tool_task.register()
+    yield
+    for env_id in TOOL_IDS:
+        marft_envs.registry.pop(env_id, None)
+
+
 from marft_envs.programs.tools import hermes_prompt, parse_tool_calls, resolve_parser  # noqa: E402
 
 AMOUNT = {"tool": "get_invoice_amount", "answer": "$482.17"}
