@@ -21,8 +21,6 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-import math
-import numbers
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +35,7 @@ from marft_envs.programs.client import (
     check_request,
     completion,
 )
+from marft_envs.programs.rewards import finite_number
 from marft_envs.programs.server import error_response as error
 from marft_envs.programs.server import without_none
 
@@ -57,12 +56,12 @@ def request_settings(
     settings = team_settings
     temperature = fields.get("temperature")
     if temperature is not None:
-        if not _number(temperature) or not 0 <= temperature <= 2:
+        if not finite_number(temperature) or not 0 <= temperature <= 2:
             raise ValueError(f"temperature must be a number in [0, 2], got {temperature!r}.")
         if temperature > 0:
             top_p = fields.get("top_p")
             top_p = 1.0 if top_p is None else top_p
-            if not _number(top_p) or not 0 < top_p <= 1:
+            if not finite_number(top_p) or not 0 < top_p <= 1:
                 raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}.")
             settings = dataclasses.replace(
                 settings, do_sample=True, temperature=float(temperature), top_p=float(top_p)
@@ -85,14 +84,6 @@ def request_settings(
         )
         break
     return settings
-
-
-def _number(value: Any) -> bool:
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
 
 
 def build_app(

@@ -27,8 +27,6 @@ the program's own randomness from ``client.rng``, so a seeded episode repeats.
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
@@ -41,7 +39,7 @@ from marft_envs.core.env import FlexPOMDPEnv, Transition
 from marft_envs.core.profiles import AgentProfile
 from marft_envs.core.spaces import ChatObservation, ChatSpace
 from marft_envs.programs.client import CallRecord, ProgramClient, Reply, RequestLimits
-from marft_envs.programs.rewards import MAX_REWARD_PARTS, combine_reward
+from marft_envs.programs.rewards import MAX_REWARD_PARTS, combine_reward, finite_number
 from marft_envs.programs.runner import Event, ProgramRun
 from marft_envs.programs.tools import (
     TOOL_PROMPTS,
@@ -65,14 +63,6 @@ class ProgramTurns(DependencyFunction):
         if state.actions:
             return None  # one call per round
         return Turn(agent=str(state.context["agent"]))
-
-
-def _finite(value: Any) -> bool:
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
 
 
 def split_tasks(
@@ -201,12 +191,12 @@ class ProgramEnv(FlexPOMDPEnv):
         )
         if split not in ("train", "test", "all"):
             raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}.")
-        if not (_finite(episode_timeout) and episode_timeout > 0):
+        if not (finite_number(episode_timeout) and episode_timeout > 0):
             raise ValueError(
                 f"episode_timeout must be a positive, finite number of seconds, got {episode_timeout!r}."
             )
         for name, value in {"error_reward": error_reward, **(reward_weights or {})}.items():
-            if not _finite(value):
+            if not finite_number(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}.")
         if transport not in ("inprocess", "http"):
             raise ValueError(f"transport must be 'inprocess' or 'http', got {transport!r}.")
@@ -218,7 +208,7 @@ class ProgramEnv(FlexPOMDPEnv):
         if isolation not in ("thread", "process"):
             raise ValueError(f"isolation must be 'thread' or 'process', got {isolation!r}.")
         if max_episode_seconds is not None and not (
-            _finite(max_episode_seconds) and max_episode_seconds > 0
+            finite_number(max_episode_seconds) and max_episode_seconds > 0
         ):
             raise ValueError(
                 f"max_episode_seconds must be a positive number of seconds or None, got "
