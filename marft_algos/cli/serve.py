@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from marft_algos.cli.parsing import UsageError, build_parser, parse_with, pick
+from marft_envs.programs.client import RequestLimits
 
 __all__ = ["ServeArguments", "load_team", "main"]
 
@@ -32,10 +33,10 @@ class ServeArguments:
     """Port to listen on (0: any free port, printed at start)."""
     api_key: str | None = None
     """Require 'Authorization: Bearer KEY' on every request (default: $MARFT_API_KEY; neither: open)."""
-    max_body_bytes: int = 4 * 1024 * 1024
-    """Largest request body in bytes (larger: HTTP 413)."""
-    max_messages: int = 512
-    """Most messages in one call (more: HTTP 400)."""
+    max_body_bytes: int = RequestLimits.max_request_bytes
+    """Largest request body in bytes (larger: HTTP 413; the training endpoint's default)."""
+    max_messages: int = RequestLimits.max_messages
+    """Most messages in one call (more: HTTP 400; the training endpoint's default)."""
     max_batch: int = 8
     """Most concurrent calls of one agent generated together."""
     model: str | None = None

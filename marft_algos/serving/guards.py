@@ -29,8 +29,8 @@ class Limits:
         max_messages: Most messages in one call (400 beyond).
     """
 
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_messages: int = 512
+    max_body_bytes: int = RequestLimits.max_request_bytes  # the training endpoint's bounds
+    max_messages: int = RequestLimits.max_messages
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_messages"):
