@@ -257,8 +257,14 @@ def test_too_many_overlapping_calls_in_process_are_refused_and_fail_the_episode(
 
     env = ProgramEnv(fan_out, AGENTS, ["t"], max_concurrent_calls=2, isolation=isolation)
     try:
-        # A slow model: the five calls are all made before the first is answered.
-        play(env, lambda agent, messages: time.sleep(0.3) or "ok")
+        # The first call is answered only once the others were refused (or after 30 s).
+        def answer_after_the_refusal(agent, messages):
+            deadline = time.monotonic() + 30
+            while not env.unwrapped._run.refusals and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return "ok"
+
+        play(env, answer_after_the_refusal)
         error = env.history[-1].info["program_error"]
         assert error["type"] == "TooManyCalls" and "max_concurrent_calls=2" in error["message"]
     finally:
