@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marft_envs.programs.client import CallRecord, ProgramClient, Reply
+from marft_envs.programs.client import CallRecord, ProgramClient, Reply, loopback_http_client
 from marft_envs.programs.events import run_program
 
 __all__ = ["child_main", "client_spec"]
@@ -140,7 +140,7 @@ def _http_client(spec: tuple[Any, ...], link: _Link) -> Any:
         api_key=api_key,
         max_retries=0,
         timeout=None,
-        http_client=openai.DefaultHttpxClient(timeout=None, verify=False),  # loopback: no TLS
+        http_client=loopback_http_client(),
     )
     client.rng, client.agents = rng, agents  # type: ignore[attr-defined]
     client.counts = _RemoteCounts(link)  # type: ignore[attr-defined]

@@ -38,7 +38,13 @@ from marft_envs.core.dependency import DependencyFunction, RoundState, Turn
 from marft_envs.core.env import FlexPOMDPEnv, Transition
 from marft_envs.core.profiles import AgentProfile
 from marft_envs.core.spaces import ChatObservation, ChatSpace
-from marft_envs.programs.client import CallRecord, ProgramClient, Reply, RequestLimits
+from marft_envs.programs.client import (
+    CallRecord,
+    ProgramClient,
+    Reply,
+    RequestLimits,
+    loopback_http_client,
+)
 from marft_envs.programs.rewards import MAX_REWARD_PARTS, combine_reward, finite_number
 from marft_envs.programs.runner import Event, ProgramRun
 from marft_envs.programs.tools import (
@@ -551,8 +557,7 @@ class ProgramEnv(FlexPOMDPEnv):
         url, counts = self._server.open(tuple(self.possible_agents), run, self.limits)
         self._episode_url = url
         if self._http is None:  # one connection pool per env copy, kept across its episodes
-            # Plain HTTP on loopback: no TLS context (building one loads the CA bundle, ~40 ms).
-            self._http = openai.DefaultHttpxClient(timeout=None, verify=False)
+            self._http = loopback_http_client()
         key = url.rstrip("/").split("/")[-2]  # the episode's secret, also sent as its API key
         client = openai.OpenAI(
             base_url=url, api_key=key, max_retries=0, timeout=None, http_client=self._http

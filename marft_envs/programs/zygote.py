@@ -35,6 +35,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from marft_envs.programs.child import child_main
+from marft_envs.programs.client import loopback_http_client
 
 __all__ = ["Zygote", "start_in_zygote"]
 
@@ -187,7 +188,7 @@ def _warm_openai() -> None:
     client = openai.OpenAI(
         base_url="http://127.0.0.1:9/v1",
         api_key="warm",
-        http_client=openai.DefaultHttpxClient(verify=False),
+        http_client=loopback_http_client(),
     )
     _WARM.append(client.chat.completions)
     _WARM.append(client.models)
