@@ -133,6 +133,16 @@ class RolloutBatch:
             critic_prompt_ids=None if critic_prompt_ids is None else tuple(critic_prompt_ids),
         )
 
+    def with_proximal(self, proximal_log_probs: Tensor) -> RolloutBatch:
+        """A copy whose proximal log-probs are ``proximal_log_probs`` (``(N, T)``) for every row,
+        none marked ``proximal_from_update``: the batch as a separate proximal pass gives it."""
+        if proximal_log_probs.shape != self.old_log_probs.shape:
+            raise ValueError(
+                f"proximal_log_probs {tuple(proximal_log_probs.shape)} and old_log_probs "
+                f"{tuple(self.old_log_probs.shape)} differ"
+            )
+        return replace(self, proximal_log_probs=proximal_log_probs, proximal_from_update=None)
+
     def indices_of(self, agent: str) -> list[int]:
         """Decision indices of one agent, in order."""
         return [k for k, a in enumerate(self.agents) if a == agent]

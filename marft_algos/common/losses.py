@@ -16,11 +16,15 @@ from torch import Tensor
 
 __all__ = [
     "BEHAVIOUR_WEIGHT_CAP",
+    "BEHAVIOUR_WEIGHT_MODES",
+    "BehaviourWeightMode",
+    "ImportanceSamplingLevel",
     "KLEstimator",
     "LossType",
     "action_log_prob",
     "aggregate_loss",
     "approx_kl",
+    "behaviour_weights",
     "clipped_surrogate",
     "entropy_from_log_probs",
     "entropy_from_logits",
@@ -39,6 +43,16 @@ LossType = Literal["grpo", "bnpo", "dapo", "dr_grpo"]
 #: ``behav_imp_weight_cap`` example value); larger weights are truncated to it.
 BEHAVIOUR_WEIGHT_CAP = 5.0
 _LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
+
+#: How the importance weight π_prox/π_behav is formed and bounded (TRL's
+#: ``vllm_importance_sampling_mode`` names): per token or per sequence (the product of its tokens'
+#: ratios), truncated at the cap or set to 0 above it.
+BehaviourWeightMode = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+BEHAVIOUR_WEIGHT_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+#: One PPO ratio per token, or one per sequence: the geometric mean of its tokens' ratios (GSPO;
+#: TRL's ``importance_sampling_level``).
+ImportanceSamplingLevel = Literal["token", "sequence"]
 
 
 def masked_mean(x: Tensor, mask: Tensor | None = None, dim: int | None = None) -> Tensor:
@@ -309,6 +323,48 @@ _SURROGATE_STATS = (
 )
 
 
+def behaviour_weights(
+    proximal_log_probs: Tensor,
+    behaviour_log_probs: Tensor,
+    mask: Tensor,
+    *,
+    cap: float = BEHAVIOUR_WEIGHT_CAP,
+    mode: BehaviourWeightMode = "token_truncate",
+) -> Tensor:
+    """The importance weights π_prox/π_behav of a ``(B, L)`` batch, bounded by ``cap``.
+
+    With d = log π_prox − log π_behav on valid entries (0 on padding):
+
+    * ``"token_truncate"``: ``min(e^d, cap)`` per entry (AReaL's decoupled objective; TRL's and
+      verl's truncated importance sampling);
+    * ``"token_mask"``: ``e^d``, and 0 where it exceeds ``cap``;
+    * ``"sequence_truncate"`` / ``"sequence_mask"``: the same on the row's ratio ``e^{Σ_t d_t}``,
+      shared by its entries.
+
+    An entry the proximal policy cannot produce (log π_prox = −inf: outside its top-k/top-p cut)
+    gets weight 0, and so does its whole row in the sequence modes.
+
+    Returns:
+        ``(B, L)`` detached weights (1 on padding in the token modes).
+    """
+    if not cap > 0:
+        raise ValueError(f"behaviour_weight_cap must be > 0, got {cap}.")
+    if mode not in BEHAVIOUR_WEIGHT_MODES:
+        raise ValueError(
+            f"behaviour_weight_mode must be one of {BEHAVIOUR_WEIGHT_MODES}, got {mode!r}."
+        )
+    m = mask.bool()
+    diff = torch.where(m, proximal_log_probs.detach() - behaviour_log_probs.detach(), 0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True).expand_as(diff)
+    weight = torch.exp(diff)
+    if mode.endswith("truncate"):
+        weight = weight.clamp(max=cap)
+    else:
+        weight = torch.where(weight > cap, torch.zeros_like(weight), weight)
+    return weight
+
+
 def clipped_surrogate(
     log_probs: Tensor,
     old_log_probs: Tensor,
@@ -319,18 +375,30 @@ def clipped_surrogate(
     epsilon_high: float | None = None,
     proximal_log_probs: Tensor | None = None,
     behaviour_weight_cap: float = BEHAVIOUR_WEIGHT_CAP,
+    behaviour_weight_mode: BehaviourWeightMode = "token_truncate",
+    importance_sampling_level: ImportanceSamplingLevel = "token",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-entry PPO clipped surrogate (paper eq. 5, DAPO clip-higher), before any aggregation.
 
     With ``proximal_log_probs`` it is the decoupled objective for stale data (AReaL's decoupled
-    PPO, after Hilton et al. 2021): ``old_log_probs`` are then the behaviour policy's (the version
-    that sampled), the ratio and its clip are taken against the proximal policy (the weights at
-    the start of this update), and each entry is weighted by ``min(π_prox/π_behav, cap)``::
+    PPO, after Hilton et al. 2021), which also corrects rollouts whose log-probs come from another
+    engine (truncated importance sampling): ``old_log_probs`` are then the behaviour policy's (the
+    version, or the engine, that sampled), the ratio and its clip are taken against the proximal
+    policy (the trainer's weights at the start of this update), and each entry is weighted by
+    :func:`behaviour_weights` (by default ``min(π_prox/π_behav, cap)``)::
 
-        ℓ = −min(π_prox/π_behav, cap) · min(r·A, clip(r, 1−ε_low, 1+ε_high)·A),  r = π_θ/π_prox
+        ℓ = −w · min(r·A, clip(r, 1−ε_low, 1+ε_high)·A),  r = π_θ/π_prox
 
-    Without them (or on fresh data, where the caller passes none) it is the plain surrogate, by
-    the same code as before. See ``docs/maths.md``, "Stale rollouts".
+    An entry the proximal policy cannot produce (log π_prox = −inf, a stale token outside its
+    top-k/top-p cut) has w = 0 and adds exactly 0 to the loss and its gradient.
+
+    With ``importance_sampling_level="sequence"`` (GSPO) every entry of a row shares one ratio,
+    the geometric mean of its tokens' ratios ``r = exp(mean_t (log π_θ − log π_prox))`` over the
+    row's valid entries (those the proximal policy can produce), clipped as above; TRL's
+    definition. See ``docs/maths.md``, "Stale rollouts" and "Sequence-level ratios".
+
+    Without ``proximal_log_probs`` (or on fresh data, where the caller passes none) it is the
+    plain surrogate, by the same code as before.
 
     Use it to weight entries yourself (:func:`sequence_weights`); :func:`ppo_clip_loss` is this
     plus TRL's aggregation.
@@ -344,21 +412,27 @@ def clipped_surrogate(
         epsilon_high: ε_high (default ``epsilon``).
         proximal_log_probs: same shape as ``log_probs``, under the proximal policy (None: the
             behaviour policy is the proximal one, the plain surrogate).
-        behaviour_weight_cap: Largest importance weight π_prox/π_behav (> 0; larger ones are
-            truncated to it).
+        behaviour_weight_cap: Bound of the importance weight π_prox/π_behav (> 0).
+        behaviour_weight_mode: How that weight is formed and bounded (:func:`behaviour_weights`).
+        importance_sampling_level: ``"token"`` (one ratio per entry) or ``"sequence"`` (GSPO).
 
     Returns:
         ``(per_entry_loss, terms)``: the ``(B, L)`` loss to minimise (``L = 1`` for ``(B,)``
         inputs; 0 on padding) and detached ``(B, L)`` tensors ``approx_kl`` (k3 of
-        KL(π_old ‖ π_θ), π_old the proximal policy when given), ``clip_fraction``,
-        ``clip_low_fraction``, ``clip_high_fraction``, ``ratio_mean`` (the ratio), the ``(B, L)``
-        bool ``mask`` and, with ``proximal_log_probs``, ``behaviour_weight`` (the truncated
-        importance weight).
+        KL(π_old ‖ π_θ) per token, π_old the proximal policy when given), ``clip_fraction``,
+        ``clip_low_fraction``, ``clip_high_fraction``, ``ratio_mean`` (the ratio the loss uses:
+        the row's at sequence level), the ``(B, L)`` bool ``mask`` and, with
+        ``proximal_log_probs``, ``behaviour_weight``.
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     if epsilon < 0 or eps_high < 0:
         raise ValueError(
             f"clip ranges must be >= 0, got epsilon={epsilon}, epsilon_high={epsilon_high}"
+        )
+    if importance_sampling_level not in ("token", "sequence"):
+        raise ValueError(
+            f"importance_sampling_level must be 'token' or 'sequence', got "
+            f"{importance_sampling_level!r}"
         )
     if log_probs.shape != old_log_probs.shape:
         raise ValueError(
@@ -381,25 +455,32 @@ def clipped_surrogate(
     m = torch.ones_like(lp, dtype=torch.bool) if mask is None else mask.reshape(lp.shape).bool()
 
     behaviour_weight = None
+    reachable = m  # the entries whose ratio is defined
     if proximal_log_probs is not None:
         if proximal_log_probs.shape != log_probs.shape:
             raise ValueError(
                 f"proximal_log_probs {tuple(proximal_log_probs.shape)} and log_probs "
                 f"{tuple(log_probs.shape)} differ"
             )
-        if not behaviour_weight_cap > 0:
-            raise ValueError(f"behaviour_weight_cap must be > 0, got {behaviour_weight_cap}.")
         prox = proximal_log_probs.reshape(lp.shape).detach()
-        log_weight = torch.where(m, prox - old.detach(), torch.zeros_like(lp))  # (B, L)
-        behaviour_weight = torch.exp(log_weight).clamp(max=behaviour_weight_cap)
+        behaviour_weight = behaviour_weights(
+            prox, old, m, cap=behaviour_weight_cap, mode=behaviour_weight_mode
+        )
+        # π_prox = 0 (log −inf): the ratio π_θ/π_prox is undefined, the weight is 0.
+        reachable = m & torch.isfinite(prox)
         old = prox  # the ratio and its clip are around the proximal policy
-    # Pad entries get ratio 1, so garbage log-probs there (−inf) cannot turn gradients into NaN.
-    log_ratio = torch.where(m, lp - old.detach(), torch.zeros_like(lp))  # (B, L)
-    ratio = torch.exp(log_ratio)
+    # Entries off `reachable` (padding: garbage log-probs, −inf) get ratio 1, so they cannot turn
+    # the loss or its gradient into NaN (`where` passes no gradient to the other branch).
+    log_ratio = torch.where(reachable, lp - old.detach(), torch.zeros_like(lp))  # (B, L)
+    used = log_ratio
+    if importance_sampling_level == "sequence":
+        count = reachable.sum(-1, keepdim=True).clamp(min=1).to(lp.dtype)
+        used = (log_ratio.sum(-1, keepdim=True) / count).expand_as(lp)  # (B, L): the row's
+    ratio = torch.exp(used)
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, L)
     if behaviour_weight is not None:
-        per_token = behaviour_weight * per_token
+        per_token = torch.where(reachable, behaviour_weight * per_token, torch.zeros_like(lp))
     per_token = torch.where(m, per_token, torch.zeros_like(per_token))
 
     with torch.no_grad():

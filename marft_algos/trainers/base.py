@@ -213,6 +213,11 @@ class Trainer(ABC):
         (:meth:`~marft_algos.trainers.guards.Guards.step`: non-finite steps are skipped or undone;
         with :attr:`trust_region_kl`, a step past it on ``batch`` is undone)."""
         result = step.backward(batch, active=active, agents=agents)
+        # Rows whose proximal log-probs were this forward's keep them: the KL after the step is
+        # against π_prox, as with a separate proximal pass, not against the stepped policy.
+        proximal = result.pop("proximal_log_probs", None)
+        if proximal is not None:
+            batch = batch.with_proximal(proximal)
         return self.guards.step(
             result,
             agents,

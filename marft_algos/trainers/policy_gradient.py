@@ -33,6 +33,8 @@ from torch import Tensor
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.common.losses import (
     BEHAVIOUR_WEIGHT_CAP,
+    BehaviourWeightMode,
+    ImportanceSamplingLevel,
     Normalizer,
     action_log_prob,
     clipped_surrogate,
@@ -62,8 +64,12 @@ class Objective:
         entropy_coef: Entropy bonus weight.
         beta: Weight of the k3 KL to the reference policy (adapters off); 0 skips its forward.
         logprob_normalization: Action level: divide the action log-prob by its token or word count.
-        behaviour_weight_cap: Stale decisions (a batch with proximal log-probs): cap of the
-            decoupled objective's importance weight π_prox/π_behav.
+        behaviour_weight_cap: Stale decisions, or an engine's (a batch with proximal
+            log-probs): bound of the decoupled objective's importance weight π_prox/π_behav.
+        behaviour_weight_mode: How that weight is formed and bounded
+            (:func:`~marft_algos.common.losses.behaviour_weights`).
+        importance_sampling_level: Token level: one ratio per token (``"token"``) or one per
+            sequence, the geometric mean of its tokens' (``"sequence"``, GSPO).
     """
 
     level: Literal["action", "token"] = "token"
@@ -74,6 +80,8 @@ class Objective:
     beta: float = 0.0
     logprob_normalization: Literal["none", "token", "word"] = "none"
     behaviour_weight_cap: float = BEHAVIOUR_WEIGHT_CAP
+    behaviour_weight_mode: BehaviourWeightMode = "token_truncate"
+    importance_sampling_level: ImportanceSamplingLevel = "token"
 
 
 class PolicyGradient:
@@ -201,9 +209,16 @@ class PolicyGradient:
 
     def _surrogate(self, new: Tensor, old: Tensor, adv: Tensor, mask: Tensor | None, prox):
         o = self.objective
+        level = o.importance_sampling_level
         if prox is None:  # fresh decisions: the plain surrogate
             return clipped_surrogate(
-                new, old, adv, mask, epsilon=o.epsilon, epsilon_high=o.epsilon_high
+                new,
+                old,
+                adv,
+                mask,
+                epsilon=o.epsilon,
+                epsilon_high=o.epsilon_high,
+                importance_sampling_level=level,
             )
         return clipped_surrogate(
             new,
@@ -214,6 +229,8 @@ class PolicyGradient:
             epsilon_high=o.epsilon_high,
             proximal_log_probs=prox,
             behaviour_weight_cap=o.behaviour_weight_cap,
+            behaviour_weight_mode=o.behaviour_weight_mode,
+            importance_sampling_level=level,
         )
 
     def _weights(self, chunk: RolloutBatch, mask: Tensor, totals: tuple[float, float]) -> Tensor:
@@ -250,8 +267,11 @@ class PolicyGradient:
             the statistics ``entropy`` (weighted as in the objective), ``approx_kl``,
             ``clip_fraction``, ``ratio_mean`` (means over the entries processed: decisions at
             action level, tokens at token level); ``per_agent``: the same statistics of each
-            agent's own entries (``policy_loss`` as its weighted mean), and ``grad_norms``: each
-            adapter's gradient norm (:meth:`adapter_grad_norms`).
+            agent's own entries (``policy_loss`` as its weighted mean), ``grad_norms``: each
+            adapter's gradient norm (:meth:`adapter_grad_norms`), and, where rows are marked
+            ``proximal_from_update``, ``proximal_log_probs``: ``(N, T)`` the batch's proximal
+            log-probs with those rows' taken from this forward (what the step is measured against
+            afterwards, :meth:`~RolloutBatch.with_proximal`).
         """
         o = self.objective
         tokens, sequences = self.dist.sum([float(batch.action_mask.sum()), float(len(batch))])
@@ -259,6 +279,11 @@ class PolicyGradient:
         keep = torch.ones(len(batch), dtype=torch.bool) if active is None else active.bool()
         out: dict[str, float] = {"loss": 0.0, "kl": 0.0}
         own = {a: dict.fromkeys(_AGENT_SUMS, 0.0) for a in self.policy.agents}
+        marked = batch.proximal_from_update
+        proximal = None  # (N, T), where rows take their proximal log-probs from this forward
+        if marked is not None:
+            given = batch.proximal_log_probs
+            proximal = (batch.old_log_probs if given is None else given).clone()
         for agent in dict.fromkeys(batch.agents):
             rows = [k for k in batch.indices_of(agent) if bool(keep[k])]
             if not rows:
@@ -268,9 +293,17 @@ class PolicyGradient:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
                 continue
-            for chunk in batch[rows].chunks(self.accumulation_steps, self.max_chunk_tokens):
+            for part in batch.split_rows(rows, self.accumulation_steps, self.max_chunk_tokens):
+                chunk = batch[part]
                 lp, uncut = self._log_probs(agent, chunk, with_entropy=True, with_uncut=o.beta > 0)
                 mask = lp.mask
+                if proximal is not None:
+                    assert marked is not None
+                    own_rows = torch.as_tensor(part)[marked[part]]
+                    taken = lp.log_probs.detach()[marked[part]].float().cpu()
+                    proximal[own_rows, : mask.shape[1]] = torch.where(
+                        mask[marked[part]].cpu(), taken, 0.0
+                    )
                 weights = self._weights(chunk, mask, totals)  # (B, T)
                 new, old, adv, entry_mask, entry_w, prox = self._entries(
                     lp.log_probs, mask, chunk, weights
@@ -325,6 +358,8 @@ class PolicyGradient:
             if s["entries"]
         }
         result["grad_norms"] = self.adapter_grad_norms(list(dict.fromkeys(batch.agents)))
+        if proximal is not None:
+            result["proximal_log_probs"] = proximal
         return result
 
     @torch.no_grad()

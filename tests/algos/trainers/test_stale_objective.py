@@ -4,6 +4,7 @@ every trainer's loss with proximal log-probs."""
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
@@ -243,3 +244,136 @@ def test_an_update_whose_advantages_are_all_zero_runs_no_forward(tiny_path, capl
     assert [r["iteration"] for r in records] == [0, 1, 2]
     assert all(r["train/skipped_empty"] == 1 for r in records[1:])
     assert trainer.iteration == 2
+
+
+# ---------------------------------------------------------------- tokens outside π_prox's cut
+
+
+def test_an_entry_the_proximal_policy_cannot_produce_has_weight_zero():
+    """log π_prox = −inf (a stale token outside the proximal policy's top-p cut, so log π_θ is
+    −inf too at the update's first step): weight 0, loss and gradient exactly those of the other
+    entries, not NaN."""
+    inf = math.inf
+    new = torch.tensor([[-inf, -0.9, -2.0]], requires_grad=True)
+    prox = torch.tensor([[-inf, -1.0, -2.2]])
+    behav = torch.tensor([[-3.0, -1.05, -2.3]])
+    adv = torch.tensor([1.5])
+    per_entry, terms = clipped_surrogate(
+        new, behav, adv, epsilon=0.2, proximal_log_probs=prox, behaviour_weight_cap=5.0
+    )
+    expected = [0.0] + [
+        _hand_loss(n, p, b, 1.5, eps_low=0.2, eps_high=0.2, cap=5.0)
+        for n, p, b in [(-0.9, -1.0, -1.05), (-2.0, -2.2, -2.3)]
+    ]
+    torch.testing.assert_close(per_entry[0], torch.tensor(expected))
+    assert float(terms["behaviour_weight"][0, 0]) == 0.0
+    assert bool(torch.isfinite(terms["approx_kl"]).all())
+    per_entry.sum().backward()
+    assert new.grad is not None and bool(torch.isfinite(new.grad).all())
+    assert float(new.grad[0, 0]) == 0.0 and float(new.grad[0, 1]) != 0.0
+    # Sequence-level weights: the whole row's weight is 0.
+    per_row, terms = clipped_surrogate(
+        new.detach(),
+        behav,
+        adv,
+        proximal_log_probs=prox,
+        behaviour_weight_mode="sequence_truncate",
+    )
+    assert bool((per_row == 0).all()) and bool((terms["behaviour_weight"] == 0).all())
+
+
+def _outside_the_cut(trainer, step, batch):
+    """Replace one action token of the batch by a token outside the current top-p cut: the
+    batch and the ``(row, position)`` changed."""
+    row, position = 0, 0
+    vocab = trainer.policy.tokenizer(batch.agents[row]).vocab_size
+    for token in range(vocab - 1, 0, -1):
+        ids = batch.action_ids.clone()
+        ids[row, position] = token
+        candidate = replace(batch, action_ids=ids)
+        if math.isinf(float(step.current_log_probs(candidate)[row, position])):
+            return candidate, (row, position)
+    raise AssertionError("every token is inside the top-p cut")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stale_token_outside_the_proximal_cut_weighs_zero_in_every_trainer(kind, tiny_path):
+    """top_p 0.9, one optimizer step (the update's own forward is π_prox): a stale decision's
+    token that π_prox cuts has log π_prox = log π_θ = −inf. The step must be finite and equal
+    the step where that token (action level: that decision) has advantage 0, not be skipped."""
+    overrides = {"top_p": 0.9, "behaviour_weight_cap": 1.5}
+    if kind in ("action", "ppo-action"):
+        overrides["logprob_normalization"] = "token"
+    trainer = build(kind, tiny_path, team=1 if kind.startswith("ppo") else 2, **overrides)
+    assert trainer.single_policy_step()
+    step = trainer.policy_gradient()
+    batch, (row, position) = _outside_the_cut(
+        trainer, step, trainer.rollout_batch(trainer.collect())
+    )
+    mask = batch.action_mask
+    current = step.current_log_probs(batch)
+    g = torch.Generator().manual_seed(3)
+    behav = torch.where(
+        mask, current.clamp(min=-30) + 0.3 * torch.randn(mask.shape, generator=g), 0.0
+    )
+    behav[row, position] = -8.0  # the version that sampled it had the token in its cut
+    cut = mask & torch.isinf(current)
+    action = step.objective.level == "action"
+    if action:
+        adv = torch.randn(len(batch), generator=g)
+        zeroed = torch.where(cut.any(-1), 0.0, adv)
+    else:
+        adv = torch.randn(mask.shape, generator=g)
+        zeroed = torch.where(cut, 0.0, adv)
+    marked = torch.ones(len(batch), dtype=torch.bool)
+    got = replace(batch, old_log_probs=behav, proximal_from_update=marked).with_targets(
+        advantages=adv
+    )
+    # The same step where the cut entries have advantage 0 (and a finite proximal log-prob).
+    prox = torch.where(cut, behav, current)
+    want = replace(batch, old_log_probs=behav, proximal_log_probs=prox).with_targets(
+        advantages=zeroed
+    )
+    _assert_same_step(trainer, step, got, want)
+
+
+@pytest.mark.parametrize("kind", ["action", "token", "ppo-token"])
+def test_the_trust_region_after_one_step_on_stale_rows_is_against_the_proximal_policy(
+    kind, tiny_path
+):
+    """One optimizer step, stale rows whose π_prox is the update's own forward: the KL after the
+    step is KL(π_prox ‖ π_stepped), the KL a separate proximal pass measures, not 0; and a cut
+    below it undoes the step in both."""
+    team = 1 if kind.startswith("ppo") else 2
+    episodes = build(kind, tiny_path, team=team).collect()
+    batch = build(kind, tiny_path, team=team).rollout_batch(episodes)
+    current = build(kind, tiny_path, team=team).policy_gradient().current_log_probs(batch)
+    decisions = [d for e in episodes for d in e.decisions]
+    assert len(decisions) == len(batch)
+
+    def stale(own_forward):
+        copied = copy.deepcopy(episodes)
+        for k, d in enumerate(d for e in copied for d in e.decisions):
+            n = len(d.action_ids)
+            d.log_probs = [x - 0.2 * (j % 3) for j, x in enumerate(d.log_probs)]
+            if own_forward:
+                d.proximal_from_update = True
+            else:
+                d.proximal_log_probs = current[k, :n].tolist()
+        return copied
+
+    records = {}
+    for limit in (10.0, 1e-7):
+        for own_forward in (True, False):
+            trainer = build(kind, tiny_path, team=team, trust_region_kl=limit)
+            assert trainer.single_policy_step()
+            trainer.guards.start_update()
+            records[limit, own_forward] = trainer.update(stale(own_forward))
+    for limit in (10.0, 1e-7):
+        own, separate = records[limit, True], records[limit, False]
+        assert separate["train/approx_kl_after"] > 1e-7
+        assert own["train/approx_kl_after"] == pytest.approx(
+            separate["train/approx_kl_after"], rel=1e-4
+        )
+        undone = int(limit < separate["train/approx_kl_after"])
+        assert own["train/skipped_trust_region"] == separate["train/skipped_trust_region"] == undone
