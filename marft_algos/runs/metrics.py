@@ -57,6 +57,14 @@ METRICS: dict[str, str] = {
     "rollout/staleness_max": "`max_staleness` ≥ 1: the largest staleness of the batch's decisions",
     "rollout/dropped_stale": "`max_staleness` ≥ 1: batches dropped for being more than "
     "`max_staleness` versions old (sampled again)",
+    "rollout/logprob_mismatch_mean": "`engine_correction` on: mean over the fresh decisions' "
+    "tokens of |log π_trainer − log π_engine|, the update's recomputation against the rollout's "
+    "log-probs (tokens the trainer's top-k/top-p cut excludes are left out)",
+    "rollout/logprob_mismatch_max": "`engine_correction` on: the largest such gap",
+    "rollout/logprob_mismatch_cut": "`engine_correction` on: share of those tokens that the "
+    "trainer's top-k/top-p cut excludes (the engine sampled them; their weight is 0)",
+    "rollout/logprob_mismatch_mean/<agent>": "as `rollout/logprob_mismatch_mean`, the agent's tokens",
+    "rollout/logprob_mismatch_max/<agent>": "as `rollout/logprob_mismatch_max`, the agent's tokens",
     "eval/episodes": "held-out episodes of the greedy evaluation (before training, every "
     "`eval_every`, at the end)",
     "eval/reward_mean": "mean team return of those episodes",

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from marft_algos.common.batch import build_rollout_batch
 from marft_algos.rollout.collector import Decision, Episode
 from marft_algos.rollout.worker import RolloutWorker, adapter_weights
+from marft_algos.trainers.proximal import attach_proximal, trained_decisions
 
 __all__ = ["AsyncRollouts", "sampling_seed"]
 
@@ -161,35 +161,17 @@ class AsyncRollouts:
         """Set ``proximal_log_probs`` on the trained agents' stale decisions: their log-probs
         under the current weights (one forward pass without gradient). When the update takes a
         single optimizer step per agent, its own forward runs on these weights: the decisions are
-        marked ``proximal_from_update`` instead and no pass is made."""
+        marked ``proximal_from_update`` instead and no pass is made. A run that corrects its
+        engine's mismatch gives every decision proximal log-probs instead (``Trainer``)."""
         t = self.trainer
-        agents = set(t.trainable_agents())
-        # A trainer may name the decisions whose loss terms can have a gradient (critic-free:
-        # the non-zero advantages); the others add exactly 0 and need no proximal log-probs.
-        chooser = getattr(t, "decisions_with_gradient", None)
-        chosen = chooser(episodes) if chooser is not None else None
-        pool = [d for e in episodes for d in e.decisions] if chosen is None else chosen
+        if t.engine_correction:
+            return
         stale = [
             d
-            for d in pool
-            if d.agent in agents and d.policy_version is not None and d.policy_version < version
+            for d in trained_decisions(t, episodes)
+            if d.policy_version is not None and d.policy_version < version
         ]
-        if not stale:
-            return
-        if t.single_policy_step():
-            # The update's own forward runs on the proximal weights: no separate pass.
-            for decision in stale:
-                decision.proximal_from_update = True
-            return
-        c = t.config
-        batch = build_rollout_batch(
-            [Episode(seed=0, options={}, decisions=stale)],
-            token_caps=c.max_new_tokens_per_agent,
-            default_cap=c.max_new_tokens,
-        )
-        log_probs = t.policy_gradient().current_log_probs(batch)  # (N, T)
-        for k, decision in enumerate(stale):
-            decision.proximal_log_probs = log_probs[k, : len(decision.action_ids)].tolist()
+        attach_proximal(t, stale, own_forward=t.single_policy_step())
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict[str, Any]:

@@ -52,6 +52,7 @@ from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers, clip_and_step
 from marft_algos.trainers.policy_gradient import Objective, PolicyGradient
+from marft_algos.trainers.proximal import correct_engine, corrects_engine
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
 
@@ -141,6 +142,8 @@ class Trainer(ABC):
         )
         """Snapshots, the entropy blow-up check and the non-finite stop."""
         self._progress: TrainingProgress | None = None
+        self.engine_correction = corrects_engine(config, policy, rollout_backend)
+        """Whether updates correct the rollout engine's log-prob mismatch (``engine_correction``)."""
         self.async_rollouts = AsyncRollouts(self) if config.max_staleness else None
         """The batches of an asynchronous run (``max_staleness >= 1``); None: collected here."""
         self._credit_checked = False
@@ -194,7 +197,11 @@ class Trainer(ABC):
         """The shared policy-gradient step with this trainer's objective and sampling settings."""
         return PolicyGradient(
             self.policy,
-            replace(self.objective(), behaviour_weight_cap=self.config.behaviour_weight_cap),
+            replace(
+                self.objective(),
+                behaviour_weight_cap=self.config.behaviour_weight_cap,
+                behaviour_weight_mode=self.config.behaviour_weight_mode,
+            ),
             sampling=self.config.sampling,
             accumulation_steps=self.config.gradient_accumulation_steps,
             max_chunk_tokens=self.config.max_chunk_tokens,
@@ -294,6 +301,8 @@ class Trainer(ABC):
         folder = self.run_dir.path if self.run_dir is not None else None
         episodes, dropped = set_aside_failures(episodes, self.iteration, folder, self.dist)
         metrics.update(dropped)
+        if self.engine_correction:
+            metrics.update(correct_engine(self, episodes))
         self.rest_rollout_backend()
         start_update = time.perf_counter()
         self._phase("update")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from marft_algos.common.losses import BEHAVIOUR_WEIGHT_CAP
+from marft_algos.common.losses import BEHAVIOUR_WEIGHT_CAP, BEHAVIOUR_WEIGHT_MODES
 from marft_algos.rollout.collector import GenerationSettings
 
 __all__ = ["TrainerConfig", "check_clip_range", "check_finite_numbers", "check_num_minibatches"]
@@ -89,8 +89,23 @@ class TrainerConfig:
     sampled more than k versions ago (docs/scaling.md). Stale decisions are trained with the
     decoupled objective (docs/maths.md, "Stale rollouts")."""
     behaviour_weight_cap: float = BEHAVIOUR_WEIGHT_CAP
-    """Cap of the decoupled objective's importance weight π_prox/π_behav on stale decisions
-    (larger weights are truncated to it); unused at max_staleness 0."""
+    """Bound of the importance weight π_prox/π_behav on stale decisions (max_staleness >= 1) and
+    on an engine's decisions (engine_correction): truncated to it, or 0 above it, as
+    behaviour_weight_mode says (AReaL's behav_imp_weight_cap; TRL's vllm_importance_sampling_cap,
+    whose default is 3); unused otherwise."""
+    behaviour_weight_mode: Literal[
+        "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"
+    ] = "token_truncate"
+    """How that weight is formed (TRL's vllm_importance_sampling_mode): per token, or per
+    sequence (the product of its tokens' ratios, shared by them); truncated at the cap, or set
+    to 0 above it (mask)."""
+    engine_correction: Literal["auto", "on", "off"] = "auto"
+    """Correct the mismatch between the rollout's log-probs and the update's when they come from
+    another engine or precision (vLLM; 16-bit weights): the update recomputes them with the
+    trainer's weights at rollout time (one forward pass without gradient) and weights each entry
+    by π_trainer/π_engine, bounded by behaviour_weight_cap and behaviour_weight_mode (truncated
+    importance sampling; TRL's vllm_importance_sampling_correction). auto: on with a rollout
+    backend or a 16-bit base model. While on, rollout/logprob_mismatch_* are logged."""
 
     def __post_init__(self) -> None:
         check_finite_numbers(self)
@@ -142,6 +157,15 @@ class TrainerConfig:
             raise ValueError(
                 f"behaviour_weight_cap must be > 0 (the largest importance weight kept), got "
                 f"{self.behaviour_weight_cap}; the default is {BEHAVIOUR_WEIGHT_CAP}."
+            )
+        if self.behaviour_weight_mode not in BEHAVIOUR_WEIGHT_MODES:
+            raise ValueError(
+                f"behaviour_weight_mode must be one of {BEHAVIOUR_WEIGHT_MODES}, got "
+                f"{self.behaviour_weight_mode!r}."
+            )
+        if self.engine_correction not in ("auto", "on", "off"):
+            raise ValueError(
+                f"engine_correction must be 'auto', 'on' or 'off', got {self.engine_correction!r}."
             )
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")

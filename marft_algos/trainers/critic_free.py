@@ -84,6 +84,10 @@ class CriticFreeConfig(TrainerConfig):
     """R_i of an agent: the episode's team return, or the agent's own credited return."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (>= 0; none by default)."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """One PPO ratio per token, or one per sequence (GSPO; TRL's name and definition): the
+    geometric mean of its tokens' ratios, clipped once and shared by its tokens, which loss_type
+    then aggregates as token losses. Token level only: level='action' has one ratio per decision."""
     skip_zero_advantages: bool = True
     """Skip the forward and backward pass of completions whose advantage is 0: with ``beta=0``
     and no entropy bonus they add exactly nothing to the gradient. An agent left with no
@@ -123,6 +127,11 @@ class CriticFreeConfig(TrainerConfig):
                 f"entropy_coef must be >= 0 (the weight of an entropy bonus), got "
                 f"{self.entropy_coef}; set entropy_coef=0 to train without one."
             )
+        if self.importance_sampling_level not in ("token", "sequence"):
+            raise ValueError(
+                f"importance_sampling_level must be 'token' or 'sequence', got "
+                f"{self.importance_sampling_level!r}."
+            )
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}.")
         if isinstance(self.max_resample_rounds, bool) or self.max_resample_rounds < 0:
@@ -157,6 +166,13 @@ def check_level_options(config: Any) -> None:
             f"logprob_normalization={config.logprob_normalization!r} divides an action's log-prob, "
             f"which only level='action' uses; set level='action' or drop logprob_normalization."
         )
+    if config.level == "action" and config.importance_sampling_level != "token":
+        raise ValueError(
+            f"importance_sampling_level={config.importance_sampling_level!r} shares one ratio "
+            f"among a sequence's tokens, but level='action' already has one ratio per decision "
+            f"(with logprob_normalization='token' it is the same geometric mean); set "
+            f"level='token' or drop importance_sampling_level."
+        )
     if config.level == "action" and config.loss_type != "dapo":
         raise ValueError(
             f"loss_type={config.loss_type!r} weights tokens, but level='action' has one ratio per "
@@ -184,6 +200,7 @@ class CriticFreeTrainer(Trainer):
             "epsilon": c.epsilon,
             "epsilon_high": c.epsilon_high,
             "entropy_coef": c.entropy_coef,
+            "importance_sampling_level": c.importance_sampling_level,
             **overrides,
         }
         return Objective(**settings)
