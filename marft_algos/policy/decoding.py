@@ -20,7 +20,15 @@ token — and in addition:
 - synchronises with the device only at steps 4, 8, 16, ... (:data:`FIRST_CHECK`): there it stops
   when every row has ended and drops finished rows from the batch and the KV cache, so the
   number of host synchronisations grows with the logarithm of ``max_new_tokens``, and a row
-  that ended keeps decoding (masked) at most until the next check.
+  that ended keeps decoding (masked) at most until the next check;
+- gives each decode step a ready attention mask (:func:`decode_step_masks`): handed the 2D
+  padding mask, transformers reads it on the host at every step (``_ignore_causal_mask_sdpa``
+  asks whether it may skip the mask), one synchronisation per token, which on a GPU stalls every
+  step until the device catches up (issue 49). The steps' 4D masks are built once, in
+  transformers' own form for the model's attention (``sdpa`` or ``eager``), and each step takes
+  a view; a batch without padding passes no mask, as transformers would. Other attention
+  implementations and models with sliding-window layers keep the 2D mask. One forward call of
+  the model per token.
 
 The layout is the one of :mod:`marft_algos.policy.forward`: prompts left-padded to the widest,
 positions counting real tokens only, so the update's forward sees every token at the position
@@ -41,7 +49,16 @@ from marft_algos.policy.forward import (
     sampling_logits,
 )
 
-__all__ = ["UNIFORM_BITS", "Decoded", "decode", "sample_categorical", "uniform_draws"]
+__all__ = [
+    "READY_MASK_ATTENTION",
+    "UNIFORM_BITS",
+    "Decoded",
+    "decode",
+    "decode_step_masks",
+    "sample_categorical",
+    "takes_ready_masks",
+    "uniform_draws",
+]
 
 
 class Decoded(NamedTuple):
@@ -110,6 +127,75 @@ def sample_categorical(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
     return index.clamp_max(probs.shape[-1] - 1)
 
 
+#: Attention implementations whose decode steps take the ready masks of :func:`decode_step_masks`
+#: (transformers' mask for them is a 4D tensor, which its models pass through unchanged).
+READY_MASK_ATTENTION = ("sdpa", "eager")
+
+
+def takes_ready_masks(config: Any) -> bool:
+    """Whether a model's decode steps can take :func:`decode_step_masks`: its attention is in
+    :data:`READY_MASK_ATTENTION`, it is causal, and no layer attends to a window only (one mask
+    would not fit every layer)."""
+    return (
+        getattr(config, "_attn_implementation", None) in READY_MASK_ATTENTION
+        and getattr(config, "is_causal", True)
+        and full_attention_only(config)
+    )
+
+
+def decode_step_masks(model: Any, prompt_mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    """The 4D attention masks of every decode step, as one tensor of which each step takes a view.
+
+    A decode step's query (one token) attends to every real prompt token and every token decoded
+    so far, so the mask of step ``t`` (``P + t + 1`` keys and values) is the first ``P + t + 1``
+    columns of one mask over the prompt and ``max_new_tokens`` decoded tokens. It is built by
+    transformers' own mask function for the model's attention implementation, with the causal
+    skip off, so it holds what transformers would build from the 2D mask (boolean for ``sdpa``,
+    0 / dtype-minimum for ``eager``), without reading the mask on the host.
+
+    Args:
+        model: The causal LM (peft-wrapped or not).
+        prompt_mask: ``(batch, P)`` 2D mask of the left-padded prompts (1: real token).
+        max_new_tokens: Tokens to be decoded.
+
+    Returns:
+        ``(batch, 1, 1, P + max_new_tokens)``; step ``t`` passes ``[..., : P + t + 1]``.
+
+    Raises:
+        ValueError: The model cannot take them (:func:`takes_ready_masks`).
+    """
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, causal_mask_function
+
+    config = model.config
+    if not takes_ready_masks(config):
+        raise ValueError(
+            f"{type(model).__name__} (attention "
+            f"{getattr(config, '_attn_implementation', None)!r}) cannot take "
+            f"ready decode masks: it needs one of {READY_MASK_ATTENTION} and full attention in "
+            f"every layer; decode with ready_mask=False."
+        )
+    implementation = config._attn_implementation
+    batch = prompt_mask.shape[0]
+    decoded = prompt_mask.new_ones((batch, max_new_tokens))
+    padding = torch.cat([prompt_mask, decoded], dim=1).bool()  # (batch, P + max_new_tokens)
+    columns = padding.shape[1]
+    # The last query position sees every column; a step's view cuts the columns it cannot see.
+    return ALL_MASK_ATTENTION_FUNCTIONS[implementation](
+        batch_size=batch,
+        q_length=1,
+        kv_length=columns,
+        q_offset=columns - 1,
+        kv_offset=0,
+        mask_function=causal_mask_function,
+        attention_mask=padding,
+        allow_is_causal_skip=False,
+        dtype=model.get_input_embeddings().weight.dtype,
+        config=config,
+        use_vmap=False,
+        device=prompt_mask.device,
+    )
+
+
 @torch.no_grad()
 def decode(
     model: Any,
@@ -122,6 +208,7 @@ def decode(
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
+    ready_mask: bool = True,
 ) -> Decoded:
     """Generate up to ``max_new_tokens`` tokens per prompt; log-probs recorded on the way.
 
@@ -140,6 +227,9 @@ def decode(
         temperature: Temperature of the distribution (> 0).
         top_k: Top-k cut (0: none).
         top_p: Nucleus cut (1: none).
+        ready_mask: Give the decode steps ready 4D masks (:func:`decode_step_masks`) where the
+            model takes them. False: the 2D mask, which transformers reads on the host at every
+            step (the reference the tests compare with; same tokens and log-probs).
 
     Returns:
         The sampled actions, their log-probs and whether each row finished.
@@ -172,6 +262,11 @@ def decode(
             cache.batch_select_indices(rows)
     logits, mask = logits[rows], mask[rows]  # (B, vocab), (B, P)
     position = mask.sum(-1, keepdim=True) - 1  # (B, 1): last prompt position
+    prompt_width = mask.shape[1]
+    ready = ready_mask and takes_ready_masks(model.config)
+    # Without padding the steps need no mask at all (transformers' own choice for such a batch).
+    padded = any(len(p) < prompt_width for p in distinct_prompts)
+    step_masks = decode_step_masks(model, mask, max_new_tokens) if ready and padded else None
 
     batch = len(keys)
     eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
@@ -197,7 +292,8 @@ def decode(
         tokens[live, step] = token
         log_probs[live, step] = logp_all.gather(-1, token.unsqueeze(-1)).squeeze(-1)
         steps = step + 1
-        ended = torch.isin(token, eos) & ~row_done
+        # A comparison, not torch.isin: its sorting variant (many end ids) syncs on a GPU.
+        ended = (token.unsqueeze(-1) == eos).any(-1) & ~row_done
         lengths[live] = torch.where(ended, step + 1, lengths[live])
         done[live] = row_done | ended
         if step + 1 == max_new_tokens:
@@ -212,12 +308,21 @@ def decode(
             if len(keep) < len(live):  # finished rows leave the batch and its KV cache
                 live, logits, token = live[keep], logits[keep], token[keep]
                 mask, position = mask[keep], position[keep]
+                if step_masks is not None:
+                    step_masks = step_masks[keep]
                 cache.batch_select_indices(keep)
-        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)  # (live, P + step + 1)
         position = position + 1
+        attention: torch.Tensor | None
+        if not ready:  # transformers builds the mask, reading this one on the host
+            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)  # (live, P + step + 1)
+            attention = mask
+        elif step_masks is None:
+            attention = None
+        else:
+            attention = step_masks[..., : prompt_width + step + 1]  # (live, 1, 1, P + step + 1)
         out = model(
             input_ids=token.unsqueeze(-1),
-            attention_mask=mask,
+            attention_mask=attention,
             position_ids=position,
             past_key_values=cache,
             use_cache=True,

@@ -335,6 +335,9 @@ class _Uncounted(torch.nn.Module):
         self.model, self.counter, self.config = model, counter, model.config
         self.batch_sizes: list[int] = []
 
+    def get_input_embeddings(self):  # decode reads the dtype of its masks from it
+        return self.model.get_input_embeddings()
+
     def forward(self, **kwargs):
         if kwargs["input_ids"].shape[1] == 1:  # a decode step (not a prompt's prefill)
             self.batch_sizes.append(kwargs["input_ids"].shape[0])
