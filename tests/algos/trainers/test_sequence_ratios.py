@@ -147,7 +147,7 @@ def test_every_critic_free_trainers_sequence_loss_matches_trls_definition(
 
 
 def test_sequence_ratios_are_refused_at_action_level(tiny_path):
-    with pytest.raises(ValueError, match="importance_sampling_level='sequence'.*level='action'"):
+    with pytest.raises(ValueError, match=r"importance_sampling_level='sequence'.*level='action'"):
         build("rloo", tiny_path, level="action", importance_sampling_level="sequence")
     with pytest.raises(ValueError, match="importance_sampling_level must be"):
         build("grpo", tiny_path, importance_sampling_level="seq")
