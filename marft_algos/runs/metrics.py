@@ -58,7 +58,7 @@ METRICS: dict[str, str] = {
     "rollout/dropped_stale": "`max_staleness` ≥ 1: batches dropped for being more than "
     "`max_staleness` versions old (sampled again)",
     "rollout/logprob_mismatch_mean": "`engine_correction` on: mean over the fresh decisions' "
-    "tokens of |log π_trainer − log π_engine|, the update's recomputation against the rollout's "
+    "tokens of the absolute gap log π_trainer − log π_engine, the update's recomputation against the rollout's "
     "log-probs (tokens the trainer's top-k/top-p cut excludes are left out)",
     "rollout/logprob_mismatch_max": "`engine_correction` on: the largest such gap",
     "rollout/logprob_mismatch_cut": "`engine_correction` on: share of those tokens that the "
