@@ -301,9 +301,9 @@ class Trainer(ABC):
         folder = self.run_dir.path if self.run_dir is not None else None
         episodes, dropped = set_aside_failures(episodes, self.iteration, folder, self.dist)
         metrics.update(dropped)
-        if self.engine_correction:
-            metrics.update(correct_engine(self, episodes))
         self.rest_rollout_backend()
+        if self.engine_correction:  # the trainer's own log-probs of the engine's decisions
+            metrics.update(correct_engine(self, episodes))
         start_update = time.perf_counter()
         self._phase("update")
         self.guards.start_update()

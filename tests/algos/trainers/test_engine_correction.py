@@ -143,3 +143,36 @@ def test_the_options_are_cli_flags_and_config_fields(tmp_path):
     config.write_text("algo: rloo\nlevel: token\nimportance_sampling_level: sequence\n")
     _, _, values, _ = parse_train_args(["--config", str(config)])
     assert values["importance_sampling_level"] == "sequence"
+
+
+def test_an_async_run_with_the_correction_gives_every_decision_the_trainers_log_probs(tiny_path):
+    """max_staleness 1 and the correction: one pass gives every trained decision with a gradient
+    its proximal log-probs (none marked for the update's own forward); the mismatch is measured on
+    fresh decisions only, so the stale batch logs none."""
+    trainer = build("grpo", tiny_path, iterations=2, max_staleness=1, engine_correction="on")
+    seen = []
+    update = trainer.update
+
+    def recording(episodes):
+        seen.append([d for e in episodes for d in e.decisions])
+        return update(episodes)
+
+    trainer.update = recording
+    try:
+        records = trainer.train()
+    finally:
+        trainer.close()
+    assert [r.get("rollout/staleness") for r in records[1:]] == [0.0, 1.0]
+    assert records[1]["rollout/logprob_mismatch_max"] < 1e-4  # fresh, float32
+    assert "rollout/logprob_mismatch_max" not in records[2]  # every decision stale
+    for decisions in seen:
+        assert not any(d.proximal_from_update for d in decisions)
+        with_prox = [d for d in decisions if d.proximal_log_probs is not None]
+        assert with_prox
+    gap = max(
+        abs(p - b)
+        for d in seen[1]
+        if d.proximal_log_probs is not None
+        for p, b in zip(d.proximal_log_probs, d.log_probs, strict=True)
+    )
+    assert gap > 1e-4  # stale: the last update moved the weights
