@@ -41,6 +41,15 @@ every weight once).
     python benchmarks/trl_grpo/real_model.py                          # both, as in RESULTS.md
     python benchmarks/trl_grpo/real_model.py --phase generate
     python benchmarks/trl_grpo/real_model.py --updates 2 --max-new-tokens 16 --generate-repeats 1   # smoke
+
+**On a GPU** (``benchmarks/gpu/suite.py`` runs it so): ``--device cuda --dtype bfloat16
+--fixed-length --phase grpo``, with a local model folder (random weights and a real tokenizer do:
+``--fixed-length`` disables end of turn in both trainers, so both generate exactly
+``--max-new-tokens`` per completion: marft without end-of-turn ids, TRL with
+``generation_kwargs={"min_new_tokens": N}``). ``--rollout-backend vllm`` generates both trainers'
+rollouts on vLLM (marft's ``VLLMRolloutBackend``; TRL's ``use_vllm`` in colocate mode), each
+engine at ``--vllm-gpu-memory-utilization``. The ceilings are then the GPU's: bf16 matmul FLOP/s
+and device-to-device copy bandwidth, measured in the same process.
 """
 
 from __future__ import annotations
@@ -84,6 +93,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--generate-batch", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=1e-5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (GRPO phase only on cuda).")
+    parser.add_argument(
+        "--dtype", choices=["float32", "bfloat16"], default="float32", help="Weight dtype."
+    )
+    parser.add_argument(
+        "--fixed-length",
+        action="store_true",
+        help="No end of turn in either trainer: every completion has --max-new-tokens tokens.",
+    )
+    parser.add_argument(
+        "--rollout-backend",
+        choices=["transformers", "vllm"],
+        default="transformers",
+        help="Who generates the GRPO rollouts (vllm: both trainers on vLLM, CUDA only).",
+    )
+    parser.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3)
     parser.add_argument(
         "--data",
         default=None,
@@ -107,10 +132,31 @@ def _speed_module() -> Any:
     return module
 
 
-def ceilings() -> dict[str, float]:
-    """This CPU's float32 matmul FLOP/s and read bytes/s, measured now."""
-    speed = _speed_module()
-    return {"matmul_flops": speed.matmul_flops(), "bandwidth": speed.memory_bandwidth()}
+def ceilings(device: str = "cpu") -> dict[str, float]:
+    """This CPU's float32 matmul FLOP/s and read bytes/s, or a GPU's bf16 matmul FLOP/s and
+    device-to-device copy bytes/s (read + write), measured now."""
+    if not device.startswith("cuda"):
+        speed = _speed_module()
+        return {"matmul_flops": speed.matmul_flops(), "bandwidth": speed.memory_bandwidth()}
+
+    def best(fn: Callable[[], Any], repeats: int = 5) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            fn()
+            torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    flops = 2 * n**3 / best(lambda: torch.mm(a, a))
+    x = torch.empty(2**30, dtype=torch.uint8, device=device)
+    y = torch.empty_like(x)
+    bandwidth = 2 * x.numel() / best(lambda: y.copy_(x))
+    return {"matmul_flops": flops, "bandwidth": bandwidth}
 
 
 def work(
@@ -212,8 +258,25 @@ def build_marft(args: argparse.Namespace, data: Any) -> tuple[Any, dict[str, Any
                 for _ in range(self.config.num_generations)
             ]
 
-    policy = MultiAgentPolicy.from_pretrained(args.model, agents, lora=LoraSettings(), seed=0)
-    return FixedProblemsGRPO(policy, env_fn, config), {"every_row": how, "agents": agents}
+    policy = MultiAgentPolicy.from_pretrained(
+        args.model,
+        agents,
+        lora=LoraSettings(),
+        seed=0,
+        device=args.device,
+        torch_dtype=getattr(torch, args.dtype),
+    )
+    if args.fixed_length:
+        for agent in agents:
+            policy.backbone(agent).eos_ids = []
+    backend = None
+    if args.rollout_backend == "vllm":
+        from marft_algos.rollout.vllm import VLLMRolloutBackend, VLLMSettings
+
+        settings = VLLMSettings(gpu_memory_utilization=args.vllm_gpu_memory_utilization)
+        backend = VLLMRolloutBackend(policy, settings)
+    trainer = FixedProblemsGRPO(policy, env_fn, config, rollout_backend=backend)
+    return trainer, {"every_row": how, "agents": agents}
 
 
 def trl_rows(args: argparse.Namespace, data: Any) -> list[dict[str, Any]]:
@@ -313,10 +376,19 @@ def run_grpo(args: argparse.Namespace, costs: dict[str, float], peaks: dict[str,
             )
 
     batch = args.prompts * args.num_generations
+    trl_extra: dict[str, Any] = {}
+    if args.fixed_length:
+        trl_extra["generation_kwargs"] = {"min_new_tokens": args.max_new_tokens}
+    if args.rollout_backend == "vllm":
+        trl_extra.update(
+            use_vllm=True,
+            vllm_mode="colocate",
+            vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+        )
     config = trl.GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-real-"),
-        use_cpu=True,
-        bf16=False,
+        use_cpu=args.device == "cpu",
+        bf16=args.dtype == "bfloat16",
         report_to="none",
         save_strategy="no",
         logging_steps=1,
@@ -345,7 +417,8 @@ def run_grpo(args: argparse.Namespace, costs: dict[str, float], peaks: dict[str,
         shuffle_dataset=False,
         gradient_checkpointing=False,
         disable_dropout=True,
-        model_init_kwargs={"dtype": torch.float32},
+        model_init_kwargs={"dtype": getattr(torch, args.dtype)},
+        **trl_extra,
     )
     trainer = trl.GRPOTrainer(
         model=resolve_model(args.model),
@@ -514,14 +587,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise SystemExit(
             f"--updates ({args.updates}) must exceed --warmup-updates ({args.warmup_updates})."
         )
+    if args.device != "cpu" and args.phase != "grpo":
+        raise SystemExit(f"--device {args.device} needs --phase grpo (generate runs on the CPU).")
     import transformers
 
     from marft_algos.policy import MultiAgentPolicy
 
     torch.set_num_threads(args.threads)
-    peaks = ceilings()
-    probe = MultiAgentPolicy.from_pretrained(args.model, ["actor"], seed=0)
+    peaks = ceilings(args.device)
+    probe = MultiAgentPolicy.from_pretrained(
+        args.model, ["actor"], seed=0, device=args.device, torch_dtype=getattr(torch, args.dtype)
+    )
     costs = _speed_module().model_costs(probe, "actor")
+    costs["decode_weight_bytes"] *= (
+        torch.finfo(getattr(torch, args.dtype)).bits / 32
+    )  # counted in fp32
     del probe
     print(
         f"ceilings: {peaks['matmul_flops'] / 1e9:.1f} GFLOP/s, {peaks['bandwidth'] / 1e9:.2f} GB/s",
