@@ -57,8 +57,8 @@ METRICS: dict[str, str] = {
     "rollout/staleness_max": "`max_staleness` ≥ 1: the largest staleness of the batch's decisions",
     "rollout/dropped_stale": "`max_staleness` ≥ 1: batches dropped for being more than "
     "`max_staleness` versions old (sampled again)",
-    "rollout/logprob_mismatch_mean": "`engine_correction` on: mean over the fresh decisions' "
-    "tokens of the absolute gap log π_trainer − log π_engine, the update's recomputation against the rollout's "
+    "rollout/logprob_mismatch_mean": "`engine_correction` on: mean over the tokens of the fresh decisions the update trains "
+    "(critic-free: those with a non-zero advantage) of the absolute gap log π_trainer − log π_engine, the update's recomputation against the rollout's "
     "log-probs (tokens the trainer's top-k/top-p cut excludes are left out)",
     "rollout/logprob_mismatch_max": "`engine_correction` on: the largest such gap",
     "rollout/logprob_mismatch_cut": "`engine_correction` on: share of those tokens that the "
