@@ -19,9 +19,19 @@ the update, are computed here, one forward pass without gradient over the stale 
 - The worker's sampling generator is seeded per iteration (from the run seed, the rank and the
   iteration), so an asynchronous run repeats with its seed; it differs from a synchronous run of
   the same seed, whose rollouts use the newest adapters.
-- Not supported yet, each refused with an error at construction: a ``rollout_backend`` (the
-  vLLM engine), several processes (torchrun), and ``dynamic_sampling`` (its refill rounds need
-  the batch's rewards before the next requests can be drawn).
+- **With a rollout backend** (the vLLM engine) the jobs run in a thread of the trainer's process
+  (:class:`~marft_algos.rollout.engine_thread.EngineRolloutThread`) instead of a worker process:
+  the engine holds its own weights. Adapters are synced into the engine on the main thread when
+  a job is submitted (the engine is idle then: the previous job was just read back), as version
+  ``i``; the trainer neither syncs nor rests the engine after its update, since the engine is
+  generating then. vLLM's sleep mode (which frees the engine during the update) is refused.
+- **Under torchrun** every rank runs its own worker (or engine thread) for its share of the
+  requests, with its own sampling seed; the staleness metrics and the drop decision are reduced
+  over ranks, and a checkpoint gathers every rank's in-flight batch (rank 0 writes it). Resumed on
+  as many processes each rank takes its own share back (exact); on another number the batch is
+  shared out anew in whole units (episodes; groups for GRPO, RLOO and REINFORCE++).
+- Refused at construction: ``dynamic_sampling`` (its refill rounds need the batch's rewards
+  before the next requests can be drawn).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from marft_algos.rollout.collector import Decision, Episode
+from marft_algos.rollout.engine_thread import EngineRolloutThread
 from marft_algos.rollout.worker import RolloutWorker, adapter_weights
 from marft_algos.trainers.proximal import attach_proximal, trained_decisions
 
@@ -69,16 +80,24 @@ class AsyncRollouts:
     def __init__(self, trainer: Any) -> None:
         c = trainer.config
         name = type(trainer).__name__
-        if trainer.rollout_backend is not None:
+        backend = trainer.rollout_backend
+        if getattr(getattr(backend, "settings", None), "sleep_mode", False):
             raise ValueError(
-                f"max_staleness={c.max_staleness} runs rollouts in a worker process with its own "
-                f"copy of the policy, which a rollout_backend (the vLLM engine) does not support "
-                f"yet; set max_staleness=0 or use the transformers backend."
+                f"{name}: vLLM sleep mode frees the engine while the trainer updates, but with "
+                f"max_staleness={c.max_staleness} the engine generates the next batch then; "
+                f"start the engine without sleep mode (drop --vllm-sleep-mode) or set "
+                f"max_staleness=0."
             )
-        if trainer.dist.enabled:
+        if (
+            backend is not None
+            and not c.generation.do_sample
+            and getattr(trainer.policy, "temperature", 1.0) != 1.0
+        ):
             raise ValueError(
-                f"max_staleness={c.max_staleness} is not supported with several processes "
-                f"(torchrun) yet; set max_staleness=0 or run one process."
+                f"{name}: greedy rollouts on a rollout backend are rescored by the policy at its "
+                f"temperature ({trainer.policy.temperature}), which cannot run while it updates "
+                f"(max_staleness={c.max_staleness}); sample the rollouts (do_sample=True) or set "
+                f"max_staleness=0."
             )
         if getattr(c, "dynamic_sampling", False):
             raise ValueError(
@@ -88,28 +107,47 @@ class AsyncRollouts:
             )
         self.trainer = trainer
         self.max_staleness = int(c.max_staleness)
-        self.worker: RolloutWorker | None = None
+        self.worker: RolloutWorker | EngineRolloutThread | None = None
         self.ready: tuple[list[Episode], int] | None = None
         """A batch already here: read back for a checkpoint, or loaded from one."""
         self.seconds: float | None = None
         """The worker's wall time for the batch :meth:`next_batch` returned last (None: a batch
         loaded from a checkpoint); its tokens/s is the rollout's."""
+        self._synced: int | None = None  # the version the rollout backend serves
 
     # ------------------------------------------------------------------ jobs
     def _submit(self, iteration: int) -> None:
-        t = self.trainer
-        if self.worker is None:
-            c = t.config
-            self.worker = RolloutWorker(
-                t.policy, t.env_fn, c.rollout_threads, c.generation, seed=c.seed
-            )
+        t, c = self.trainer, self.trainer.config
         requests = t.iteration_requests()
-        weights = adapter_weights(t.policy, t.trainable_agents())
-        seed = sampling_seed(t.config.seed, t.dist.rank, iteration)
-        self.worker.submit(requests, weights, t.iteration, seed)
+        seed = sampling_seed(c.seed, t.dist.rank, iteration)
+        backend = t.rollout_backend
+        if backend is None:
+            if self.worker is None:
+                self.worker = RolloutWorker(
+                    t.policy, t.env_fn, c.rollout_threads, c.generation, seed=c.seed
+                )
+            assert isinstance(self.worker, RolloutWorker)
+            weights = adapter_weights(t.policy, t.trainable_agents())
+            self.worker.submit(requests, weights, t.iteration, seed)
+            return
+        if self.worker is None:
+            self.worker = EngineRolloutThread(
+                backend, t.env_fn, c.rollout_threads, c.generation, seed=c.seed
+            )
+        assert isinstance(self.worker, EngineRolloutThread)
+        if self._synced != t.iteration:
+            # On this thread while the engine is idle (every job was read back): the saved
+            # adapter files are the job's snapshot of the weights.
+            backend.sync_adapters(t.policy, t.iteration)
+            self._synced = t.iteration
+        self.worker.submit(requests, t.iteration, seed)
 
     def _pending(self) -> bool:
         return self.worker is not None and self.worker.pending > 0
+
+    def generating(self) -> bool:
+        """Whether a job is running (or queued) now."""
+        return self._pending()
 
     def _receive(self) -> tuple[list[Episode], int]:
         if self.ready is not None:
@@ -131,7 +169,8 @@ class AsyncRollouts:
             self._submit(t.iteration)  # the pipeline starts (or restarts) with fresh rollouts
         episodes, sampled_by = self._receive()
         dropped = 0
-        while version - sampled_by > self.max_staleness:
+        # Every rank decides alike (each rank's batch has the same version; max() makes sure).
+        while t.dist.max([version - sampled_by])[0] > self.max_staleness:
             dropped += 1
             logger.warning(
                 "Iteration %d: dropping a batch sampled by version %d, %d updates old "
@@ -150,10 +189,12 @@ class AsyncRollouts:
             for e in episodes
             for d in e.decisions
         ]
+        total, count = t.dist.sum([sum(staleness), len(staleness)])  # over every rank's decisions
+        (largest,) = t.dist.max([max(staleness, default=0)])
         self.attach_proximal(episodes, version)
         return episodes, {
-            "rollout/staleness": float(np.mean(staleness)) if staleness else 0.0,
-            "rollout/staleness_max": max(staleness, default=0),
+            "rollout/staleness": total / count if count else 0.0,
+            "rollout/staleness_max": int(largest),
             "rollout/dropped_stale": dropped,
         }
 
@@ -175,28 +216,70 @@ class AsyncRollouts:
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict[str, Any]:
-        """The in-flight batch, waited for, as checkpoint state (``in_flight``: None if none)."""
+        """The in-flight batch, waited for, as checkpoint state (``in_flight``: None if none):
+        every rank's episodes in rank order and each rank's count (``shares``). Every rank must
+        call this (it gathers)."""
+        t = self.trainer
         if self.ready is None and self._pending():
             assert self.worker is not None
             self.ready = self.worker.result()
-        if self.ready is None:
+        mine = None
+        if self.ready is not None:
+            episodes, version = self.ready
+            mine = (version, [_episode_state(e) for e in episodes])
+        parts = t.dist.gather(mine)
+        if all(p is None for p in parts):
             return {"in_flight": None}
-        episodes, version = self.ready
+        if any(p is None for p in parts) or len({p[0] for p in parts}) > 1:
+            raise RuntimeError(
+                f"The ranks' in-flight batches disagree ({[None if p is None else p[0] for p in parts]}"
+                f" by version): this is a bug, please report it with the launch command."
+            )
         return {
-            "in_flight": {"version": version, "episodes": [_episode_state(e) for e in episodes]}
+            "in_flight": {
+                "version": parts[0][0],
+                "episodes": [e for p in parts for e in p[1]],
+                "shares": [len(p[1]) for p in parts],
+            }
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state`: the saved batch is the next one trained on (a job the
-        worker is running is dropped)."""
+        """Continue from :meth:`state`: this rank's share of the saved batch is the next one
+        trained on (a job the worker is running is dropped). Saved by as many processes, each
+        rank takes back its own; by another number, the batch is shared out anew."""
         self.close()
         saved = state.get("in_flight")
-        if saved is not None:
-            episodes = [_episode_from_state(e) for e in saved["episodes"]]
-            self.ready = (episodes, int(saved["version"]))
+        if saved is None:
+            return
+        episodes = [_episode_from_state(e) for e in saved["episodes"]]
+        shares = list(saved.get("shares") or [len(episodes)])
+        dist = self.trainer.dist
+        if len(shares) == dist.world_size:
+            first = sum(shares[: dist.rank])
+            mine = episodes[first : first + shares[dist.rank]]
+        else:
+            mine = self._reshard(episodes)
+            logger.info(
+                "Resumed a %d-process asynchronous run on %d processes: its in-flight batch is "
+                "shared out anew.",
+                len(shares),
+                dist.world_size,
+            )
+        self.ready = (mine, int(saved["version"]))
+
+    def _reshard(self, episodes: list[Episode]) -> list[Episode]:
+        """This rank's share of a whole in-flight batch, in the trainer's units (whole groups)."""
+        t = self.trainer
+        units = t.shards_per_iteration()
+        if not units or len(episodes) % units:
+            return [episodes[i] for i in t.dist.shard(len(episodes))]
+        per = len(episodes) // units
+        return [e for u in t.dist.shard(units) for e in episodes[u * per : (u + 1) * per]]
 
     def close(self) -> None:
-        """Stop the worker (a running job is dropped); the next batch starts a new one."""
+        """Stop the worker (a running job is dropped; an engine call runs to its end first); the
+        next batch starts a new one."""
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        self._synced = None

@@ -228,15 +228,17 @@ class Trainer(PolicySteps, ABC):
         return metrics
 
     def sync_rollout_backend(self, version: int) -> None:
-        """Hand the policy's current adapters to the rollout backend, if there is one."""
-        if self.rollout_backend is not None:
+        """Hand the policy's current adapters to the rollout backend, if there is one (an
+        asynchronous run syncs when it submits the next job, while the engine is idle)."""
+        if self.rollout_backend is not None and self.async_rollouts is None:
             self.rollout_backend.sync_adapters(self.policy, version)
 
     def rest_rollout_backend(self) -> None:
         """Let the rollout backend free its device memory while the policy computes (an engine
-        with a ``sleep()`` method, e.g. vLLM in sleep mode); it wakes on its next call."""
+        with a ``sleep()`` method, e.g. vLLM in sleep mode); it wakes on its next call. Not in
+        an asynchronous run: the engine generates the next batch meanwhile."""
         sleep = getattr(self.rollout_backend, "sleep", None)
-        if sleep is not None:
+        if sleep is not None and self.async_rollouts is None:
             sleep()
 
     def train(self, *, progress: bool | str = False) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ the engine back before they finish.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -238,6 +239,40 @@ def test_marft_train_and_eval_on_the_engine(smollm2_path, tmp_path, capsys):
         evals[backend] = json.loads(capsys.readouterr().out)
     assert evals["vllm"] == evals["transformers"]
     assert evals["vllm"]["eval/episodes"] == 2
+
+
+def test_an_async_grpo_run_generates_on_the_engine_while_it_updates(smollm2_path):
+    """max_staleness 1: the engine samples iteration k+1 in a thread while iteration k updates,
+    with the adapters synced after update k-1 (version k-1); every update is finite."""
+    env_fn = lambda: marft_envs.make("math-dual-v5")  # noqa: E731
+    agents = env_fn().possible_agents
+    policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
+    config = dataclasses.replace(grpo_config(), iterations=3, max_staleness=1)
+    seen = []
+    with VLLMRolloutBackend(policy) as backend:
+        trainer = build_trainer("grpo", policy, env_fn, config, rollout_backend=backend)
+        update = trainer.update
+
+        def recording(episodes):
+            seen.append({d.policy_version for e in episodes for d in e.decisions})
+            return update(episodes)
+
+        trainer.update = recording
+        try:
+            records = trainer.train()
+        finally:
+            trainer.close()
+        # Synced for the last job (sampled after update 1), not after the last update.
+        assert backend.version == 1
+        assert max(backend.probe_differences.values()) < 1e-3
+    assert [r["rollout/staleness"] for r in records] == [0.0, 1.0, 1.0]
+    assert seen == [{0}, {0}, {1}]
+    for record in records:
+        assert math.isfinite(record["train/policy_loss"]), record
+        assert record.get("train/skipped_nonfinite", 0) == 0, record
+    # The first batch is fresh: the engine's log-probs are the trainer's.
+    assert records[0]["rollout/logprob_mismatch_max"] < 1e-3, records[0]
+    assert records[0]["train/approx_kl"] < 1e-3, records[0]
 
 
 LOOKUP = {

@@ -3,7 +3,8 @@
 python distributed_worker.py single OUT        # collect fixed batches, one-process updates
 torchrun --nproc_per_node 2 distributed_worker.py ranks OUT   # the same updates on two ranks,
                                                                # then a short run with a router
-python distributed_worker.py resume OUT        # resume the two-rank run on one process
+python distributed_worker.py resume OUT        # resume the two-rank run on one process;
+                                               # one-process async update of the ranks' batch
 """
 
 from __future__ import annotations
@@ -133,6 +134,77 @@ def params(trainer):
     return out
 
 
+ASYNC_KINDS = ("action", "grpo")
+
+
+def async_ranks(kind, dist, out):
+    """An asynchronous run (max_staleness 1, 3 iterations) on this rank's worker; its first
+    batch and update are kept, and the run is resumed from checkpoint-2 on as many ranks."""
+
+    def run(iterations=3):
+        return build(
+            kind,
+            dist,
+            iterations=iterations,
+            max_staleness=1,
+            sync_check_every=1,
+            output_dir=str(out / f"async-{kind}"),
+            checkpoint_every=1,
+        )
+
+    trainer = run()
+    first: dict = {}
+    update = trainer.update
+
+    def recording(episodes):
+        if not first:
+            first["episodes"] = pickle.dumps(episodes)  # as the update receives them
+        metrics = update(episodes)
+        if "metrics" not in first:
+            first.update(metrics=metrics, params=params(trainer))
+        return metrics
+
+    trainer.update = recording
+    try:
+        records = trainer.train()
+    finally:
+        trainer.close()
+    (out / f"async-{kind}-first-rank{dist.rank}.pkl").write_bytes(first["episodes"])
+    resumed = run()
+    try:
+        resumed.resume(out / f"async-{kind}" / "checkpoint-2")
+        again = resumed.train()
+    finally:
+        resumed.close()
+    torch.save(
+        {
+            "params": params(trainer),
+            "records": records,
+            "first_metrics": first["metrics"],
+            "first_params": first["params"],
+            "resumed_params": params(resumed),
+            "resumed_records": again,
+        },
+        out / f"async-{kind}-rank{dist.rank}.pt",
+    )
+
+
+def async_one_process(kind, dist, out):
+    """The first update of a one-process asynchronous run on the two ranks' first batch."""
+    episodes = [
+        e
+        for r in (0, 1)
+        for e in pickle.loads((out / f"async-{kind}-first-rank{r}.pkl").read_bytes())
+    ]
+    trainer = build(kind, dist, iterations=1, max_staleness=1)
+    trainer.async_rollouts.ready = (episodes, 0)  # as if its worker had sampled them
+    try:
+        (record,) = trainer.train()
+    finally:
+        trainer.close()
+    torch.save({"params": params(trainer), "record": record}, out / f"async-{kind}-one.pt")
+
+
 def main(mode: str, out: Path) -> None:
     dist = init_distributed("cpu")
     if mode == "single":
@@ -180,6 +252,8 @@ def main(mode: str, out: Path) -> None:
         torch.save(
             {"params": params(trainer), "records": records}, out / f"program-rank{dist.rank}.pt"
         )
+        for kind in ASYNC_KINDS:
+            async_ranks(kind, dist, out)
         return
     if mode == "resume":
         trainer = build(
@@ -198,6 +272,8 @@ def main(mode: str, out: Path) -> None:
             {"loaded": loaded, "iteration": trainer.iteration, "records": records},
             out / "resumed.pt",
         )
+        for kind in ASYNC_KINDS:
+            async_one_process(kind, dist, out)
         return
     raise SystemExit(f"unknown mode {mode!r}")
 

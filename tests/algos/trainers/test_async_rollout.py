@@ -4,10 +4,14 @@ its error and no process left behind, and the settings it refuses."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import multiprocessing
 import os
 import signal
+import threading
+import types
 
 import pytest
 import torch
@@ -15,7 +19,7 @@ from test_trainers import adapter_params, build
 from trainer_envs import DigitsEnv
 
 from marft_algos.rollout.worker import RolloutWorkerError
-from marft_algos.trainers.grpo import GRPOConfig
+from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
 
 
 def _without_times(records):
@@ -216,6 +220,75 @@ def test_settings_async_rollouts_cannot_run_with_are_refused(tiny_path):
         GRPOConfig(behaviour_weight_cap=0.0)
     with pytest.raises(ValueError, match=r"dynamic_sampling .* max_staleness=1"):
         build("grpo", tiny_path, max_staleness=1, dynamic_sampling=True)
+    # An engine that sleeps through the update cannot generate during it: the fix is named.
+    trainer = build("grpo", tiny_path)
+    backend = StandInEngine(trainer.policy)
+    backend.settings = types.SimpleNamespace(sleep_mode=True)
+    with pytest.raises(ValueError, match=r"without sleep mode \(drop --vllm-sleep-mode\)"):
+        GRPOTrainer(trainer.policy, trainer.env_fn, _async(trainer), rollout_backend=backend)
+
+
+def _async(trainer, **changes):
+    return dataclasses.replace(trainer.config, max_staleness=1, **changes)
+
+
+class StandInEngine:
+    """A rollout backend with its own copy of the policy, as an inference engine holds its own
+    weights: ``sync_adapters`` copies the trained adapters in. It records on which thread each
+    call ran, and fails if a sync or a sleep meets a running generation."""
+
+    def __init__(self, policy):
+        self.own = copy.deepcopy(policy)
+        self.events = []
+        self.generating = threading.Lock()
+
+    def generate(self, agent, messages_batch, settings, *, generator=None):
+        with self.generating:
+            self.events.append(("generate", threading.current_thread().name))
+            return self.own.generate(agent, messages_batch, settings, generator=generator)
+
+    def sync_adapters(self, policy, version):
+        assert self.generating.acquire(blocking=False), "synced while generating"
+        try:
+            for agent in policy.agents:
+                mine = self.own.trainable_parameters(agent)
+                with torch.no_grad():
+                    for p, q in zip(mine, policy.trainable_parameters(agent), strict=True):
+                        p.copy_(q)
+            self.events.append(("sync", version, threading.current_thread().name))
+        finally:
+            self.generating.release()
+
+    def sleep(self):
+        self.events.append(("sleep",))
+
+
+def test_an_async_run_on_a_rollout_engine_generates_in_a_thread_between_syncs(tiny_path):
+    trainer = build("grpo", tiny_path)
+    backend = StandInEngine(trainer.policy)
+    config = _async(trainer, iterations=3)
+    trainer = GRPOTrainer(trainer.policy, trainer.env_fn, config, rollout_backend=backend)
+    seen = []
+    update = trainer.update
+
+    def recording(episodes):
+        seen.append({d.policy_version for e in episodes for d in e.decisions})
+        return update(episodes)
+
+    trainer.update = recording
+    try:
+        records = trainer.train()
+    finally:
+        trainer.close()
+    assert [r["rollout/staleness"] for r in records] == [0.0, 1.0, 1.0]
+    assert seen == [{0}, {0}, {1}]  # a job submitted after update k samples version k
+    assert all(r.get("train/skipped_nonfinite", 0) == 0 for r in records)
+    syncs = [e for e in backend.events if e[0] == "sync"]
+    # On the main thread, before the job that samples with them; never after the last update.
+    assert [(v, name) for _, v, name in syncs] == [(0, "MainThread"), (1, "MainThread")]
+    assert {e[1] for e in backend.events if e[0] == "generate"} == {"marft-engine"}
+    assert ("sleep",) not in backend.events  # the engine generates through the update
+    assert trainer.async_rollouts.worker is None  # the thread ended with train()
 
 
 def test_staleness_zero_keeps_the_synchronous_loop(tiny_path):
