@@ -17,6 +17,12 @@ A job that stopped before its last iteration is listed with ``status`` and its e
 accuracy is ``null``: it is not counted as a result.
 
     python benchmarks/program_team/summarize.py benchmarks/program_team/results/h100
+    python benchmarks/program_team/summarize.py benchmarks/program_team/results/v1/runs \
+        --task support-desk-v1 --out benchmarks/program_team/results/v1/summary.json
+
+For ``support-desk-v1`` the settings include ``single`` (one agent making every call), and each
+complete job also gets ``paired``: McNemar's exact test of its first and last evaluations on the
+same held-out episodes (``eval_outcomes.jsonl``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from marft_algos.runs.outcomes import paired_before_after
+
 SETTINGS = {"marft": "team_marft", "grpo": "team_critic_free", "independent": "independent"}
+#: support-desk-v1 adds the single-agent reference (the same program, one adapter).
+SETTINGS_V1 = {**SETTINGS, "single": "single_agent"}
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -77,6 +87,7 @@ def job(folder: Path) -> dict[str, Any]:
     error = folder / "error.txt"
     complete = last_iteration == config["iterations"] and evals[-1]["iteration"] == last_iteration
     first, last = min(by_iteration), max(by_iteration)
+    paired = paired_before_after(folder, evals[0]["iteration"], evals[-1]["iteration"])
     return {
         "status": "complete" if complete else f"stopped after iteration {last_iteration}",
         "error": error.read_text().strip()[:200] if error.exists() else None,
@@ -89,6 +100,7 @@ def job(folder: Path) -> dict[str, Any]:
         ],
         "handoffs_before": handoffs(by_iteration[first]),
         "handoffs_after": handoffs(by_iteration[last]) if complete else None,
+        "paired": paired.__dict__ if paired and complete else None,
     }
 
 
@@ -106,6 +118,9 @@ def main() -> None:
     parser.add_argument("results", type=Path, help="the folder of <setting>-seed<k> run folders")
     parser.add_argument("--out", type=Path, default=None, help="default: <results>/summary.json")
     parser.add_argument("--device", default="one NVIDIA H100 80GB, bfloat16 weights")
+    parser.add_argument(
+        "--task", default="support-desk-v0", choices=["support-desk-v0", "support-desk-v1"]
+    )
     args = parser.parse_args()
     jobs: dict[str, dict[int, dict[str, Any]]] = {}
     for folder in sorted(args.results.glob("*-seed*")):
@@ -115,7 +130,7 @@ def main() -> None:
     untuned = [jobs["marft"][s]["before"] for s in seeds if s in jobs.get("marft", {})]
     summary: dict[str, Any] = {
         "model": "smollm2-135m-instruct",
-        "task": "support-desk-v0",
+        "task": args.task,
         "device": args.device,
         "seeds": seeds,
         "settings": {"team_untuned": untuned},
@@ -123,7 +138,7 @@ def main() -> None:
         "jobs": {},
     }
     summary["rates"]["team_untuned"] = jobs["marft"][seeds[0]]["handoffs_before"]
-    for setting, key in SETTINGS.items():
+    for setting, key in (SETTINGS_V1 if args.task == "support-desk-v1" else SETTINGS).items():
         per = jobs.get(setting, {})
         summary["settings"][key] = [per[s]["after"] if s in per else None for s in seeds]
         summary["rates"][key] = {s: per[s]["handoffs_after"] for s in seeds if s in per}
