@@ -368,7 +368,9 @@ class CriticFreeTrainer(Trainer):
             return None
         trained = set(self.trainable_agents())
         batch = build_rollout_batch(episodes, agents=sorted(trained))
-        if not len(batch):
+        # Every rank decides alike (advantages may take batch statistics over every rank, as the
+        # update computes them): an empty share still enters those collectives.
+        if not self.dist.sum([len(batch)])[0]:
             return []
         advantages, _ = self.batch_advantages(episodes, batch)  # no forward pass with beta == 0
         nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
