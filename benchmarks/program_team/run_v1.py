@@ -57,6 +57,9 @@ PARTS = ("success", *team_v1.WEIGHTS)
 #: Most padded tokens per forward/backward chunk: bounds the update's memory (the smollm2-cpu
 #: preset's value) whatever the batch.
 MAX_CHUNK_TOKENS = 2048
+#: Env copies stepped together: the rollouts use as many as the iteration has episodes, and the
+#: 200-task evaluations run 50 at a time (as untuned_v1.py does) instead of 12.
+ROLLOUT_THREADS = 50
 
 
 class IndependentDesk(ProgramEnv):
@@ -121,6 +124,7 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
         max_new_tokens_per_agent=dict(tokens),
         max_chunk_tokens=MAX_CHUNK_TOKENS,
     )
+    settings["rollout_threads"] = ROLLOUT_THREADS
     config = ALGORITHMS[algorithm][0](**settings)
     agents = [team_v1.SINGLE_AGENT] if setting == "single" else team_v1.AGENTS
     start = time.perf_counter()
@@ -188,7 +192,7 @@ def main() -> None:
         MODEL,
         Path(__file__).parent / "results" / "v1",
         iterations=10,
-        episodes_per_iteration=32,
+        episodes_per_iteration=12,
         eval_every=0,
         eval_episodes=200,
         num_generations=4,
