@@ -208,18 +208,9 @@ class PolicyGradient:
         return log_probs, old, adv, mask, weights, prox
 
     def _surrogate(self, new: Tensor, old: Tensor, adv: Tensor, mask: Tensor | None, prox):
+        """The per-entry surrogate; ``prox`` None (fresh decisions) is the plain one, which uses
+        no behaviour weight."""
         o = self.objective
-        level = o.importance_sampling_level
-        if prox is None:  # fresh decisions: the plain surrogate
-            return clipped_surrogate(
-                new,
-                old,
-                adv,
-                mask,
-                epsilon=o.epsilon,
-                epsilon_high=o.epsilon_high,
-                importance_sampling_level=level,
-            )
         return clipped_surrogate(
             new,
             old,
@@ -230,7 +221,7 @@ class PolicyGradient:
             proximal_log_probs=prox,
             behaviour_weight_cap=o.behaviour_weight_cap,
             behaviour_weight_mode=o.behaviour_weight_mode,
-            importance_sampling_level=level,
+            importance_sampling_level=o.importance_sampling_level,
         )
 
     def _weights(self, chunk: RolloutBatch, mask: Tensor, totals: tuple[float, float]) -> Tensor:
