@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from marft_algos.common.batch import build_rollout_batch
 from marft_algos.rollout.collector import Decision, Episode
 
 __all__ = [
@@ -82,12 +81,7 @@ def attach_proximal(
         for decision in decisions:
             decision.proximal_from_update = True
         return None
-    c = trainer.config
-    batch = build_rollout_batch(
-        [Episode(seed=0, options={}, decisions=list(decisions))],
-        token_caps=c.max_new_tokens_per_agent,
-        default_cap=c.max_new_tokens,
-    )
+    batch = trainer.rollout_batch([Episode(seed=0, options={}, decisions=list(decisions))])
     log_probs = trainer.policy_gradient().current_log_probs(batch)  # (N, T)
     for k, decision in enumerate(decisions):
         decision.proximal_log_probs = log_probs[k, : len(decision.action_ids)].tolist()
