@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,24 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.decoding import decode
 
-PROBLEMS = [
-    "What is 12 + 35?",
-    "Compute 7 \\times 8.",
-    "Solve 2x + 3 = 11 for x.",
-    "Simplify \\frac{6}{8}.",
-    "What is 100 - 37?",
-    "A train travels 60 miles in 2 hours. What is its speed?",
-    "Compute \\frac{1}{2} + \\frac{1}{3}.",
-    "What is 9^2?",
-    "What is \\sqrt{144}?",
-    "Add 123 and 456.",
-    "What is 15% of 200?",
-    "Solve x^2 = 49 for positive x.",
-    "What is 3 \\cdot 4 + 5?",
-    "How many minutes are in 3 hours?",
-    "What is 1000 / 8?",
-    "Round 3.14159 to two decimals.",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rollout_speed import PROBLEMS  # the same 16 prompts
 
 
 class _ScalarReads(TorchDispatchMode):
