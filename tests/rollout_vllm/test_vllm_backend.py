@@ -20,6 +20,8 @@ import torch
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm", reason="the vllm tests run in the vLLM environment (.ci/run)")
 
+from recording import train_recording  # noqa: E402
+
 import marft_envs  # noqa: E402
 from marft_algos.cli import ALGORITHMS, build_trainer  # noqa: E402
 from marft_algos.cli.main import main  # noqa: E402
@@ -251,17 +253,10 @@ def test_an_async_grpo_run_generates_on_the_engine_while_it_updates(smollm2_path
     seen = []
     with VLLMRolloutBackend(policy) as backend:
         trainer = build_trainer("grpo", policy, env_fn, config, rollout_backend=backend)
-        update = trainer.update
-
-        def recording(episodes):
-            seen.append({d.policy_version for e in episodes for d in e.decisions})
-            return update(episodes)
-
-        trainer.update = recording
-        try:
-            records = trainer.train()
-        finally:
-            trainer.close()
+        records = train_recording(
+            trainer,
+            lambda episodes: seen.append({d.policy_version for e in episodes for d in e.decisions}),
+        )
         # Synced for the last job (sampled after update 1), not after the last update.
         assert backend.version == 1
         assert max(backend.probe_differences.values()) < 1e-3

@@ -15,6 +15,7 @@ import types
 
 import pytest
 import torch
+from recording import train_recording
 from test_trainers import adapter_params, build
 from trainer_envs import DigitsEnv
 
@@ -34,9 +35,8 @@ def test_an_async_run_trains_each_batch_one_version_stale(kind, passes, tiny_pat
     # One pass over one minibatch: the update's own forward gives the proximal log-probs.
     assert trainer.single_policy_step() == (passes == 1)
     seen = []
-    update = trainer.update
 
-    def recording(episodes):
+    def record(episodes):
         decisions = [d for e in episodes for d in e.decisions]
         nonzero = None
         if kind == "grpo":  # the decisions whose advantage is not 0
@@ -44,13 +44,8 @@ def test_an_async_run_trains_each_batch_one_version_stale(kind, passes, tiny_pat
             advantages, _ = trainer.batch_advantages(episodes, batch)
             nonzero = [bool(a != 0) for a in advantages]
         seen.append((trainer.iteration, decisions, nonzero))
-        return update(episodes)
 
-    trainer.update = recording
-    try:
-        records = trainer.train()
-    finally:
-        trainer.close()
+    records = train_recording(trainer, record)
     assert [r.get("rollout/staleness") for r in records] == [None, 0.0, 1.0, 1.0]
     assert [r.get("rollout/staleness_max") for r in records[1:]] == [0, 1, 1]
     assert all(r["rollout/dropped_stale"] == 0 for r in records[1:])
@@ -269,17 +264,10 @@ def test_an_async_run_on_a_rollout_engine_generates_in_a_thread_between_syncs(ti
     config = _async(trainer, iterations=3)
     trainer = GRPOTrainer(trainer.policy, trainer.env_fn, config, rollout_backend=backend)
     seen = []
-    update = trainer.update
-
-    def recording(episodes):
-        seen.append({d.policy_version for e in episodes for d in e.decisions})
-        return update(episodes)
-
-    trainer.update = recording
-    try:
-        records = trainer.train()
-    finally:
-        trainer.close()
+    records = train_recording(
+        trainer,
+        lambda episodes: seen.append({d.policy_version for e in episodes for d in e.decisions}),
+    )
     assert [r["rollout/staleness"] for r in records] == [0.0, 1.0, 1.0]
     assert seen == [{0}, {0}, {1}]  # a job submitted after update k samples version k
     assert all(r.get("train/skipped_nonfinite", 0) == 0 for r in records)

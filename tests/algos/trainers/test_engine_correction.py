@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from recording import train_recording
 from test_stale_objective import _assert_same_step
 from test_trainers import build
 
@@ -151,17 +152,9 @@ def test_an_async_run_with_the_correction_gives_every_decision_the_trainers_log_
     fresh decisions only, so the stale batch logs none."""
     trainer = build("grpo", tiny_path, iterations=2, max_staleness=1, engine_correction="on")
     seen = []
-    update = trainer.update
-
-    def recording(episodes):
-        seen.append([d for e in episodes for d in e.decisions])
-        return update(episodes)
-
-    trainer.update = recording
-    try:
-        records = trainer.train()
-    finally:
-        trainer.close()
+    records = train_recording(
+        trainer, lambda episodes: seen.append([d for e in episodes for d in e.decisions])
+    )
     assert [r.get("rollout/staleness") for r in records[1:]] == [0.0, 1.0]
     assert records[1]["rollout/logprob_mismatch_max"] < 1e-4  # fresh, float32
     assert "rollout/logprob_mismatch_max" not in records[2]  # every decision stale
