@@ -27,15 +27,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 __all__ = ["DistributedContext", "init_distributed", "parse_device"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class DistributedContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    sharded: bool = False
+    """The base models are sharded (``--fsdp``, :mod:`marft_algos.sharding`): every forward pass
+    through them is a collective, so ranks run as many as each other (:meth:`lockstep`)."""
 
     @classmethod
     def current(cls) -> DistributedContext:
@@ -104,6 +108,25 @@ class DistributedContext:
             return int(seed)
         digest = hashlib.sha256(f"{seed}:{self.rank}".encode()).digest()
         return int.from_bytes(digest[:4], "little")
+
+    def lockstep(
+        self, plan: Mapping[str, Sequence[T]], order: Sequence[str]
+    ) -> list[tuple[str, T | None]]:
+        """The ``(agent, chunk)`` passes of ``plan`` (each agent's chunks on this rank), in the
+        order every rank runs them.
+
+        Unsharded: ``plan``'s own order, as given. Sharded: the agents of ``order`` one after
+        another, each with as many passes as the rank with the most chunks of it; this rank's
+        missing ones are ``None``, a pass whose loss counts 0 (one collective to agree).
+        """
+        if not self.sharded:
+            return [(agent, part) for agent, parts in plan.items() for part in parts]
+        counts = self.max([float(len(plan.get(agent, ()))) for agent in order])
+        out: list[tuple[str, T | None]] = []
+        for agent, count in zip(order, counts, strict=True):
+            mine = list(plan.get(agent, ()))
+            out += [(agent, mine[k] if k < len(mine) else None) for k in range(int(count))]
+        return out
 
     # ------------------------------------------------------------------ collectives
     def _backend_device(self) -> torch.device:

@@ -128,6 +128,9 @@ RESUMABLE_CHANGES = frozenset(
         "max_nonfinite_iterations",
         "sync_check_every",
         "eval_samples",
+        # Where the base's weights live (sharded or whole), not what the run computes.
+        "fsdp",
+        "fsdp_replicas",
     }
 )
 

@@ -276,9 +276,10 @@ class ActorCriticTrainer(Trainer):
         shape = (len(batch),) if level.name == "action" else tuple(batch.action_mask.shape)
         values = torch.zeros(shape)
         start = 0
-        for chunk in batch.chunks(
-            self.config.gradient_accumulation_steps, self.config.max_chunk_tokens
-        ):
+        for chunk in self._critic_chunks(batch):
+            if chunk is None:
+                self._critic_filler()
+                continue
             v = level.values(self.critic, chunk).cpu()
             if v.dim() == 2:
                 values[start : start + len(chunk), : v.shape[1]] = v
@@ -356,6 +357,24 @@ class ActorCriticTrainer(Trainer):
         )
         return metrics
 
+    def _critic_chunks(self, batch: RolloutBatch) -> list[RolloutBatch | None]:
+        """The critic's chunks of ``batch``; under ``--fsdp`` padded with None to as many as the
+        rank with the most (:meth:`~marft_algos.distributed.DistributedContext.lockstep`)."""
+        c = self.config
+        chunks = list(batch.chunks(c.gradient_accumulation_steps, c.max_chunk_tokens))
+        return [chunk for _, chunk in self.dist.lockstep({"critic": chunks}, ["critic"])]
+
+    def _critic_filler(self, *, backward: bool = False) -> None:
+        """Under ``--fsdp``, a critic pass over one token standing for a chunk this rank lacks
+        (its loss counts 0)."""
+        assert self.critic is not None
+        if self.granularity.name == "action":
+            values = self.critic.action_values([[0]])
+        else:
+            values = self.critic.token_values([[0]], [[0]])
+        if backward and values.requires_grad:
+            (values.sum() * 0.0).backward()
+
     def critic_step(self, batch: RolloutBatch) -> float:
         """One critic step on a minibatch (accumulated in chunks); returns the value loss."""
         c = self.config
@@ -367,7 +386,10 @@ class ActorCriticTrainer(Trainer):
             return float("nan")
         loss_value = 0.0
         finite = True
-        for chunk in batch.chunks(c.gradient_accumulation_steps, c.max_chunk_tokens):
+        for chunk in self._critic_chunks(batch):
+            if chunk is None or not finite:  # --fsdp: every rank runs as many passes
+                self._critic_filler(backward=True)
+                continue
             assert chunk.values is not None and chunk.returns is not None
             new = level.values(self.critic, chunk)
             width = new.shape[1] if new.dim() == 2 else None
@@ -386,7 +408,10 @@ class ActorCriticTrainer(Trainer):
             scaled = c.value_loss_coef * loss * (units / total_units)
             if not torch.isfinite(scaled):
                 finite = False
-                break
+                if not self.dist.sharded:
+                    break
+                (new.nan_to_num().sum() * 0.0).backward()
+                continue
             scaled.backward()
             loss_value += float(loss.detach()) * units / total_units
         params = [p for g in optimizer.param_groups for p in g["params"]]

@@ -14,10 +14,12 @@ optionally rolled back (:class:`~marft_algos.trainers.guards.Guards`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -50,6 +52,7 @@ from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
+from marft_algos.trainers.sharding import shard_run
 from marft_algos.trainers.stepping import PolicySteps
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
@@ -98,6 +101,10 @@ class Trainer(PolicySteps, ABC):
         self.critic = critic
         self.dist = distributed if distributed is not None else DistributedContext.current()
         check_world_size(self.dist.world_size, self.shards_per_iteration(), config)
+        self.sharding = shard_run(policy, critic, self.dist, config, rollout_backend)
+        """The base models' FSDP units under ``config.fsdp`` (None otherwise)."""
+        if self.sharding is not None:
+            self.dist = replace(self.dist, sharded=True)
         torch.manual_seed(config.seed)
         # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
         # on the world size); sampling uses a per-rank generator derived from the run seed.
@@ -163,7 +170,8 @@ class Trainer(PolicySteps, ABC):
 
     def collect(self) -> list[Episode]:
         """The iteration's rollouts."""
-        return self.collect_with_stats()[0]
+        with self.generating():
+            return self.collect_with_stats()[0]
 
     def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
         """This process's share of the iteration's rollouts and ``rollout/...`` statistics of how
@@ -186,14 +194,23 @@ class Trainer(PolicySteps, ABC):
         if self.evaluator is None:
             return {}
         self.rest_rollout_backend()
-        return self.evaluator.evaluate(self.iteration, self.run_dir, self.logger, self._phase)
+        with self.generating():
+            return self.evaluator.evaluate(self.iteration, self.run_dir, self.logger, self._phase)
+
+    def generating(self) -> contextlib.AbstractContextManager[None]:
+        """Where rollouts and evaluations run: under ``--fsdp`` on the transformers backend, with
+        the base models gathered on every rank (:meth:`ShardedModels.gathered`)."""
+        if self.sharding is None or self.rollout_backend is not None:
+            return contextlib.nullcontext()
+        return self.sharding.gathered()
 
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
         self._phase("rollout", len(self.dist.shard(self.config.episodes_per_iteration)))
         if self.async_rollouts is None:
-            episodes, sampling_stats = self.collect_with_stats()
+            with self.generating():
+                episodes, sampling_stats = self.collect_with_stats()
         else:
             episodes, sampling_stats = self.async_rollouts.next_batch()
             if self._progress is not None:  # the worker generated them, at its own pace

@@ -106,6 +106,16 @@ class TrainerConfig:
     by π_trainer/π_engine, bounded by behaviour_weight_cap and behaviour_weight_mode (truncated
     importance sampling; TRL's vllm_importance_sampling_correction). auto: on with a rollout
     backend or a 16-bit base model. While on, rollout/logprob_mismatch_* are logged."""
+    fsdp: bool = False
+    """Shard the frozen base model(s) over the processes of a torchrun launch with torch's FSDP2
+    (one layer whole at a time; the adapters stay whole on every rank): bases larger than one
+    device train (docs/scaling.md, "Sharded training")."""
+    fsdp_replicas: int = 1
+    """With fsdp: hybrid sharding, the base sharded within groups of world_size / fsdp_replicas
+    processes and replicated across the fsdp_replicas groups (e.g. one group per node)."""
+    fsdp_mixed_precision: Literal["none", "bf16", "fp16"] = "none"
+    """With fsdp: the dtype the gathered base weights compute in ("none": their stored dtype);
+    adapters and their optimizer states keep theirs (float32)."""
 
     def __post_init__(self) -> None:
         check_finite_numbers(self)
@@ -166,6 +176,16 @@ class TrainerConfig:
         if self.engine_correction not in ("auto", "on", "off"):
             raise ValueError(
                 f"engine_correction must be 'auto', 'on' or 'off', got {self.engine_correction!r}."
+            )
+        if self.fsdp_mixed_precision not in ("none", "bf16", "fp16"):
+            raise ValueError(
+                f"fsdp_mixed_precision must be 'none', 'bf16' or 'fp16', got "
+                f"{self.fsdp_mixed_precision!r}."
+            )
+        if self.fsdp_replicas < 1 or (self.fsdp_replicas > 1 and not self.fsdp):
+            raise ValueError(
+                f"fsdp_replicas must be >= 1 and needs fsdp (hybrid sharding), got "
+                f"{self.fsdp_replicas} with fsdp={self.fsdp}."
             )
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")

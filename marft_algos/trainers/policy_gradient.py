@@ -275,6 +275,7 @@ class PolicyGradient:
         if marked is not None:
             given = batch.proximal_log_probs
             proximal = (batch.old_log_probs if given is None else given).clone()
+        plan: dict[str, list[list[int]]] = {}
         for agent in dict.fromkeys(batch.agents):
             rows = [k for k in batch.indices_of(agent) if bool(keep[k])]
             if not rows:
@@ -284,46 +285,52 @@ class PolicyGradient:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
                 continue
-            for part in batch.split_rows(rows, self.accumulation_steps, self.max_chunk_tokens):
-                chunk = batch[part]
-                lp, uncut = self._log_probs(agent, chunk, with_entropy=True, with_uncut=o.beta > 0)
-                mask = lp.mask
-                if proximal is not None:
-                    assert marked is not None
-                    own_rows = torch.as_tensor(part)[marked[part]]
-                    taken = lp.log_probs.detach()[marked[part]].float().cpu()
-                    proximal[own_rows, : mask.shape[1]] = torch.where(
-                        mask[marked[part]].cpu(), taken, 0.0
-                    )
-                weights = self._weights(chunk, mask, totals)  # (B, T)
-                new, old, adv, entry_mask, entry_w, prox = self._entries(
-                    lp.log_probs, mask, chunk, weights
+            plan[agent] = list(
+                batch.split_rows(rows, self.accumulation_steps, self.max_chunk_tokens)
+            )
+        for agent, part in self.dist.lockstep(plan, self.policy.agents):
+            if part is None:
+                self._filler(agent, backward=True, reference=o.beta > 0)
+                continue
+            chunk = batch[part]
+            lp, uncut = self._log_probs(agent, chunk, with_entropy=True, with_uncut=o.beta > 0)
+            mask = lp.mask
+            if proximal is not None:
+                assert marked is not None
+                own_rows = torch.as_tensor(part)[marked[part]]
+                taken = lp.log_probs.detach()[marked[part]].float().cpu()
+                proximal[own_rows, : mask.shape[1]] = torch.where(
+                    mask[marked[part]].cpu(), taken, 0.0
                 )
-                per_entry, terms = self._surrogate(new, old, adv, entry_mask, prox)
-                policy_loss = (per_entry * entry_w).sum()
-                assert lp.entropy is not None  # requested above
-                entropy = (lp.entropy * weights).sum()
-                objective = (
-                    policy_loss - o.entropy_coef * entropy if o.entropy_coef else policy_loss
+            weights = self._weights(chunk, mask, totals)  # (B, T)
+            new, old, adv, entry_mask, entry_w, prox = self._entries(
+                lp.log_probs, mask, chunk, weights
+            )
+            per_entry, terms = self._surrogate(new, old, adv, entry_mask, prox)
+            policy_loss = (per_entry * entry_w).sum()
+            assert lp.entropy is not None  # requested above
+            entropy = (lp.entropy * weights).sum()
+            objective = policy_loss - o.entropy_coef * entropy if o.entropy_coef else policy_loss
+            if o.beta > 0:
+                assert uncut is not None  # requested above
+                kl = self._reference_kl(agent, chunk, uncut, mask, weights)
+                objective = objective + o.beta * kl
+                out["kl"] += float(kl.detach())
+            if torch.isfinite(objective):
+                objective.backward()
+            elif self.dist.sharded:  # every rank runs its backward pass: a 0 one here
+                _zero_backward(lp.log_probs)
+            out["loss"] += float(objective.detach())
+            m = terms["mask"]
+            mine = own[agent]  # the pooled sums are the agents' sums added up, below
+            mine["policy_loss"] += float(policy_loss.detach())
+            mine["entropy"] += float(entropy.detach())
+            mine["weight"] += float(weights.sum())
+            mine["entries"] += float(m.sum())
+            for name in _STATS:
+                mine[name] += float(
+                    torch.where(m, terms[name], torch.zeros_like(terms[name])).sum()
                 )
-                if o.beta > 0:
-                    assert uncut is not None  # requested above
-                    kl = self._reference_kl(agent, chunk, uncut, mask, weights)
-                    objective = objective + o.beta * kl
-                    out["kl"] += float(kl.detach())
-                if torch.isfinite(objective):
-                    objective.backward()
-                out["loss"] += float(objective.detach())
-                m = terms["mask"]
-                mine = own[agent]  # the pooled sums are the agents' sums added up, below
-                mine["policy_loss"] += float(policy_loss.detach())
-                mine["entropy"] += float(entropy.detach())
-                mine["weight"] += float(weights.sum())
-                mine["entries"] += float(m.sum())
-                for name in _STATS:
-                    mine[name] += float(
-                        torch.where(m, terms[name], torch.zeros_like(terms[name])).sum()
-                    )
         if self.dist.enabled:
             self.dist.sum_gradients(
                 self.parameters(self.policy.agents if agents is None else agents)
@@ -400,16 +407,38 @@ class PolicyGradient:
             return batch.old_log_probs
         return self._batch_uncut_log_probs(batch, reference=False)
 
+    def _row_parts(self, batch: RolloutBatch) -> dict[str, list[list[int]]]:
+        """Each agent's rows of ``batch`` split into the update's chunks."""
+        return {
+            agent: list(
+                batch.split_rows(
+                    batch.indices_of(agent), self.accumulation_steps, self.max_chunk_tokens
+                )
+            )
+            for agent in dict.fromkeys(batch.agents)
+        }
+
     def _batch_uncut_log_probs(self, batch: RolloutBatch, *, reference: bool) -> Tensor:
         out = torch.zeros_like(batch.old_log_probs)  # (N, T)
-        for agent in dict.fromkeys(batch.agents):
-            rows = batch.indices_of(agent)
-            for part in batch.split_rows(rows, self.accumulation_steps, self.max_chunk_tokens):
-                lp = self._uncut_log_probs(agent, batch[part], reference=reference)
-                width = lp.mask.shape[1]
-                kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
-                out[torch.as_tensor(part), :width] = kept.float().cpu()
+        for agent, part in self.dist.lockstep(self._row_parts(batch), self.policy.agents):
+            if part is None:
+                self._filler(agent)
+                continue
+            lp = self._uncut_log_probs(agent, batch[part], reference=reference)
+            width = lp.mask.shape[1]
+            kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
+            out[torch.as_tensor(part), :width] = kept.float().cpu()
         return out
+
+    def _filler(self, agent: str, *, backward: bool = False, reference: bool = False) -> None:
+        """Under ``--fsdp``, a pass over one token standing for a chunk this rank lacks: the same
+        forward passes as a chunk (and backward, with ``backward``), whose loss counts 0."""
+        lp = self.policy.token_log_probs(agent, [[0]], [[0]])
+        if backward and lp.log_probs.requires_grad:
+            _zero_backward(lp.log_probs)
+        if reference:
+            with torch.no_grad():
+                self.policy.token_log_probs(agent, [[0]], [[0]], reference=True)
 
     @torch.no_grad()
     def current_log_probs(self, batch: RolloutBatch) -> Tensor:
@@ -417,13 +446,14 @@ class PolicyGradient:
         distribution the rollout sampled from (the proximal log-probs of stale decisions); 0 on
         padding. Forwards run agent by agent in ``accumulation_steps`` chunks."""
         out = torch.zeros_like(batch.old_log_probs)  # (N, T)
-        for agent in dict.fromkeys(batch.agents):
-            rows = batch.indices_of(agent)
-            for part in batch.split_rows(rows, self.accumulation_steps, self.max_chunk_tokens):
-                lp, _ = self._log_probs(agent, batch[part], with_entropy=False)
-                width = lp.mask.shape[1]
-                kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
-                out[torch.as_tensor(part), :width] = kept.float().cpu()
+        for agent, part in self.dist.lockstep(self._row_parts(batch), self.policy.agents):
+            if part is None:
+                self._filler(agent)
+                continue
+            lp, _ = self._log_probs(agent, batch[part], with_entropy=False)
+            width = lp.mask.shape[1]
+            kept = torch.where(lp.mask, lp.log_probs, torch.zeros_like(lp.log_probs))
+            out[torch.as_tensor(part), :width] = kept.float().cpu()
         return out
 
     @torch.no_grad()
@@ -431,20 +461,27 @@ class PolicyGradient:
         """k3 estimate of KL(π_old ‖ π_θ) on the batch's entries under the current weights
         (π_old: the proximal policy where the batch has stale decisions)."""
         total, count = 0.0, 0
-        for agent in dict.fromkeys(batch.agents):
-            for chunk in batch[batch.indices_of(agent)].chunks(
-                self.accumulation_steps, self.max_chunk_tokens
-            ):
-                lp, _ = self._log_probs(agent, chunk, with_entropy=False)
-                weights = self._weights(chunk, lp.mask, (1.0, 1.0))
-                new, old, adv, entry_mask, _, prox = self._entries(
-                    lp.log_probs, lp.mask, chunk, weights
-                )
-                _, terms = self._surrogate(new, old, adv, entry_mask, prox)
-                m = terms["mask"]
-                total += float(
-                    torch.where(m, terms["approx_kl"], torch.zeros_like(terms["approx_kl"])).sum()
-                )
-                count += int(m.sum())
+        for agent, part in self.dist.lockstep(self._row_parts(batch), self.policy.agents):
+            if part is None:
+                self._filler(agent)
+                continue
+            chunk = batch[part]
+            lp, _ = self._log_probs(agent, chunk, with_entropy=False)
+            weights = self._weights(chunk, lp.mask, (1.0, 1.0))
+            new, old, adv, entry_mask, _, prox = self._entries(
+                lp.log_probs, lp.mask, chunk, weights
+            )
+            _, terms = self._surrogate(new, old, adv, entry_mask, prox)
+            m = terms["mask"]
+            total += float(
+                torch.where(m, terms["approx_kl"], torch.zeros_like(terms["approx_kl"])).sum()
+            )
+            count += int(m.sum())
         total, entries = self.dist.sum([total, float(count)])
         return total / entries if entries else 0.0
+
+
+def _zero_backward(log_probs: Tensor) -> None:
+    """Back-propagate 0 through ``log_probs``' forward pass (its finite entries): under
+    ``--fsdp`` every rank runs each backward pass, whether or not its loss counts."""
+    (torch.where(torch.isfinite(log_probs), log_probs, 0.0).sum() * 0.0).backward()

@@ -1,0 +1,249 @@
+"""Sharded training: the frozen base models split over the processes with torch's FSDP2.
+
+``marft train --fsdp`` (``TrainerConfig.fsdp``) keeps each rank's copy of the base model(s) to
+``1/N`` of their weights: every decoder layer, and the embeddings with the final norm, are
+``torch.distributed.fsdp.fully_shard`` units over one device mesh (or a 2D mesh with
+``fsdp_replicas`` > 1: hybrid sharding, shards within a group of ranks, replicas across groups, e.g.
+one group per node). A unit's weights are all-gathered just before its forward (and again for its
+backward) and freed after, so the largest unsharded piece is one layer.
+
+What is not sharded:
+
+- **The agents' LoRA adapters and the critic's head** are FSDP's ``ignored_params``: each rank
+  holds them whole, their gradients are summed over ranks explicitly in a fixed order (as in data
+  parallelism, :mod:`marft_algos.distributed`), and the optimizers, clipping, checkpoints,
+  snapshots and vLLM adapter syncs work on them unchanged. They are a fraction of a percent of a
+  base's parameters (a rank-16 LoRA on a 70B base: about 0.1 GB per agent in float32, 0.4 GB with
+  its gradient and Adam moments).
+- **Rollouts on the transformers backend** gather the whole base on every rank for the rollout
+  phase (:meth:`ShardedModels.gathered`): each rank generates its own episodes, and decoding one
+  token at a time through all-gathers would put every rank in lockstep with the slowest. A base
+  that does not fit one device therefore needs the vLLM backend for rollouts (with
+  ``vllm_tensor_parallel_size``), where the trainer's model only scores.
+
+``--fsdp`` needs ``torchrun`` with two or more processes, and, with asynchronous rollouts
+(``max_staleness``), the vLLM backend.
+
+Every forward pass through a sharded unit is a collective, so under ``--fsdp`` every rank must run
+the same number of them, in the same order: the update's loops walk the agents in one fixed order
+and pad a rank's shorter list of chunks with passes whose loss is multiplied by 0
+(:meth:`~marft_algos.distributed.DistributedContext.lockstep`). Gradients of the base never exist
+(it is frozen), so FSDP reduces nothing; the sums stay marft's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from marft_algos.distributed import DistributedContext
+
+__all__ = ["MIXED_PRECISION", "ShardedModels", "shard_models", "shard_run"]
+
+logger = logging.getLogger(__name__)
+
+#: ``fsdp_mixed_precision``: the dtype the base's all-gathered weights compute in ("none": the
+#: dtype they are stored in).
+MIXED_PRECISION: dict[str, torch.dtype | None] = {
+    "none": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+MixedPrecision = Literal["none", "bf16", "fp16"]
+
+
+def _fsdp() -> Any:
+    try:
+        from torch.distributed import fsdp
+    except ImportError as err:  # pragma: no cover - every supported torch has it
+        raise RuntimeError(
+            f"--fsdp needs torch.distributed.fsdp.fully_shard (torch >= 2.6); this torch "
+            f"{torch.__version__} lacks it ({err})."
+        ) from None
+    return fsdp
+
+
+def _device_mesh(dist: DistributedContext, replicas: int) -> Any:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if replicas < 1 or dist.world_size % replicas:
+        raise ValueError(
+            f"fsdp_replicas={replicas} must divide the number of processes ({dist.world_size}): "
+            f"the base is sharded over world_size / fsdp_replicas ranks and replicated "
+            f"fsdp_replicas times (e.g. --fsdp-replicas <nodes> for one shard group per node)."
+        )
+    device = dist.device.type
+    if replicas == 1:
+        return init_device_mesh(device, (dist.world_size,), mesh_dim_names=("shard",))
+    return init_device_mesh(
+        device, (replicas, dist.world_size // replicas), mesh_dim_names=("replicate", "shard")
+    )
+
+
+@dataclass
+class ShardedModels:
+    """The FSDP units of the base models of a run (see the module docstring).
+
+    Attributes:
+        units: Every ``FSDPModule``, innermost first.
+        mesh: The device mesh they are sharded over.
+    """
+
+    units: list[Any]
+    mesh: Any
+
+    reshard_after_forward: list[bool]
+    """Each unit's own setting, restored when :meth:`gathered` ends."""
+
+    @contextlib.contextmanager
+    def gathered(self) -> Iterator[None]:
+        """Within the context every unit holds its whole weights on every rank, and forward passes
+        run without collectives (each rank may run as many as it needs: a rollout). Entering and
+        leaving are collectives: every rank must enter together."""
+        for unit in self.units:
+            unit.unshard()
+            unit.set_reshard_after_forward(False, recurse=False)
+        try:
+            yield
+        finally:
+            for unit, reshard in zip(self.units, self.reshard_after_forward, strict=True):
+                unit.reshard()
+                unit.set_reshard_after_forward(reshard, recurse=False)
+
+    def local_parameter_bytes(self, modules: Sequence[torch.nn.Module]) -> int:
+        """Bytes of parameters this rank stores for ``modules`` (shards of sharded ones)."""
+        seen: set[int] = set()
+        total = 0
+        for module in modules:
+            for p in module.parameters():
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                local = p.to_local() if hasattr(p, "to_local") else p
+                total += local.numel() * local.element_size()
+        return total
+
+
+def _decoder_layers(causal_lm: torch.nn.Module) -> list[torch.nn.Module]:
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in causal_lm.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+def shard_models(
+    models: Sequence[torch.nn.Module],
+    dist: DistributedContext,
+    *,
+    replicas: int = 1,
+    mixed_precision: MixedPrecision = "none",
+) -> ShardedModels:
+    """Shard each base model of ``models`` (transformers causal LMs, peft-wrapped or not) in place.
+
+    Units: every decoder layer; the decoder (embeddings, final norm; its weights stay gathered
+    after its forward, since a tied output layer reads the embedding matrix after it); an untied
+    output layer. LoRA weights (any parameter named ``lora_``) and every other trainable
+    parameter are left whole (FSDP's ``ignored_params``).
+
+    Args:
+        models: The distinct models to shard (the policy's base models, and a critic's own base).
+        dist: The process group's context (more than one process).
+        replicas: Hybrid sharding: replicate over this many groups, shard within each.
+        mixed_precision: The dtype the gathered base weights compute in.
+
+    Returns:
+        The units and mesh, for :meth:`ShardedModels.gathered`.
+
+    Raises:
+        ValueError: ``replicas`` does not divide the world size, the mixed-precision name is
+            unknown, or a model has no decoder layers transformers marks
+            (``GradientCheckpointingLayer``).
+    """
+    from marft_algos.policy.forward import unwrap_causal_lm
+
+    fsdp = _fsdp()
+    if mixed_precision not in MIXED_PRECISION:
+        raise ValueError(
+            f"fsdp_mixed_precision must be one of {sorted(MIXED_PRECISION)}, got "
+            f"{mixed_precision!r}."
+        )
+    mesh = _device_mesh(dist, replicas)
+    options: dict[str, Any] = {"mesh": mesh}
+    dtype = MIXED_PRECISION[mixed_precision]
+    if dtype is not None:
+        options["mp_policy"] = fsdp.MixedPrecisionPolicy(
+            param_dtype=dtype, reduce_dtype=torch.float32, cast_forward_inputs=False
+        )
+    units: list[Any] = []
+    reshard: list[bool] = []
+
+    def shard(module: torch.nn.Module, kept: set[Any], *, reshard_after: bool = True) -> None:
+        mine = {p for p in module.parameters() if p in kept}
+        fsdp.fully_shard(
+            module, ignored_params=mine, reshard_after_forward=reshard_after, **options
+        )
+        units.append(module)
+        reshard.append(reshard_after)
+
+    for model in models:
+        kept = {p for n, p in model.named_parameters() if "lora_" in n or p.requires_grad}
+        causal_lm = unwrap_causal_lm(model)
+        layers = _decoder_layers(causal_lm)
+        if not layers:
+            raise ValueError(
+                f"{type(causal_lm).__name__} has no decoder layers transformers marks "
+                f"(GradientCheckpointingLayer), so --fsdp cannot shard it layer by layer; train it "
+                f"without --fsdp."
+            )
+        for layer in layers:
+            shard(layer, kept)
+        shard(causal_lm.get_decoder(), kept, reshard_after=False)
+        head = causal_lm.get_output_embeddings()
+        if head is not None and head.weight is not causal_lm.get_input_embeddings().weight:
+            shard(head, kept)
+    logger.info(
+        "Sharded %d base model(s) into %d FSDP units over %d processes (%d replica group(s)).",
+        len(models),
+        len(units),
+        dist.world_size,
+        replicas,
+    )
+    return ShardedModels(units, mesh, reshard)
+
+
+def shard_run(
+    policy: Any, critic: Any, dist: DistributedContext, config: Any, rollout_backend: Any
+) -> ShardedModels | None:
+    """Shard a trainer's base models when ``config.fsdp`` asks (None otherwise): the policy's
+    and a critic's own, each once. The policy's update then runs every row's padded prompt (one
+    forward pass per chunk on every rank, not one per distinct prompt)."""
+    if not config.fsdp:
+        return None
+    if not dist.enabled:
+        raise ValueError(
+            "--fsdp shards the base model over processes, and this run has one. Launch it with "
+            "torchrun --nproc_per_node N (N >= 2), or leave --fsdp out."
+        )
+    if config.max_staleness and rollout_backend is None:
+        raise ValueError(
+            f"--fsdp with --max-staleness {config.max_staleness} needs --rollout-backend vllm: a "
+            f"rollout worker on the transformers backend would generate on the sharded model "
+            f"while the update runs collectives on it. Use vLLM rollouts, or --max-staleness 0."
+        )
+    models: dict[int, torch.nn.Module] = {}
+    for backbone in policy.backbones.values():
+        models.setdefault(id(backbone.model), backbone.model)
+    own = getattr(critic, "backbone", None)
+    if own is not None:
+        models.setdefault(id(own.model), own.model)
+    policy.share_prompts_in_update = False
+    return shard_models(
+        list(models.values()),
+        dist,
+        replicas=config.fsdp_replicas,
+        mixed_precision=config.fsdp_mixed_precision,
+    )

@@ -1,0 +1,95 @@
+"""Sharded training (``fsdp=True``, torch's FSDP2) on two CPU processes (gloo on 127.0.0.1).
+
+On the fixed batches of test_distributed.py's one-process updates (distributed_worker.py), every
+trainer's two-rank sharded update equals the one-process update; each rank stores half the base
+model; hybrid sharding and bf16 compute run; a run whose router gives rank 1 no writer decision
+(so rank 1 runs stand-in passes) keeps the ranks identical, and its checkpoint resumes on one
+process. The workers are in fsdp_worker.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).parent
+KINDS = ["action", "token", "grpo", "rloo", "reinforce-pp"]
+
+
+def _run(args: list[str], cwd: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp")
+    root = Path(__file__).parents[3]
+    _run([sys.executable, str(HERE / "distributed_worker.py"), "single", str(out)], root)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    _run([*launch, "--standalone", str(HERE / "fsdp_worker.py"), "ranks", str(out)], root)
+    _run([sys.executable, str(HERE / "fsdp_worker.py"), "resume", str(out)], root)
+    return out
+
+
+def _close(a: dict, b: dict, atol: float) -> None:
+    assert set(a) == set(b)
+    for key in a:
+        for x, y in zip(a[key], b[key], strict=True):
+            torch.testing.assert_close(x, y, atol=atol, rtol=0, msg=key)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_sharded_two_rank_update_equals_the_one_process_update(runs, kind):
+    one = torch.load(runs / f"{kind}-one.pt")
+    ranks = [torch.load(runs / f"fsdp-{kind}-rank{r}.pt") for r in (0, 1)]
+    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)  # identical across ranks
+    _close(one["params"], ranks[0]["params"], atol=1e-6)  # and equal to one process
+    for key in ("train/policy_loss", "train/entropy", "train/approx_kl"):
+        assert ranks[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-6)
+    if kind in ("action", "token"):
+        assert ranks[0]["metrics"]["train/value_loss"] == pytest.approx(
+            one["metrics"]["train/value_loss"], rel=1e-5
+        )
+    if kind in ("rloo", "reinforce-pp"):  # the reference model's forward passes, sharded
+        assert ranks[0]["metrics"]["train/kl"] == pytest.approx(
+            one["metrics"]["train/kl"], rel=1e-4, abs=1e-7
+        )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_rank_stores_half_the_base_model(runs, kind):
+    for r in (0, 1):
+        mine, whole = torch.load(runs / f"fsdp-{kind}-rank{r}.pt")["bytes"]
+        assert mine == pytest.approx(whole / 2, rel=0.01)
+
+
+def test_hybrid_sharding_and_bf16_compute(runs):
+    one = torch.load(runs / "grpo-one.pt")
+    hsdp = [torch.load(runs / f"fsdp-hsdp-rank{r}.pt") for r in (0, 1)]
+    # Two replica groups of one shard each: every rank holds the whole base, the update is exact.
+    assert hsdp[0]["bytes"][0] == hsdp[0]["bytes"][1]
+    _close(one["params"], hsdp[0]["params"], atol=1e-6)
+    bf16 = [torch.load(runs / f"fsdp-bf16-rank{r}.pt") for r in (0, 1)]
+    _close(bf16[0]["params"], bf16[1]["params"], atol=0.0)
+    assert bf16[0]["metrics"]["train/entropy"] == pytest.approx(
+        one["metrics"]["train/entropy"], rel=1e-2
+    )
+    assert bf16[0]["metrics"]["train/entropy"] != one["metrics"]["train/entropy"]  # bf16 ran
+
+
+def test_a_rank_without_an_agent_neither_hangs_nor_diverges_and_resumes_on_one_process(runs):
+    ranks = [torch.load(runs / f"run-fsdp-rank{r}.pt") for r in (0, 1)]
+    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
+    assert [r["rollout/episodes"] for r in ranks[0]["records"]] == [8, 8]
+    for a, b in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
+        assert a["train/policy_loss"] == b["train/policy_loss"]
+    resumed = torch.load(runs / "run-fsdp-resumed.pt")
+    _close(ranks[0]["params"], resumed["loaded"], atol=0.0)  # the sharded run's adapters
+    assert [r["iteration"] for r in resumed["records"]] == [3]
