@@ -117,6 +117,9 @@ class TrainArguments:
     vllm_seed_requests: bool = False
     """vLLM engine: seed every request (exactly repeatable samples, resumes included; vLLM's
     slower per-request sampler). Default: the engine's seeded RNG samples."""
+    vllm_tensor_parallel_size: int = 1
+    """vLLM engine: GPUs it splits the base over (a base larger than one GPU; the trainer runs in
+    one process beside it)."""
     vllm_probe_tolerance: float | None = None
     """vLLM engine: largest engine-vs-policy log-prob gap the post-sync probe accepts (default 1e-3
     for float32 weights, 1.0 for 16-bit: measured bf16 kernel gaps reach 0.36)."""
@@ -155,6 +158,7 @@ class TrainArguments:
                 sleep_mode=self.vllm_sleep_mode,
                 seed_requests=self.vllm_seed_requests,
                 probe_tolerance=self.vllm_probe_tolerance,
+                tensor_parallel_size=self.vllm_tensor_parallel_size,
             )
         except ValueError as exc:
             raise UsageError(f"--vllm-* option: {exc}") from None
@@ -510,6 +514,7 @@ def _train(
         f"[bold]{args.algo}[/] on [bold]{args.env}[/] (agents: {', '.join(plan.agents)}), model "
         f"[bold]{args.model}[/], output {config.output_dir}"
         + (f", {dist.world_size} processes" if dist.enabled else "")
+        + (" (base sharded: --fsdp)" if config.fsdp and dist.enabled else "")
     )
     preset = choose_preset(args.model, args.preset, paper_defaults=args.paper_defaults)
     console.print(

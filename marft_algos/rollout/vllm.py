@@ -149,6 +149,10 @@ class VLLMSettings:
         sleep_mode: Start the engine with ``enable_sleep_mode`` and let :meth:`~VLLMRolloutBackend.sleep`
             move its weights to CPU memory and free its KV cache while the trainer updates and
             evaluates; the next generation or adapter sync wakes it.
+        tensor_parallel_size: GPUs the engine splits the base over (vLLM's
+            ``tensor_parallel_size``): a base larger than one GPU. The trainer runs in one process
+            beside it; under torchrun every rank samples its own episodes, so each rank's engine
+            stays on its own GPU (1).
         engine_kwargs: Further ``vllm.LLM`` arguments, e.g. ``{"swap_space": 8}``.
     """
 
@@ -162,6 +166,7 @@ class VLLMSettings:
     seed_requests: bool = False
     enforce_eager: bool = False
     sleep_mode: bool = False
+    tensor_parallel_size: int = 1
     engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -173,6 +178,19 @@ class VLLMSettings:
             )
         if self.max_loras is not None and self.max_loras < 1:
             raise ValueError(f"max_loras must be >= 1, got {self.max_loras}.")
+        if self.tensor_parallel_size < 1:
+            raise ValueError(
+                f"tensor_parallel_size must be >= 1 (GPUs per engine), got "
+                f"{self.tensor_parallel_size}."
+            )
+        if self.tensor_parallel_size > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError(
+                f"tensor_parallel_size {self.tensor_parallel_size} under torchrun: every rank "
+                f"samples its own episodes on its own engine, and the ranks of a tensor-parallel "
+                f"group would have to submit identical batches, which this version does not do. "
+                f"Run the trainer in one process beside a tensor-parallel engine, or keep "
+                f"tensor_parallel_size 1 per rank (docs/scaling.md, 'Sharded training')."
+            )
         if self.probe_tokens < 0:
             raise ValueError(f"probe_tokens must be >= 0 (0: no probe), got {self.probe_tokens}.")
         if self.max_model_len is not None and self.max_model_len < 2:
@@ -265,6 +283,8 @@ class VLLMRolloutBackend:
             kwargs["enforce_eager"] = True
         if s.sleep_mode:
             kwargs["enable_sleep_mode"] = True
+        if s.tensor_parallel_size > 1:
+            kwargs["tensor_parallel_size"] = s.tensor_parallel_size
         if n_adapters:
             rank = next((r for r in VLLM_LORA_RANKS if r >= max_rank), None)
             if rank is None:

@@ -137,6 +137,8 @@ def test_engine_knobs_reach_the_engine_from_the_command_line(fake_vllm, policy):
             "--vllm-max-model-len",
             "4096",
             "--vllm-seed-requests",
+            "--vllm-tensor-parallel-size",
+            "4",
         ]
     )[0]
     settings = args.vllm_settings()
@@ -144,9 +146,30 @@ def test_engine_knobs_reach_the_engine_from_the_command_line(fake_vllm, policy):
     kwargs = fake_vllm[-1].kwargs
     assert kwargs["enforce_eager"] is True and kwargs["enable_sleep_mode"] is True
     assert kwargs["max_model_len"] == 4096 and settings.seed_requests
+    assert kwargs["tensor_parallel_size"] == 4
     # Off by default: vLLM's own defaults.
     VLLMRolloutBackend(policy, VLLMSettings(probe_tokens=0))
-    assert not {"enforce_eager", "enable_sleep_mode", "max_model_len"} & set(fake_vllm[-1].kwargs)
+    assert not {
+        "enforce_eager",
+        "enable_sleep_mode",
+        "max_model_len",
+        "tensor_parallel_size",
+    } & set(fake_vllm[-1].kwargs)
+
+
+def test_a_tensor_parallel_engine_per_rank_is_refused_under_torchrun(monkeypatch):
+    from marft_algos.cli.train import UsageError, parse_train_args
+
+    with pytest.raises(ValueError, match="tensor_parallel_size must be >= 1"):
+        VLLMSettings(tensor_parallel_size=0)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="identical batches"):
+        VLLMSettings(tensor_parallel_size=2)
+    with pytest.raises(
+        UsageError, match="--vllm-\\* option: tensor_parallel_size 2 under torchrun"
+    ):
+        parse_train_args(["--vllm-tensor-parallel-size", "2"])
+    assert VLLMSettings(tensor_parallel_size=1).tensor_parallel_size == 1
 
 
 def test_a_sleeping_engine_wakes_for_the_next_sync_or_generation(fake_vllm, policy):

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # distributed_worker.build
 KINDS = ["action", "token", "grpo", "rloo", "reinforce-pp"]
 
 
@@ -93,3 +94,49 @@ def test_a_rank_without_an_agent_neither_hangs_nor_diverges_and_resumes_on_one_p
     resumed = torch.load(runs / "run-fsdp-resumed.pt")
     _close(ranks[0]["params"], resumed["loaded"], atol=0.0)  # the sharded run's adapters
     assert [r["iteration"] for r in resumed["records"]] == [3]
+
+
+def test_the_command_line_trains_sharded_under_torchrun_and_evaluates_on_one_process(tmp_path):
+    # The launch line: torchrun --no-python marft train --fsdp, on the built-in team.
+    out = tmp_path / "run"
+    marft = str(Path(sys.executable).parent / "marft")
+    budget = ["--max-new-tokens", "6", "--episodes-per-iteration", "4", "--eval-episodes", "4"]
+    budget += ["--rollout-threads", "4", "--no-plot", "--iterations", "1", "--output-dir", str(out)]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "COLUMNS": "200"}
+    done = subprocess.run(
+        [*launch, "--standalone", "--no-python", marft, "train", "--fsdp", *budget],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "2 processes (base sharded: --fsdp)" in done.stdout
+    assert (out / "checkpoint-1" / "manifest.json").exists()
+    evaluated = subprocess.run(
+        [marft, "eval", str(out), "--episodes", "4"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-4000:]
+    assert "accuracy before (untuned)" in evaluated.stdout
+
+
+def test_sharding_is_refused_where_it_cannot_run(monkeypatch):
+    from distributed_worker import build
+
+    from marft_algos.distributed import DistributedContext
+    from marft_algos.trainers.grpo import GRPOConfig
+
+    with pytest.raises(ValueError, match="torchrun --nproc_per_node N"):
+        build("grpo", DistributedContext(), fsdp=True)
+    two = DistributedContext(rank=0, world_size=2)  # no collective runs before the check
+    with pytest.raises(ValueError, match="needs --rollout-backend vllm"):
+        build("grpo", two, fsdp=True, max_staleness=1)
+    with pytest.raises(ValueError, match="fsdp_replicas must be >= 1 and needs fsdp"):
+        GRPOConfig(fsdp_replicas=2)
+    with pytest.raises(ValueError, match="fsdp_mixed_precision must be"):
+        GRPOConfig(fsdp=True, fsdp_mixed_precision="bfloat16")
