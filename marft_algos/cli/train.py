@@ -525,7 +525,8 @@ def _train(
         args.model,
         plan.agents,
         lora=LoraSettings(r=args.lora_rank, alpha=args.lora_alpha),
-        device=dist.device,
+        # --fsdp: the base waits on the host until each rank's shards move to its device.
+        device="cpu" if config.fsdp and dist.enabled else dist.device,
         torch_dtype=getattr(torch, dtype),
         seed=config.seed,
         model_kwargs=(
@@ -539,7 +540,8 @@ def _train(
     if args.rollout_backend == "vllm":
         from marft_algos.rollout.vllm import VLLMRolloutBackend
 
-        backend = VLLMRolloutBackend(policy, args.vllm_settings())  # one engine per process
+        # One engine per process, on the process's device.
+        backend = VLLMRolloutBackend(policy, args.vllm_settings(), device=dist.device)
     trainer = build_trainer(
         args.algo,
         policy,

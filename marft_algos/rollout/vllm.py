@@ -213,6 +213,7 @@ class VLLMRolloutBackend:
         policy: The trained policy (its agents, base model, adapters, chat templates and
             tokenizer). All agents must act on one base model.
         settings: Engine settings (:class:`VLLMSettings`).
+        device: The engine's device, where it differs from the policy's (default: the policy's).
 
     Raises:
         VLLMNotInstalledError: vLLM is not installed.
@@ -221,10 +222,19 @@ class VLLMRolloutBackend:
         ModelLoadError: The base model is a local path that does not exist.
     """
 
-    def __init__(self, policy: MultiAgentPolicy, settings: VLLMSettings | None = None) -> None:
+    def __init__(
+        self,
+        policy: MultiAgentPolicy,
+        settings: VLLMSettings | None = None,
+        *,
+        device: torch.device | None = None,
+    ) -> None:
         from marft_algos.policy.pretrained import resolve_model
 
         self.settings = settings or VLLMSettings()
+        #: Where the engine runs: the policy's device, unless the policy waits on the host to be
+        #: sharded onto this one (``--fsdp``).
+        self.device = device
         self.policy = policy
         bases = sorted({policy.base_model_name(a) for a in policy.agents})
         if len(bases) != 1:
@@ -258,7 +268,7 @@ class VLLMRolloutBackend:
 
     # ------------------------------------------------------------------ engine
     def _start_engine(self, *, n_adapters: int, max_rank: int) -> Any:
-        device = self._backbone.device
+        device = self.device or self._backbone.device
         on_cpu = device.type == "cpu"
         if on_cpu:
             # The engine runs in this process: leave the trainer's torch threads unbound.

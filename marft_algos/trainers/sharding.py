@@ -22,7 +22,9 @@ What is not sharded:
   ``vllm_tensor_parallel_size``), where the trainer's model only scores.
 
 ``--fsdp`` needs ``torchrun`` with two or more processes, and, with asynchronous rollouts
-(``max_staleness``), the vLLM backend.
+(``max_staleness``), the vLLM backend. ``marft train --fsdp`` loads the base on the host and lets
+``fully_shard`` move each rank's shards to its GPU, so no GPU ever holds the whole base while
+training (rollouts on the transformers backend gather it, see above).
 
 Every forward pass through a sharded unit is a collective, so under ``--fsdp`` every rank must run
 the same number of them, in the same order: the update's loops walk the agents in one fixed order
@@ -241,9 +243,32 @@ def shard_run(
     if own is not None:
         models.setdefault(id(own.model), own.model)
     policy.share_prompts_in_update = False
-    return shard_models(
+    sharded = shard_models(
         list(models.values()),
         dist,
         replicas=config.fsdp_replicas,
         mixed_precision=config.fsdp_mixed_precision,
     )
+    # A base loaded on the host (marft train --fsdp on GPUs): fully_shard moved each rank's
+    # shards to its device; the whole parameters it leaves alone follow them.
+    for model in models.values():
+        _place_whole_parameters(model, dist.device)
+    for backbone in policy.backbones.values():
+        backbone.device = dist.device
+    head = getattr(critic, "head", None)
+    if head is not None:
+        head.to(dist.device)
+    return sharded
+
+
+def _place_whole_parameters(model: torch.nn.Module, device: torch.device) -> None:
+    """Move the parameters FSDP left whole (adapters) and any buffer outside its units to
+    ``device``, in place (the same ``Parameter`` objects: optimizers built later see them)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if not hasattr(p, "to_local") and p.device != device:
+                p.data = p.data.to(device)
+        for module in model.modules():
+            for name, buffer in module.named_buffers(recurse=False):
+                if buffer.device != device:
+                    module._buffers[name] = buffer.to(device)
