@@ -1,20 +1,21 @@
 """Sharded training: the frozen base models split over the processes with torch's FSDP2.
 
 ``marft train --fsdp`` (``TrainerConfig.fsdp``) keeps each rank's copy of the base model(s) to
-``1/N`` of their weights: every decoder layer, and the embeddings with the final norm, are
-``torch.distributed.fsdp.fully_shard`` units over one device mesh (or a 2D mesh with
+about ``1/N`` of their weights: every decoder layer is a ``torch.distributed.fsdp.fully_shard``
+unit over one device mesh (or a 2D mesh with
 ``fsdp_replicas`` > 1: hybrid sharding, shards within a group of ranks, replicas across groups, e.g.
 one group per node). A unit's weights are all-gathered just before its forward (and again for its
 backward) and freed after, so the largest unsharded piece is one layer.
 
 What is not sharded:
 
+- **The embeddings, the final norm and the output layer** (a few percent of a large base), so
+  that tied input and output embeddings stay one tensor.
 - **The agents' LoRA adapters and the critic's head** are FSDP's ``ignored_params``: each rank
   holds them whole, their gradients are summed over ranks explicitly in a fixed order (as in data
   parallelism, :mod:`marft_algos.distributed`), and the optimizers, clipping, checkpoints,
   snapshots and vLLM adapter syncs work on them unchanged. They are a fraction of a percent of a
-  base's parameters (a rank-16 LoRA on a 70B base: about 0.1 GB per agent in float32, 0.4 GB with
-  its gradient and Adam moments).
+  base's parameters (benchmarks/scaling/fsdp_plan.py gives the sizes).
 - **Rollouts on the transformers backend** gather the whole base on every rank for the rollout
   phase (:meth:`ShardedModels.gathered`): each rank generates its own episodes, and decoding one
   token at a time through all-gathers would put every rank in lockstep with the slowest. A base
@@ -99,9 +100,6 @@ class ShardedModels:
     units: list[Any]
     mesh: Any
 
-    reshard_after_forward: list[bool]
-    """Each unit's own setting, restored when :meth:`gathered` ends."""
-
     @contextlib.contextmanager
     def gathered(self) -> Iterator[None]:
         """Within the context every unit holds its whole weights on every rank, and forward passes
@@ -113,9 +111,9 @@ class ShardedModels:
         try:
             yield
         finally:
-            for unit, reshard in zip(self.units, self.reshard_after_forward, strict=True):
+            for unit in self.units:
                 unit.reshard()
-                unit.set_reshard_after_forward(reshard, recurse=False)
+                unit.set_reshard_after_forward(True, recurse=False)
 
     def local_parameter_bytes(self, modules: Sequence[torch.nn.Module]) -> int:
         """Bytes of parameters this rank stores for ``modules`` (shards of sharded ones)."""
@@ -146,10 +144,11 @@ def shard_models(
 ) -> ShardedModels:
     """Shard each base model of ``models`` (transformers causal LMs, peft-wrapped or not) in place.
 
-    Units: every decoder layer; the decoder (embeddings, final norm; its weights stay gathered
-    after its forward, since a tied output layer reads the embedding matrix after it); an untied
-    output layer. LoRA weights (any parameter named ``lora_``) and every other trainable
-    parameter are left whole (FSDP's ``ignored_params``).
+    Units: every decoder layer, each its own root (a critic reads the decoder's hidden states
+    without the causal LM's forward). The embeddings, final norm and output layer stay whole on
+    every rank (a few percent of a large base: 4.2 of Llama-3-70B's 141 GB in bfloat16), which
+    keeps tied input and output embeddings one tensor. LoRA weights (any parameter named
+    ``lora_``) and every other trainable parameter are left whole (FSDP's ``ignored_params``).
 
     Args:
         models: The distinct models to shard (the policy's base models, and a critic's own base).
@@ -177,19 +176,20 @@ def shard_models(
     options: dict[str, Any] = {"mesh": mesh}
     dtype = MIXED_PRECISION[mixed_precision]
     if dtype is not None:
+        # Each layer computes in ``dtype`` and hands float32 on: the whole embeddings, norm and
+        # output layer keep their stored dtype.
         options["mp_policy"] = fsdp.MixedPrecisionPolicy(
-            param_dtype=dtype, reduce_dtype=torch.float32, cast_forward_inputs=False
+            param_dtype=dtype,
+            reduce_dtype=torch.float32,
+            output_dtype=torch.float32,
+            cast_forward_inputs=True,
         )
     units: list[Any] = []
-    reshard: list[bool] = []
 
-    def shard(module: torch.nn.Module, kept: set[Any], *, reshard_after: bool = True) -> None:
+    def shard(module: torch.nn.Module, kept: set[Any]) -> None:
         mine = {p for p in module.parameters() if p in kept}
-        fsdp.fully_shard(
-            module, ignored_params=mine, reshard_after_forward=reshard_after, **options
-        )
+        fsdp.fully_shard(module, ignored_params=mine, **options)
         units.append(module)
-        reshard.append(reshard_after)
 
     for model in models:
         kept = {p for n, p in model.named_parameters() if "lora_" in n or p.requires_grad}
@@ -203,10 +203,6 @@ def shard_models(
             )
         for layer in layers:
             shard(layer, kept)
-        shard(causal_lm.get_decoder(), kept, reshard_after=False)
-        head = causal_lm.get_output_embeddings()
-        if head is not None and head.weight is not causal_lm.get_input_embeddings().weight:
-            shard(head, kept)
     logger.info(
         "Sharded %d base model(s) into %d FSDP units over %d processes (%d replica group(s)).",
         len(models),
@@ -214,7 +210,7 @@ def shard_models(
         dist.world_size,
         replicas,
     )
-    return ShardedModels(units, mesh, reshard)
+    return ShardedModels(units, mesh)
 
 
 def shard_run(

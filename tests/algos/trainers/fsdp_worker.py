@@ -23,17 +23,19 @@ from marft_algos.distributed import init_distributed  # noqa: E402
 from marft_algos.policy.forward import unwrap_causal_lm  # noqa: E402
 
 
-def base_bytes(trainer) -> tuple[int, int]:
-    """``(this rank's, whole)`` bytes of the base model's parameters (adapters left out)."""
-    model = trainer.policy.backbone("writer").model
-    mine = whole = 0
-    for name, p in unwrap_causal_lm(model).named_parameters():
+def base_bytes(trainer) -> tuple[int, int, int]:
+    """``(this rank's, whole, the decoder layers')`` bytes of the base model's parameters
+    (adapters left out)."""
+    causal_lm = unwrap_causal_lm(trainer.policy.backbone("writer").model)
+    mine = whole = layers = 0
+    for name, p in causal_lm.named_parameters():
         if "lora_" in name:
             continue
         local = p.to_local() if hasattr(p, "to_local") else p
         mine += local.numel() * local.element_size()
         whole += p.numel() * p.element_size()
-    return mine, whole
+        layers += p.numel() * p.element_size() if ".layers." in f".{name}" else 0
+    return mine, whole, layers
 
 
 def run(dist, out, **overrides):
