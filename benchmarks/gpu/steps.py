@@ -8,6 +8,7 @@ table, raises :class:`Skip` with the reason when a dependency is missing, and ma
 from __future__ import annotations
 
 import importlib.util
+import os
 import statistics
 import time
 from pathlib import Path
@@ -381,3 +382,43 @@ def step_decode(ctx: Any) -> dict[str, Any]:
             f"{100 * b16['limit_over_step']:.0f}% / {100 * b64['limit_over_step']:.0f}% of it"
         )
     return out
+
+
+# ----------------------------------------------------------------------------- sharded training
+def step_fsdp(ctx: Any) -> dict[str, Any]:
+    """The main job for 2 iterations on 2 processes with ``--fsdp`` (torchrun, one GPU each;
+    the dry run: gloo on the CPU): wall time and the records of both iterations."""
+    import json
+    import subprocess
+    import sys
+
+    if not ctx.dry_run:
+        import torch
+
+        if torch.cuda.device_count() < 2:
+            raise Skip(f"{torch.cuda.device_count()} GPU(s): --fsdp over 2 processes needs 2")
+    run = ctx.scratch / "fsdp"
+    marft = str(Path(sys.executable).parent / "marft")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
+    argv = [*launch, "2", "--no-python", marft, "train", "--fsdp", "--config", str(MAIN_JOB)]
+    argv += ["--output_dir", str(run), "--overwrite", "--progress", "off", "--no_plot"]
+    argv += ["--iterations", "2", "--eval_every", "2"]
+    if ctx.dry_run:
+        argv += ["--device", "cpu", "--episodes_per_iteration", "4", "--rollout_threads", "4"]
+        argv += ["--eval_episodes", "8", "--max_new_tokens", "8"]
+    start = time.perf_counter()
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"marft train --fsdp failed: {done.stderr[-2000:]}")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in records if "time/update_s" in r]
+    return {
+        "argv": argv,
+        "wall_s": round(wall, 1),
+        "iterations": len(trained),
+        "update_s": [round(r["time/update_s"], 2) for r in trained],
+        "rollout_s": [round(r["time/rollout_s"], 2) for r in trained],
+        "headline": f"{len(trained)} sharded iterations on 2 processes in {wall:.0f} s",
+    }

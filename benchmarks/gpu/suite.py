@@ -68,6 +68,7 @@ STEPS = (
     Step("vllm", 40, "marft vs TRL GRPO with vLLM rollouts, SmolLM2-135M shape"),
     Step("update_memory", 60, "update seconds and peak memory, 1.5B shape, +/- checkpointing"),
     Step("decode", 35, "decode step time vs the weight-read limit, batch 16 and 64, 1.5B shape"),
+    Step("fsdp", 60, "the main job on 2 processes with --fsdp, one GPU each (needs 2 GPUs)"),
 )
 STEP_NAMES = [s.name for s in STEPS]
 #: Least time worth starting a step with (interpreter, torch and transformers imports).

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "benchmarks" / "gpu" / "suite.py"
-STEPS = ["env", "main_job", "trl_smollm2", "trl_1_5b", "vllm", "update_memory", "decode"]
+STEPS = ["env", "main_job", "trl_smollm2", "trl_1_5b", "vllm", "update_memory", "decode", "fsdp"]
 
 
 def run_suite(out: Path, *extra: str) -> dict:
@@ -24,7 +24,11 @@ def run_suite(out: Path, *extra: str) -> dict:
 
 
 def test_dry_run_records_every_step_and_the_table(tmp_path: Path) -> None:
-    results = run_suite(tmp_path / "out", "--scratch", str(tmp_path / "scratch"))
+    # The sharded step launches 2 processes: on a loaded CPU its dry run needs more than the
+    # GPU limit.
+    results = run_suite(
+        tmp_path / "out", "--scratch", str(tmp_path / "scratch"), "--limits", "fsdp=240"
+    )
     assert list(results["steps"]) == STEPS
     for name, record in results["steps"].items():
         assert record["status"] in ("ok", "skipped"), (name, record)
@@ -41,6 +45,7 @@ def test_dry_run_records_every_step_and_the_table(tmp_path: Path) -> None:
     assert main_job["iterations"] == 1 and len(main_job["greedy_accuracy"]) >= 2
     assert steps["update_memory"]["result"]["checkpointed"]["formula_total_gb"] > 0
     assert steps["decode"]["result"]["batch_64"]["step_ms"] > 0
+    assert steps["fsdp"]["result"]["iterations"] == 2  # gloo on the CPU in the dry run
     table = (tmp_path / "out" / "results.md").read_text()
     assert all(f"| {name} |" in table for name in STEPS)
 
