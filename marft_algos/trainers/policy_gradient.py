@@ -275,7 +275,7 @@ class PolicyGradient:
         if marked is not None:
             given = batch.proximal_log_probs
             proximal = (batch.old_log_probs if given is None else given).clone()
-        plan: dict[str, list[list[int]]] = {}
+        plan: dict[str, list[Any]] = {}
         for agent in dict.fromkeys(batch.agents):
             rows = [k for k in batch.indices_of(agent) if bool(keep[k])]
             if not rows:
@@ -407,7 +407,7 @@ class PolicyGradient:
             return batch.old_log_probs
         return self._batch_uncut_log_probs(batch, reference=False)
 
-    def _row_parts(self, batch: RolloutBatch) -> dict[str, list[list[int]]]:
+    def _row_parts(self, batch: RolloutBatch) -> dict[str, list[Any]]:
         """Each agent's rows of ``batch`` split into the update's chunks."""
         return {
             agent: list(
