@@ -81,8 +81,18 @@ def main(mode: str, out: Path) -> None:
         # stand-in passes), evaluation-free checkpoints every iteration.
         trainer = run(dist, out, fsdp=True)
         records = trainer.train()
+        # As if killed after its first checkpoint: the second iteration again, sharded.
+        again = run(dist, out, fsdp=True)
+        again.resume(out / "run-fsdp" / "checkpoint-1")
+        resumed = again.train()
         torch.save(
-            {"params": params(trainer), "records": records}, out / f"run-fsdp-rank{dist.rank}.pt"
+            {
+                "params": params(trainer),
+                "records": records,
+                "resumed_params": params(again),
+                "resumed_records": resumed,
+            },
+            out / f"run-fsdp-rank{dist.rank}.pt",
         )
         return
     if mode == "resume":  # one process, no sharding: the checkpoint is the same format

@@ -87,12 +87,22 @@ def test_hybrid_sharding_and_bf16_compute(runs):
     assert bf16[0]["metrics"]["train/entropy"] != one["metrics"]["train/entropy"]  # bf16 ran
 
 
-def test_a_rank_without_an_agent_neither_hangs_nor_diverges_and_resumes_on_one_process(runs):
+def test_a_rank_without_an_agent_neither_hangs_nor_diverges_and_resumes_exactly(runs):
     ranks = [torch.load(runs / f"run-fsdp-rank{r}.pt") for r in (0, 1)]
     _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
     assert [r["rollout/episodes"] for r in ranks[0]["records"]] == [8, 8]
     for a, b in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert a["train/policy_loss"] == b["train/policy_loss"]
+    # Resumed from checkpoint-1 on two sharded ranks, the second iteration repeats exactly.
+    _close(ranks[0]["params"], ranks[0]["resumed_params"], atol=0.0)
+    timeless = [
+        {k: v for k, v in r.items() if not k.startswith("time/")} for r in ranks[0]["records"]
+    ]
+    again = [
+        {k: v for k, v in r.items() if not k.startswith("time/")}
+        for r in ranks[0]["resumed_records"]
+    ]
+    assert again == timeless[1:]
     resumed = torch.load(runs / "run-fsdp-resumed.pt")
     _close(ranks[0]["params"], resumed["loaded"], atol=0.0)  # the sharded run's adapters
     assert [r["iteration"] for r in resumed["records"]] == [3]
