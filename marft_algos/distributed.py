@@ -28,7 +28,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import torch
@@ -54,6 +54,10 @@ class DistributedContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    rollout_group: int = 1
+    """Consecutive ranks that sample the same episodes: the ranks of one tensor-parallel vLLM
+    engine (``--vllm-tensor-parallel-size``), whose engine calls must be identical. Each keeps
+    its own share of the group's episodes for the update (:meth:`own_share`)."""
     sharded: bool = False
     """The base models are sharded (``--fsdp``, :mod:`marft_algos.sharding`): every forward pass
     through them is a collective, so ranks run as many as each other (:meth:`lockstep`)."""
@@ -100,6 +104,23 @@ class DistributedContext:
             return 0, n
         counts = [int(c) for c in self.gather(int(n))]
         return sum(counts[: self.rank]), sum(counts)
+
+    def rollout_shard(self, n: int) -> range:
+        """The share of ``n`` items this rank's rollout group samples (:meth:`shard` over the
+        groups; the rank's own share when the group is one rank)."""
+        k = self.rollout_group
+        return replace(self, rank=self.rank // k, world_size=self.world_size // k).shard(n)
+
+    def own_share(self, n: int) -> range:
+        """This rank's contiguous share of the ``n`` items its rollout group sampled (all of them
+        when the group is one rank)."""
+        k = self.rollout_group
+        return replace(self, rank=self.rank % k, world_size=k).shard(n)
+
+    def rollout_seed(self, seed: int) -> int:
+        """The sampling seed of this rank's rollout group: its first rank's :meth:`rank_seed`."""
+        k = self.rollout_group
+        return replace(self, rank=self.rank - self.rank % k).rank_seed(seed)
 
     def rank_seed(self, seed: int) -> int:
         """A sampling seed for this rank derived from the run seed (rank 0 keeps ``seed``, so a

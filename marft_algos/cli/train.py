@@ -118,8 +118,8 @@ class TrainArguments:
     """vLLM engine: seed every request (exactly repeatable samples, resumes included; vLLM's
     slower per-request sampler). Default: the engine's seeded RNG samples."""
     vllm_tensor_parallel_size: int = 1
-    """vLLM engine: GPUs it splits the base over (a base larger than one GPU; the trainer runs in
-    one process beside it)."""
+    """vLLM engine: GPUs it splits the base over (a base larger than one GPU). Under torchrun each
+    group of that many consecutive ranks shares one engine and samples the same episodes."""
     vllm_probe_tolerance: float | None = None
     """vLLM engine: largest engine-vs-policy log-prob gap the post-sync probe accepts (default 1e-3
     for float32 weights, 1.0 for 16-bit: measured bf16 kernel gaps reach 0.36)."""

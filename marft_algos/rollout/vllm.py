@@ -150,9 +150,10 @@ class VLLMSettings:
             move its weights to CPU memory and free its KV cache while the trainer updates and
             evaluates; the next generation or adapter sync wakes it.
         tensor_parallel_size: GPUs the engine splits the base over (vLLM's
-            ``tensor_parallel_size``): a base larger than one GPU. The trainer runs in one process
-            beside it; under torchrun every rank samples its own episodes, so each rank's engine
-            stays on its own GPU (1).
+            ``tensor_parallel_size``): a base larger than one GPU. One trainer process: the
+            engine spawns its workers. Under torchrun: each group of that many consecutive ranks
+            is one engine (vLLM's ``external_launcher``); its ranks sample the same episodes and
+            split them for the update (``DistributedContext.rollout_group``).
         engine_kwargs: Further ``vllm.LLM`` arguments, e.g. ``{"swap_space": 8}``.
     """
 
@@ -183,13 +184,12 @@ class VLLMSettings:
                 f"tensor_parallel_size must be >= 1 (GPUs per engine), got "
                 f"{self.tensor_parallel_size}."
             )
-        if self.tensor_parallel_size > 1 and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1 and world % self.tensor_parallel_size:
             raise ValueError(
-                f"tensor_parallel_size {self.tensor_parallel_size} under torchrun: every rank "
-                f"samples its own episodes on its own engine, and the ranks of a tensor-parallel "
-                f"group would have to submit identical batches, which this version does not do. "
-                f"Run the trainer in one process beside a tensor-parallel engine, or keep "
-                f"tensor_parallel_size 1 per rank (docs/scaling.md, 'Sharded training')."
+                f"tensor_parallel_size {self.tensor_parallel_size} under torchrun must divide the "
+                f"number of processes ({world}): each group of that many consecutive ranks "
+                f"shares one engine (docs/scaling.md, 'Sharded training')."
             )
         if self.probe_tokens < 0:
             raise ValueError(f"probe_tokens must be >= 0 (0: no probe), got {self.probe_tokens}.")
@@ -232,6 +232,8 @@ class VLLMRolloutBackend:
         from marft_algos.policy.pretrained import resolve_model
 
         self.settings = settings or VLLMSettings()
+        #: Ranks per engine under torchrun: the trainer has them sample together.
+        self.tensor_parallel_size = self.settings.tensor_parallel_size
         #: Where the engine runs: the policy's device, unless the policy waits on the host to be
         #: sharded onto this one (``--fsdp``).
         self.device = device

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,7 +52,7 @@ from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
-from marft_algos.trainers.sharding import shard_run
+from marft_algos.trainers.sharding import rollout_group, shard_run
 from marft_algos.trainers.stepping import PolicySteps
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
@@ -105,6 +105,9 @@ class Trainer(PolicySteps, ABC):
         """The base models' FSDP units under ``config.fsdp`` (None otherwise)."""
         if self.sharding is not None:
             self.dist = replace(self.dist, sharded=True)
+        self.dist = replace(
+            self.dist, rollout_group=rollout_group(self.dist, config, rollout_backend)
+        )
         torch.manual_seed(config.seed)
         # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
         # on the world size); sampling uses a per-rank generator derived from the run seed.
@@ -117,7 +120,7 @@ class Trainer(PolicySteps, ABC):
             config.generation,
             seed=config.seed,
         )
-        self.collector.generator.manual_seed(self.dist.rank_seed(config.seed))
+        self.collector.generator.manual_seed(self.dist.rollout_seed(config.seed))
         self.agents: list[str] = list(self.collector.envs[0].possible_agents)
         self.check_team(self.agents)
         check_agents(config, self.agents, list(policy.agents))
@@ -171,7 +174,7 @@ class Trainer(PolicySteps, ABC):
     def collect(self) -> list[Episode]:
         """The iteration's rollouts."""
         with self.generating():
-            return self.collect_with_stats()[0]
+            return self.own_episodes(self.collect_with_stats()[0])
 
     def collect_with_stats(self) -> tuple[list[Episode], dict[str, Any]]:
         """This process's share of the iteration's rollouts and ``rollout/...`` statistics of how
@@ -181,7 +184,20 @@ class Trainer(PolicySteps, ABC):
     def iteration_requests(self) -> list[EpisodeRequest]:
         """This process's share of one iteration's episode requests (drawn alike on every rank)."""
         requests = self.collector.requests(self.config.episodes_per_iteration)  # the global list
-        return [requests[i] for i in self.dist.shard(len(requests))]
+        return [requests[i] for i in self.dist.rollout_shard(len(requests))]
+
+    def own_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        """This rank's share of what its rollout group collected (all of it, unless the ranks of
+        a tensor-parallel engine sample together): whole shard units, in order."""
+        if self.dist.rollout_group == 1:
+            return episodes
+        units = list(dict.fromkeys(self.shard_unit(k, e) for k, e in enumerate(episodes)))
+        mine = {units[i] for i in self.dist.own_share(len(units))}
+        return [e for k, e in enumerate(episodes) if self.shard_unit(k, e) in mine]
+
+    def shard_unit(self, index: int, episode: Episode) -> Hashable:
+        """What the ranks share whole: an episode (GRPO-like trainers: its group)."""
+        return index
 
     @property
     def eval_collector(self) -> RolloutCollector | None:
@@ -207,10 +223,11 @@ class Trainer(PolicySteps, ABC):
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
-        self._phase("rollout", len(self.dist.shard(self.config.episodes_per_iteration)))
+        self._phase("rollout", len(self.dist.rollout_shard(self.config.episodes_per_iteration)))
         if self.async_rollouts is None:
             with self.generating():
                 episodes, sampling_stats = self.collect_with_stats()
+            episodes = self.own_episodes(episodes)
         else:
             episodes, sampling_stats = self.async_rollouts.next_batch()
             if self._progress is not None:  # the worker generated them, at its own pace

@@ -256,7 +256,7 @@ def restore_random_states(
     if same_world:
         collector.generator.set_state(torch.tensor(per_rank[rank], dtype=torch.uint8))
     else:
-        collector.generator.manual_seed(distributed.rank_seed(seed + 7919 * iteration))
+        collector.generator.manual_seed(distributed.rollout_seed(seed + 7919 * iteration))
         logger.info(
             "Resumed a %d-process run on %d processes: sampling reseeded per rank.",
             len(per_rank),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -246,9 +246,12 @@ class CriticFreeTrainer(Trainer):
     def _rank_groups(self, n_groups: int, first_group: int) -> list[EpisodeRequest]:
         """Draw ``n_groups`` tasks (alike on every rank): this rank's share of whole groups."""
         requests = self._group_requests(n_groups, first_group)
-        share = self.dist.shard(n_groups)
+        share = self.dist.rollout_shard(n_groups)
         per = self.config.num_generations
         return [r for g in share for r in requests[g * per : (g + 1) * per]]
+
+    def shard_unit(self, index: int, episode: Episode) -> Hashable:
+        return episode.group
 
     def _run_groups(self, n_groups: int, first_group: int) -> list[Episode]:
         return self.collector.collect(self._rank_groups(n_groups, first_group))

@@ -19,8 +19,9 @@ What is not sharded:
 - **Rollouts on the transformers backend** gather the whole base on every rank for the rollout
   phase (:meth:`ShardedModels.gathered`): each rank generates its own episodes, and decoding one
   token at a time through all-gathers would put every rank in lockstep with the slowest. A base
-  that does not fit one device therefore needs the vLLM backend for rollouts (with
-  ``vllm_tensor_parallel_size``), where the trainer's model only scores.
+  that does not fit one device therefore needs the vLLM backend for rollouts, split over groups
+  of ranks with ``tensor_parallel_size`` (:func:`rollout_group`), where the trainer's model
+  only scores.
 
 ``--fsdp`` needs ``torchrun`` with two or more processes, and, with asynchronous rollouts
 (``max_staleness``), the vLLM backend. ``marft train --fsdp`` loads the base on the host and lets
@@ -46,7 +47,7 @@ import torch
 
 from marft_algos.distributed import DistributedContext
 
-__all__ = ["MIXED_PRECISION", "ShardedModels", "shard_models", "shard_run"]
+__all__ = ["MIXED_PRECISION", "ShardedModels", "rollout_group", "shard_models", "shard_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -268,3 +269,28 @@ def _place_whole_parameters(model: torch.nn.Module, device: torch.device) -> Non
             for name, buffer in module.named_buffers(recurse=False):
                 if buffer.device != device:
                     module._buffers[name] = buffer.to(device)
+
+
+def rollout_group(dist: DistributedContext, config: Any, rollout_backend: Any) -> int:
+    """How many consecutive ranks sample the same episodes: a tensor-parallel rollout engine's
+    ranks (``rollout_backend.tensor_parallel_size``; 1 otherwise). Its ranks submit identical
+    engine calls (same requests, same sampling seed) and split the episodes for the update.
+
+    Raises:
+        ValueError: The group does not divide the processes, the run is asynchronous, or the
+            envs run agent programs (whose calls reach the engine in a thread-timed order).
+    """
+    size = int(getattr(rollout_backend, "tensor_parallel_size", 1) or 1)
+    if size == 1 or not dist.enabled:
+        return 1
+    if dist.world_size % size:
+        raise ValueError(
+            f"--vllm-tensor-parallel-size {size} must divide the number of processes "
+            f"({dist.world_size}): each group of {size} consecutive ranks shares one engine."
+        )
+    if config.max_staleness:
+        raise ValueError(
+            f"--vllm-tensor-parallel-size {size} under torchrun needs --max-staleness 0: the "
+            f"ranks of an engine sample together, which asynchronous rollouts do not do."
+        )
+    return size

@@ -157,19 +157,17 @@ def test_engine_knobs_reach_the_engine_from_the_command_line(fake_vllm, policy):
     } & set(fake_vllm[-1].kwargs)
 
 
-def test_a_tensor_parallel_engine_per_rank_is_refused_under_torchrun(monkeypatch):
+def test_a_tensor_parallel_size_must_divide_the_processes(monkeypatch):
     from marft_algos.cli.train import UsageError, parse_train_args
 
     with pytest.raises(ValueError, match="tensor_parallel_size must be >= 1"):
         VLLMSettings(tensor_parallel_size=0)
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="identical batches"):
-        VLLMSettings(tensor_parallel_size=2)
-    with pytest.raises(
-        UsageError, match="--vllm-\\* option: tensor_parallel_size 2 under torchrun"
-    ):
-        parse_train_args(["--vllm-tensor-parallel-size", "2"])
-    assert VLLMSettings(tensor_parallel_size=1).tensor_parallel_size == 1
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match="must divide the number of processes \\(4\\)"):
+        VLLMSettings(tensor_parallel_size=3)
+    with pytest.raises(UsageError, match="--vllm-\\* option: tensor_parallel_size 3 under"):
+        parse_train_args(["--vllm-tensor-parallel-size", "3"])
+    assert VLLMSettings(tensor_parallel_size=2).tensor_parallel_size == 2
 
 
 def test_a_sleeping_engine_wakes_for_the_next_sync_or_generation(fake_vllm, policy):

@@ -73,15 +73,16 @@ class SkipOnRankOne(FlexPOMDPEnv):
         return Transition(reward=score, terminated=True, info={"correct": score > 0.5})
 
 
-def build(kind, distributed, env_fn=lambda: DigitsEnv(team=2), **overrides):
+def build(kind, distributed, env_fn=lambda: DigitsEnv(team=2), engine=None, **overrides):
+    """``kind``'s trainer on the tiny model; ``engine(policy)`` builds a rollout backend."""
     policy = MultiAgentPolicy.from_pretrained(
         str(tiny_model_path()), ["writer", "answerer"], seed=0
     )
+    backend = {} if engine is None else {"rollout_backend": engine(policy)}
     settings = {**SMALL, "iterations": 1, "seed": 0, **overrides}
     if kind == "grpo":
-        return GRPOTrainer(
-            policy, env_fn, GRPOConfig(num_generations=4, **settings), distributed=distributed
-        )
+        config = GRPOConfig(num_generations=4, **settings)
+        return GRPOTrainer(policy, env_fn, config, distributed=distributed, **backend)
     if kind == "rloo":  # token level, advantages standardised over both ranks' samples
         config = RLOOConfig(
             num_generations=4, level="token", normalize_advantages=True, beta=0.1, **settings
@@ -101,6 +102,7 @@ def build(kind, distributed, env_fn=lambda: DigitsEnv(team=2), **overrides):
         config_cls(**settings),
         critic=Critic(policy, seed=0),
         distributed=distributed,
+        **backend,
     )
 
 

@@ -4,10 +4,13 @@ python distributed_worker.py single OUT               # fixed batches, one-proce
 torchrun --nproc_per_node 2 fsdp_worker.py ranks OUT   # the same updates with fsdp=True, then a
                                                        # short run where rank 1 lacks an agent
 python fsdp_worker.py resume OUT                       # resume that run on one process
+torchrun --nproc_per_node 2 fsdp_worker.py tensor-parallel OUT   # rollouts on one stand-in
+python fsdp_worker.py tensor-parallel OUT              # engine of 2 ranks; the same, 1 process
 """
 
 from __future__ import annotations
 
+import copy
 import pickle
 import sys
 from pathlib import Path
@@ -36,6 +39,53 @@ def base_bytes(trainer) -> tuple[int, int, int]:
         whole += p.numel() * p.element_size()
         layers += p.numel() * p.element_size() if ".layers." in f".{name}" else 0
     return mine, whole, layers
+
+
+class TensorParallelEngine:
+    """Stands in for a vLLM engine shared by a tensor-parallel group of ranks: its own copy of
+    the policy (an engine holds its own weights) and a log of every call, which the ranks of one
+    engine must make identically."""
+
+    def __init__(self, policy, size):
+        self.own = copy.deepcopy(policy)
+        self.tensor_parallel_size = size
+        self.calls = []
+
+    def generate(self, agent, messages_batch, settings, *, generator=None):
+        out = self.own.generate(agent, messages_batch, settings, generator=generator)
+        self.calls.append((agent, [g.prompt_ids for g in out], [g.action_ids for g in out]))
+        return out
+
+    def sync_adapters(self, policy, version):
+        for agent in policy.agents:
+            with torch.no_grad():
+                for p, q in zip(
+                    self.own.trainable_parameters(agent),
+                    policy.trainable_parameters(agent),
+                    strict=True,
+                ):
+                    p.copy_(q)
+
+
+def tensor_parallel(kind, dist, size, **overrides):
+    """Two iterations of ``kind`` with rollouts on a stand-in engine of ``size`` ranks."""
+    trainer = build(
+        kind,
+        dist,
+        engine=lambda policy: TensorParallelEngine(policy, size),
+        iterations=2,
+        **overrides,
+    )
+    kept = []
+    update = trainer.update
+    trainer.update = lambda episodes: kept.append(len(episodes)) or update(episodes)
+    records = trainer.train()
+    return {
+        "params": params(trainer),
+        "records": [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records],
+        "calls": trainer.rollout_backend.calls,
+        "kept": kept,
+    }
 
 
 def run(dist, out, **overrides):
@@ -94,6 +144,12 @@ def main(mode: str, out: Path) -> None:
             },
             out / f"run-fsdp-rank{dist.rank}.pt",
         )
+        return
+    if mode == "tensor-parallel":  # 2 ranks: one engine of 2 (and sharded), vs 1 process
+        size = dist.world_size
+        for kind in ("action", "grpo"):
+            result = tensor_parallel(kind, dist, size, fsdp=dist.enabled)
+            torch.save(result, out / f"tp-{kind}-rank{dist.rank}-of{size}.pt")
         return
     if mode == "resume":  # one process, no sharding: the checkpoint is the same format
         trainer = run(dist, out, iterations=3)

@@ -152,3 +152,57 @@ def test_sharding_is_refused_where_it_cannot_run(monkeypatch):
         GRPOConfig(fsdp_replicas=2)
     with pytest.raises(ValueError, match="fsdp_mixed_precision must be"):
         GRPOConfig(fsdp=True, fsdp_mixed_precision="bfloat16")
+
+
+@pytest.fixture(scope="module")
+def tensor_parallel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tensor-parallel")
+    root = Path(__file__).parents[3]
+    worker = str(HERE / "fsdp_worker.py")
+    _run([sys.executable, worker, "tensor-parallel", str(out)], root)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    _run([*launch, "--standalone", worker, "tensor-parallel", str(out)], root)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["action", "grpo"])
+def test_the_ranks_of_one_tensor_parallel_engine_sample_together_and_split_the_update(
+    tensor_parallel, kind
+):
+    # Two sharded ranks share one stand-in engine (tensor_parallel_size 2): every engine call is
+    # the same on both, and the same as one process's; each rank trains on half the episodes,
+    # and two iterations end where the one-process run ends.
+    one = torch.load(tensor_parallel / f"tp-{kind}-rank0-of1.pt")
+    ranks = [torch.load(tensor_parallel / f"tp-{kind}-rank{r}-of2.pt") for r in (0, 1)]
+    assert ranks[0]["calls"] == ranks[1]["calls"] == one["calls"]
+    assert one["kept"] == [8, 8] and ranks[0]["kept"] == ranks[1]["kept"] == [4, 4]
+    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
+    _close(one["params"], ranks[0]["params"], atol=1e-6)
+    for a, b in zip(one["records"], ranks[0]["records"], strict=True):
+        assert a.keys() == b.keys()
+        for key, value in a.items():
+            if isinstance(value, float):
+                assert b[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+            else:
+                assert b[key] == value, key
+
+
+def test_a_tensor_parallel_group_must_divide_the_processes_and_run_in_sync():
+    from marft_algos.distributed import DistributedContext
+    from marft_algos.trainers.grpo import GRPOConfig
+    from marft_algos.trainers.sharding import rollout_group
+
+    class Engine:
+        tensor_parallel_size = 2
+
+    four = DistributedContext(rank=1, world_size=4)
+    assert rollout_group(four, GRPOConfig(), Engine()) == 2
+    assert rollout_group(four, GRPOConfig(), None) == 1
+    with pytest.raises(ValueError, match="must divide the number of processes"):
+        rollout_group(DistributedContext(rank=0, world_size=3), GRPOConfig(), Engine())
+    with pytest.raises(ValueError, match="needs --max-staleness 0"):
+        rollout_group(four, GRPOConfig(max_staleness=1), Engine())
+    grouped = DistributedContext(rank=3, world_size=4, rollout_group=2)
+    assert grouped.rollout_shard(10) == range(5, 10)  # the second group's tasks
+    assert grouped.own_share(5) == range(3, 5)  # and this rank's part of them
+    assert grouped.rollout_seed(7) == DistributedContext(rank=2, world_size=4).rank_seed(7)
