@@ -19,7 +19,6 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,7 +51,7 @@ from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
-from marft_algos.trainers.sharding import rollout_group, shard_run
+from marft_algos.trainers.sharding import generating, own_share, shard_run
 from marft_algos.trainers.stepping import PolicySteps
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
@@ -101,13 +100,8 @@ class Trainer(PolicySteps, ABC):
         self.critic = critic
         self.dist = distributed if distributed is not None else DistributedContext.current()
         check_world_size(self.dist.world_size, self.shards_per_iteration(), config)
-        self.sharding = shard_run(policy, critic, self.dist, config, rollout_backend)
+        self.sharding, self.dist = shard_run(policy, critic, self.dist, config, rollout_backend)
         """The base models' FSDP units under ``config.fsdp`` (None otherwise)."""
-        if self.sharding is not None:
-            self.dist = replace(self.dist, sharded=True)
-        self.dist = replace(
-            self.dist, rollout_group=rollout_group(self.dist, config, rollout_backend)
-        )
         torch.manual_seed(config.seed)
         # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
         # on the world size); sampling uses a per-rank generator derived from the run seed.
@@ -187,13 +181,8 @@ class Trainer(PolicySteps, ABC):
         return [requests[i] for i in self.dist.rollout_shard(len(requests))]
 
     def own_episodes(self, episodes: list[Episode]) -> list[Episode]:
-        """This rank's share of what its rollout group collected (all of it, unless the ranks of
-        a tensor-parallel engine sample together): whole shard units, in order."""
-        if self.dist.rollout_group == 1:
-            return episodes
-        units = list(dict.fromkeys(self.shard_unit(k, e) for k, e in enumerate(episodes)))
-        mine = {units[i] for i in self.dist.own_share(len(units))}
-        return [e for k, e in enumerate(episodes) if self.shard_unit(k, e) in mine]
+        """This rank's share of what its rollout group collected (:func:`own_share`)."""
+        return own_share(episodes, self.dist, self.shard_unit)
 
     def shard_unit(self, index: int, episode: Episode) -> Hashable:
         """What the ranks share whole: an episode (GRPO-like trainers: its group)."""
@@ -214,11 +203,8 @@ class Trainer(PolicySteps, ABC):
             return self.evaluator.evaluate(self.iteration, self.run_dir, self.logger, self._phase)
 
     def generating(self) -> contextlib.AbstractContextManager[None]:
-        """Where rollouts and evaluations run: under ``--fsdp`` on the transformers backend, with
-        the base models gathered on every rank (:meth:`ShardedModels.gathered`)."""
-        if self.sharding is None or self.rollout_backend is not None:
-            return contextlib.nullcontext()
-        return self.sharding.gathered()
+        """Where rollouts and evaluations run (:func:`generating`)."""
+        return generating(self.sharding, self.rollout_backend)
 
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""

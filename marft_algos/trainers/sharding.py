@@ -39,15 +39,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
 
 from marft_algos.distributed import DistributedContext
 
-__all__ = ["MIXED_PRECISION", "ShardedModels", "rollout_group", "shard_models", "shard_run"]
+__all__ = [
+    "MIXED_PRECISION",
+    "ShardedModels",
+    "generating",
+    "own_share",
+    "rollout_group",
+    "shard_models",
+    "shard_run",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -216,12 +224,14 @@ def shard_models(
 
 def shard_run(
     policy: Any, critic: Any, dist: DistributedContext, config: Any, rollout_backend: Any
-) -> ShardedModels | None:
-    """Shard a trainer's base models when ``config.fsdp`` asks (None otherwise): the policy's
-    and a critic's own, each once. The policy's update then runs every row's padded prompt (one
-    forward pass per chunk on every rank, not one per distinct prompt)."""
+) -> tuple[ShardedModels | None, DistributedContext]:
+    """A trainer's sharding: its base models' FSDP units when ``config.fsdp`` asks (None
+    otherwise: the policy's and a critic's own, each once), and ``dist`` marked ``sharded`` and
+    with its :func:`rollout_group`. Sharded, the policy's update runs every row's padded prompt
+    (one forward pass per chunk on every rank, not one per distinct prompt)."""
+    dist = replace(dist, rollout_group=rollout_group(dist, config, rollout_backend))
     if not config.fsdp:
-        return None
+        return None, dist
     if not dist.enabled:
         raise ValueError(
             "--fsdp shards the base model over processes, and this run has one. Launch it with "
@@ -255,7 +265,31 @@ def shard_run(
     head = getattr(critic, "head", None)
     if head is not None:
         head.to(dist.device)
-    return sharded
+    return sharded, replace(dist, sharded=True)
+
+
+def generating(
+    sharding: ShardedModels | None, rollout_backend: Any
+) -> contextlib.AbstractContextManager[None]:
+    """Where rollouts and evaluations run: with the base models gathered on every rank when
+    they are sharded and the policy generates (:meth:`ShardedModels.gathered`)."""
+    if sharding is None or rollout_backend is not None:
+        return contextlib.nullcontext()
+    return sharding.gathered()
+
+
+def own_share(
+    episodes: list[Any], dist: DistributedContext, unit: Callable[[int, Any], Hashable]
+) -> list[Any]:
+    """This rank's share of the episodes its rollout group collected: all of them unless the
+    ranks of a tensor-parallel engine sample together; then whole units (``unit(index,
+    episode)``: an episode, or a GRPO group) in order, dealt by
+    :meth:`~marft_algos.distributed.DistributedContext.own_share`."""
+    if dist.rollout_group == 1:
+        return episodes
+    units = list(dict.fromkeys(unit(k, e) for k, e in enumerate(episodes)))
+    mine = {units[i] for i in dist.own_share(len(units))}
+    return [e for k, e in enumerate(episodes) if unit(k, e) in mine]
 
 
 def _place_whole_parameters(model: torch.nn.Module, device: torch.device) -> None:
