@@ -199,11 +199,12 @@ class Trainer(PolicySteps, ABC):
         if self.evaluator is None:
             return {}
         self.rest_rollout_backend()
-        with self.generating():
+        # The policy evaluates, whatever generates the rollouts.
+        with generating(self.sharding, None):
             return self.evaluator.evaluate(self.iteration, self.run_dir, self.logger, self._phase)
 
     def generating(self) -> contextlib.AbstractContextManager[None]:
-        """Where rollouts and evaluations run (:func:`generating`)."""
+        """Where rollouts run (:func:`generating`)."""
         return generating(self.sharding, self.rollout_backend)
 
     def train_iteration(self) -> dict[str, Any]:

@@ -271,8 +271,9 @@ def shard_run(
 def generating(
     sharding: ShardedModels | None, rollout_backend: Any
 ) -> contextlib.AbstractContextManager[None]:
-    """Where rollouts and evaluations run: with the base models gathered on every rank when
-    they are sharded and the policy generates (:meth:`ShardedModels.gathered`)."""
+    """Where a rollout (or, with ``rollout_backend`` None, an evaluation) runs: with the base
+    models gathered on every rank when they are sharded and the policy generates
+    (:meth:`ShardedModels.gathered`)."""
     if sharding is None or rollout_backend is not None:
         return contextlib.nullcontext()
     return sharding.gathered()

@@ -73,12 +73,16 @@ class SkipOnRankOne(FlexPOMDPEnv):
         return Transition(reward=score, terminated=True, info={"correct": score > 0.5})
 
 
-def build(kind, distributed, env_fn=lambda: DigitsEnv(team=2), engine=None, **overrides):
+def build(
+    kind, distributed, env_fn=lambda: DigitsEnv(team=2), engine=None, eval_env_fn=None, **overrides
+):
     """``kind``'s trainer on the tiny model; ``engine(policy)`` builds a rollout backend."""
     policy = MultiAgentPolicy.from_pretrained(
         str(tiny_model_path()), ["writer", "answerer"], seed=0
     )
-    backend = {} if engine is None else {"rollout_backend": engine(policy)}
+    backend = {"eval_env_fn": eval_env_fn}
+    if engine is not None:
+        backend["rollout_backend"] = engine(policy)
     settings = {**SMALL, "iterations": 1, "seed": 0, **overrides}
     if kind == "grpo":
         config = GRPOConfig(num_generations=4, **settings)

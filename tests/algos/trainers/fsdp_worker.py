@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 
 from distributed_worker import KINDS, SkipOnRankOne, build, params  # noqa: E402
+from trainer_envs import DigitsEnv  # noqa: E402
 
 from marft_algos.distributed import init_distributed  # noqa: E402
 from marft_algos.policy.forward import unwrap_causal_lm  # noqa: E402
@@ -73,6 +74,8 @@ def tensor_parallel(kind, dist, size, **overrides):
         kind,
         dist,
         engine=lambda policy: TensorParallelEngine(policy, size),
+        eval_env_fn=lambda: DigitsEnv(team=2),  # the policy evaluates (gathered when sharded)
+        eval_episodes=4,
         iterations=2,
         **overrides,
     )
