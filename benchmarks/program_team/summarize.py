@@ -39,6 +39,7 @@ from marft_algos.runs.outcomes import paired_before_after
 SETTINGS = {"marft": "team_marft", "grpo": "team_critic_free", "independent": "independent"}
 #: support-desk-v1 adds the single-agent reference (the same program, one adapter).
 SETTINGS_V1 = {**SETTINGS, "single": "single_agent"}
+DEPARTMENTS = ("billing", "shipping", "accounts")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -71,6 +72,12 @@ def handoffs(episodes: list[dict[str, Any]]) -> dict[str, float]:
             else None
         ),
         "calls": sum(sum(e["info"]["calls"].values()) for e in episodes) / n,
+        # Where the router sent the requests: the share of episodes whose specialist call went
+        # to each department (none: the hand-off failed).
+        "routes": {
+            department: sum(bool(e["info"]["calls"].get(department)) for e in episodes) / n
+            for department in DEPARTMENTS
+        },
     }
 
 
@@ -88,7 +95,19 @@ def job(folder: Path) -> dict[str, Any]:
     complete = last_iteration == config["iterations"] and evals[-1]["iteration"] == last_iteration
     first, last = min(by_iteration), max(by_iteration)
     paired = paired_before_after(folder, evals[0]["iteration"], evals[-1]["iteration"])
+    # The job's own record beside its folder (run_v1.py: env id, wall time) and, where it was
+    # run, its attribution table (attribution_v1.py).
+    beside = folder.parent / f"{folder.name}.json"
+    own = json.loads(beside.read_text()) if beside.is_file() else {}
+    attribution = folder.parent / f"attribution-{folder.name}.json"
     return {
+        "env_id": own.get("env_id"),
+        "seconds": own.get("seconds"),
+        "attribution": (
+            json.loads(attribution.read_text()).get("attribution")
+            if attribution.is_file()
+            else None
+        ),
         "status": "complete" if complete else f"stopped after iteration {last_iteration}",
         "error": error.read_text().strip()[:200] if error.exists() else None,
         "before": evals[0]["eval/accuracy"],
@@ -121,9 +140,19 @@ def main() -> None:
     parser.add_argument(
         "--task", default="support-desk-v0", choices=["support-desk-v0", "support-desk-v1"]
     )
+    parser.add_argument(
+        "--not-run",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("JOB", "REASON"),
+        help="a planned job that did not run, and why (recorded in summary.json)",
+    )
     args = parser.parse_args()
     jobs: dict[str, dict[int, dict[str, Any]]] = {}
     for folder in sorted(args.results.glob("*-seed*")):
+        if not folder.is_dir() or folder.name.startswith("attribution-"):
+            continue
         setting, _, seed = folder.name.partition("-seed")
         jobs.setdefault(setting, {})[int(seed)] = job(folder)
     seeds = sorted({s for per in jobs.values() for s in per})
@@ -131,7 +160,11 @@ def main() -> None:
     summary: dict[str, Any] = {
         "model": "smollm2-135m-instruct",
         "task": args.task,
+        "env_ids": sorted(
+            {j["env_id"] for per in jobs.values() for j in per.values() if j["env_id"]}
+        ),
         "device": args.device,
+        "not_run": {job: reason for job, reason in args.not_run},
         "seeds": seeds,
         "settings": {"team_untuned": untuned},
         "rates": {},
