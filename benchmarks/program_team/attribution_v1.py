@@ -8,6 +8,10 @@ Reads ``results/v1/runs/<setting>-seed<k>/`` (the final checkpoint) and writes
 tuned team.
 
     python benchmarks/program_team/attribution_v1.py --jobs marft:0 grpo:0
+
+Known to fail today (2026-11-28): ``marft eval`` rebuilds the env from the run record, whose
+``program`` argument is stored as ``{"callable": "team_v1:desk"}``, and ``marft_envs.make``
+refuses it; nothing has been measured with this script yet.
 """
 
 from __future__ import annotations
