@@ -9,9 +9,8 @@ tuned team.
 
     python benchmarks/program_team/attribution_v1.py --jobs marft:0 grpo:0
 
-Known to fail today (2026-11-28): ``marft eval`` rebuilds the env from the run record, whose
-``program`` argument is stored as ``{"callable": "team_v1:desk"}``, and ``marft_envs.make``
-refuses it; nothing has been measured with this script yet.
+Nothing has been measured with it yet (2026-11-28): its first try failed until ``marft eval``
+learned to rebuild a registered program env from a run record.
 """
 
 from __future__ import annotations

@@ -173,7 +173,9 @@ def open_checkpoint(path: str | Path, attempts: int = 5) -> Iterator[Path]:
     )
 
 
-def _recorded_env_kwargs(run: Mapping[str, Any], dataset_given: bool) -> dict[str, Any]:
+def _recorded_env_kwargs(
+    run: Mapping[str, Any], dataset_given: bool, env_id: str | None = None
+) -> dict[str, Any]:
     if run.get("env_kwargs") is not None:
         return dict(run["env_kwargs"])
     spec = run.get("eval_env") or run.get("env") or {}
@@ -185,7 +187,39 @@ def _recorded_env_kwargs(run: Mapping[str, Any], dataset_given: bool) -> dict[st
             f"The run passed its held-out dataset as an object ({kwargs['dataset']['repr']}), which "
             f"cannot be rebuilt from the checkpoint; pass --dataset with the same problems."
         )
-    return {k: v for k, v in kwargs.items() if k not in opaque}
+    out = {k: v for k, v in kwargs.items() if k not in opaque}
+    # A function is recorded as {"callable": "module:qualname"}: the env's registered one (e.g.
+    # register_program's program) is left to the registry; any other is imported again.
+    import marft_envs
+
+    spec = marft_envs.registry.get(env_id) if env_id is not None else None
+    registered = spec.to_json()["kwargs"] if spec is not None else {}
+    for key, value in list(out.items()):
+        if isinstance(value, dict) and set(value) == {"callable"}:
+            if registered.get(key) == value:
+                del out[key]
+            else:
+                out[key] = _import_callable(key, value["callable"])
+    return out
+
+
+def _import_callable(key: str, name: str) -> Any:
+    """The function a run record names as ``module:qualname`` (how it records a callable env
+    argument, e.g. an agent program), imported here."""
+    import importlib
+
+    module, _, qualname = name.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError):
+        raise UsageError(
+            f"The run passed its env argument {key!r} as the function {name}, which cannot be "
+            f"imported here; run marft eval where that module is importable (e.g. from its folder "
+            f"or with it on PYTHONPATH)."
+        ) from None
+    return found
 
 
 def run_device_and_dtype(
@@ -241,7 +275,7 @@ def evaluate_checkpoint(
         raise UsageError(
             f"{checkpoint} does not record its env (an older checkpoint); pass --env ID."
         )
-    kwargs = _recorded_env_kwargs(run, o.dataset is not None)
+    kwargs = _recorded_env_kwargs(run, o.dataset is not None, env_id)
     data = run.get("data")
     family = family_of(env_id)
     if o.dataset is not None and family is not None:

@@ -123,3 +123,40 @@ def test_train_switches_gradient_checkpointing_on(tiny_path, tmp_path, monkeypat
     flags = ["--model", tiny_path, "--gradient-checkpointing", *ONE_ITERATION]
     main(["train", "--output-dir", str(tmp_path / "r"), *flags])
     assert seen and all(seen)
+
+
+def test_a_function_the_run_recorded_as_an_env_argument_is_imported_again():
+    # register_program's program (and any callable env argument) is recorded as module:qualname.
+    import json
+
+    from marft_algos.cli.evaluate import _recorded_env_kwargs
+    from marft_algos.cli.parsing import UsageError
+
+    run = {"env": {"kwargs": {"program": {"callable": "json:dumps"}, "max_calls": 4}}}
+    assert _recorded_env_kwargs(run, False) == {"program": json.dumps, "max_calls": 4}
+    gone = {"env": {"kwargs": {"program": {"callable": "no_such_module_here:desk"}}}}
+    with pytest.raises(UsageError, match="'program' as the function no_such_module_here:desk"):
+        _recorded_env_kwargs(gone, False)
+
+
+def test_a_registered_program_env_is_rebuilt_from_its_run_record():
+    # register_program's program and task generator are the spec's own: the registry supplies them.
+    import marft_envs
+    from marft_algos.cli.evaluate import _recorded_env_kwargs
+
+    def desk(task, client):
+        return 0.0
+
+    def draw(rng):
+        return {"q": str(int(rng.integers(10)))}
+
+    marft_envs.register_program(
+        "eval-rebuild-test-v0", desk, agents=["solo"], tasks=draw, test_tasks=draw
+    )
+    try:
+        run = {"env": marft_envs.registry["eval-rebuild-test-v0"].to_json()}
+        kwargs = _recorded_env_kwargs(run, False, "eval-rebuild-test-v0")
+        assert "program" not in kwargs and "tasks" not in kwargs
+        assert marft_envs.make("eval-rebuild-test-v0", **kwargs).possible_agents == ["solo"]
+    finally:
+        marft_envs.registry.pop("eval-rebuild-test-v0", None)
