@@ -124,19 +124,6 @@ class ShardedModels:
                 unit.reshard()
                 unit.set_reshard_after_forward(True, recurse=False)
 
-    def local_parameter_bytes(self, modules: Sequence[torch.nn.Module]) -> int:
-        """Bytes of parameters this rank stores for ``modules`` (shards of sharded ones)."""
-        seen: set[int] = set()
-        total = 0
-        for module in modules:
-            for p in module.parameters():
-                if id(p) in seen:
-                    continue
-                seen.add(id(p))
-                local = p.to_local() if hasattr(p, "to_local") else p
-                total += local.numel() * local.element_size()
-        return total
-
 
 def _decoder_layers(causal_lm: torch.nn.Module) -> list[torch.nn.Module]:
     from transformers.modeling_layers import GradientCheckpointingLayer

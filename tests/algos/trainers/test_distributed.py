@@ -13,34 +13,22 @@ equals a one-process asynchronous run's on the same global batch.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from launching import assert_params_close, run_ok
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
-
-
-def _run(args: list[str], cwd: Path) -> None:
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
     root = Path(__file__).parents[3]
-    _run([sys.executable, str(WORKER), "single", str(out)], root)
-    _run(
+    run_ok([sys.executable, str(WORKER), "single", str(out)], root)
+    run_ok(
         [
             sys.executable,
             "-m",
@@ -56,23 +44,16 @@ def runs(tmp_path_factory):
         ],
         root,
     )
-    _run([sys.executable, str(WORKER), "resume", str(out)], root)
+    run_ok([sys.executable, str(WORKER), "resume", str(out)], root)
     return out
-
-
-def _close(a: dict, b: dict, atol: float) -> None:
-    assert set(a) == set(b)
-    for key in a:
-        for x, y in zip(a[key], b[key], strict=True):
-            torch.testing.assert_close(x, y, atol=atol, rtol=0, msg=key)
 
 
 @pytest.mark.parametrize("kind", ["action", "token", "grpo", "rloo", "reinforce-pp"])
 def test_two_rank_update_equals_the_one_process_update(runs, kind):
     one = torch.load(runs / f"{kind}-one.pt")
     ranks = [torch.load(runs / f"{kind}-rank{r}.pt") for r in (0, 1)]
-    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)  # identical across ranks
-    _close(one["params"], ranks[0]["params"], atol=1e-6)  # and equal to one process
+    assert_params_close(ranks[0]["params"], ranks[1]["params"], atol=0.0)  # identical across ranks
+    assert_params_close(one["params"], ranks[0]["params"], atol=1e-6)  # and equal to one process
     for key in ("train/policy_loss", "train/entropy", "train/approx_kl"):
         assert ranks[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-6), (
             key
@@ -93,7 +74,7 @@ def test_two_rank_update_equals_the_one_process_update(runs, kind):
 @pytest.mark.parametrize("kind", ["action", "grpo"])
 def test_a_rank_without_an_agent_neither_hangs_nor_diverges(runs, kind):
     ranks = [torch.load(runs / f"run-{kind}-rank{r}.pt") for r in (0, 1)]
-    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
+    assert_params_close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
     # Every record is global: both ranks log the same metrics (only rank 0 writes them).
     for a, b in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert a.get("rollout/episodes") == b.get("rollout/episodes")
@@ -109,13 +90,13 @@ def test_a_rank_without_an_agent_neither_hangs_nor_diverges(runs, kind):
 def test_a_two_rank_checkpoint_resumes_on_one_process(runs):
     resumed = torch.load(runs / "resumed.pt")
     rank0 = torch.load(runs / "run-action-rank0.pt")
-    _close(rank0["params"], resumed["loaded"], atol=0.0)
+    assert_params_close(rank0["params"], resumed["loaded"], atol=0.0)
     assert resumed["iteration"] == 3 and [r["iteration"] for r in resumed["records"]] == [3]
 
 
 def test_an_agent_program_over_http_trains_on_two_ranks(runs):
     ranks = [torch.load(runs / f"program-rank{r}.pt") for r in (0, 1)]
-    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
+    assert_params_close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
     (record,) = ranks[0]["records"]
     assert record["rollout/program_errors"] == 0
     assert record["rollout/episodes"] == ranks[1]["records"][0]["rollout/episodes"] == 8
@@ -131,7 +112,9 @@ def test_an_async_run_on_two_ranks_stays_in_sync_and_resumes_exactly(runs, kind)
     """max_staleness 1 under torchrun: each rank's own worker samples its share; the update is
     the synchronous one (summed gradients), the staleness metrics are global."""
     ranks = [torch.load(runs / f"async-{kind}-rank{r}.pt") for r in (0, 1)]
-    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)  # check_in_sync ran each iteration
+    assert_params_close(
+        ranks[0]["params"], ranks[1]["params"], atol=0.0
+    )  # check_in_sync ran each iteration
     records = ranks[0]["records"]
     assert [r["rollout/staleness"] for r in records] == [0.0, 1.0, 1.0]
     assert [r["rollout/staleness_max"] for r in records] == [0, 1, 1]
@@ -143,14 +126,14 @@ def test_an_async_run_on_two_ranks_stays_in_sync_and_resumes_exactly(runs, kind)
     assert state["in_flight"]["version"] == 1 and state["in_flight"]["shares"] == [4, 4]
     for rank in ranks:
         assert _without_times(rank["resumed_records"]) == _without_times(records[2:])
-        _close(rank["resumed_params"], rank["params"], atol=0.0)
+        assert_params_close(rank["resumed_params"], rank["params"], atol=0.0)
 
 
 @pytest.mark.parametrize("kind", ["action", "grpo"])
 def test_an_async_two_rank_update_equals_the_one_process_update(runs, kind):
     one = torch.load(runs / f"async-{kind}-one.pt")
     rank0 = torch.load(runs / f"async-{kind}-rank0.pt")
-    _close(one["params"], rank0["first_params"], atol=1e-6)
+    assert_params_close(one["params"], rank0["first_params"], atol=1e-6)
     for key in ("train/policy_loss", "train/entropy", "train/approx_kl"):
         assert rank0["first_metrics"][key] == pytest.approx(one["record"][key], abs=1e-5), key
     assert one["record"]["rollout/episodes"] == 8

@@ -16,42 +16,29 @@ from pathlib import Path
 
 import pytest
 import torch
+from launching import assert_params_close, run_ok
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))  # distributed_worker.build
 KINDS = ["action", "token", "grpo", "rloo", "reinforce-pp"]
-
-
-def _run(args: list[str], cwd: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp")
     root = Path(__file__).parents[3]
-    _run([sys.executable, str(HERE / "distributed_worker.py"), "single", str(out)], root)
+    run_ok([sys.executable, str(HERE / "distributed_worker.py"), "single", str(out)], root)
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    _run([*launch, "--standalone", str(HERE / "fsdp_worker.py"), "ranks", str(out)], root)
-    _run([sys.executable, str(HERE / "fsdp_worker.py"), "resume", str(out)], root)
+    run_ok([*launch, "--standalone", str(HERE / "fsdp_worker.py"), "ranks", str(out)], root)
+    run_ok([sys.executable, str(HERE / "fsdp_worker.py"), "resume", str(out)], root)
     return out
-
-
-def _close(a: dict, b: dict, atol: float) -> None:
-    assert set(a) == set(b)
-    for key in a:
-        for x, y in zip(a[key], b[key], strict=True):
-            torch.testing.assert_close(x, y, atol=atol, rtol=0, msg=key)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_sharded_two_rank_update_equals_the_one_process_update(runs, kind):
     one = torch.load(runs / f"{kind}-one.pt")
     ranks = [torch.load(runs / f"fsdp-{kind}-rank{r}.pt") for r in (0, 1)]
-    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)  # identical across ranks
-    _close(one["params"], ranks[0]["params"], atol=1e-6)  # and equal to one process
+    assert_params_close(ranks[0]["params"], ranks[1]["params"], atol=0.0)  # identical across ranks
+    assert_params_close(one["params"], ranks[0]["params"], atol=1e-6)  # and equal to one process
     for key in ("train/policy_loss", "train/entropy", "train/approx_kl"):
         assert ranks[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-6)
     if kind in ("action", "token"):
@@ -78,9 +65,9 @@ def test_hybrid_sharding_and_bf16_compute(runs):
     hsdp = [torch.load(runs / f"fsdp-hsdp-rank{r}.pt") for r in (0, 1)]
     # Two replica groups of one shard each: every rank holds the whole base, the update is exact.
     assert hsdp[0]["bytes"][0] == hsdp[0]["bytes"][1]
-    _close(one["params"], hsdp[0]["params"], atol=1e-6)
+    assert_params_close(one["params"], hsdp[0]["params"], atol=1e-6)
     bf16 = [torch.load(runs / f"fsdp-bf16-rank{r}.pt") for r in (0, 1)]
-    _close(bf16[0]["params"], bf16[1]["params"], atol=0.0)
+    assert_params_close(bf16[0]["params"], bf16[1]["params"], atol=0.0)
     assert bf16[0]["metrics"]["train/entropy"] == pytest.approx(
         one["metrics"]["train/entropy"], rel=1e-2
     )
@@ -89,12 +76,12 @@ def test_hybrid_sharding_and_bf16_compute(runs):
 
 def test_a_rank_without_an_agent_neither_hangs_nor_diverges_and_resumes_exactly(runs):
     ranks = [torch.load(runs / f"run-fsdp-rank{r}.pt") for r in (0, 1)]
-    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
+    assert_params_close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
     assert [r["rollout/episodes"] for r in ranks[0]["records"]] == [8, 8]
     for a, b in zip(ranks[0]["records"], ranks[1]["records"], strict=True):
         assert a["train/policy_loss"] == b["train/policy_loss"]
     # Resumed from checkpoint-1 on two sharded ranks, the second iteration repeats exactly.
-    _close(ranks[0]["params"], ranks[0]["resumed_params"], atol=0.0)
+    assert_params_close(ranks[0]["params"], ranks[0]["resumed_params"], atol=0.0)
     timeless = [
         {k: v for k, v in r.items() if not k.startswith("time/")} for r in ranks[0]["records"]
     ]
@@ -104,7 +91,9 @@ def test_a_rank_without_an_agent_neither_hangs_nor_diverges_and_resumes_exactly(
     ]
     assert again == timeless[1:]
     resumed = torch.load(runs / "run-fsdp-resumed.pt")
-    _close(ranks[0]["params"], resumed["loaded"], atol=0.0)  # the sharded run's adapters
+    assert_params_close(
+        ranks[0]["params"], resumed["loaded"], atol=0.0
+    )  # the sharded run's adapters
     assert [r["iteration"] for r in resumed["records"]] == [3]
 
 
@@ -137,7 +126,7 @@ def test_the_command_line_trains_sharded_under_torchrun_and_evaluates_on_one_pro
     assert "accuracy before (untuned)" in evaluated.stdout
 
 
-def test_sharding_is_refused_where_it_cannot_run(monkeypatch):
+def test_sharding_is_refused_where_it_cannotrun_ok(monkeypatch):
     from distributed_worker import build
 
     from marft_algos.distributed import DistributedContext
@@ -159,9 +148,9 @@ def tensor_parallel(tmp_path_factory):
     out = tmp_path_factory.mktemp("tensor-parallel")
     root = Path(__file__).parents[3]
     worker = str(HERE / "fsdp_worker.py")
-    _run([sys.executable, worker, "tensor-parallel", str(out)], root)
+    run_ok([sys.executable, worker, "tensor-parallel", str(out)], root)
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    _run([*launch, "--standalone", worker, "tensor-parallel", str(out)], root)
+    run_ok([*launch, "--standalone", worker, "tensor-parallel", str(out)], root)
     return out
 
 
@@ -177,8 +166,8 @@ def test_the_ranks_of_one_tensor_parallel_engine_sample_together_and_split_the_u
     assert ranks[0]["calls"] == ranks[1]["calls"] == one["calls"]
     assert one["kept"] == [8, 8] and ranks[0]["kept"] == ranks[1]["kept"] == [4, 4]
     assert sum("eval/accuracy" in r for r in ranks[0]["records"]) == 2  # before and after
-    _close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
-    _close(one["params"], ranks[0]["params"], atol=1e-6)
+    assert_params_close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
+    assert_params_close(one["params"], ranks[0]["params"], atol=1e-6)
     for a, b in zip(one["records"], ranks[0]["records"], strict=True):
         assert a.keys() == b.keys()
         for key, value in a.items():
