@@ -354,6 +354,14 @@ class _ChunkedLogProbs(torch.autograd.Function):
         return grad, None, None, None
 
 
+def decoder_layers(model: Any) -> list[Any]:
+    """The model's decoder layers: the modules transformers marks ``GradientCheckpointingLayer``
+    (what checkpointing recomputes and ``--fsdp`` shards)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
 @contextlib.contextmanager
 def checkpointed_layers(model: Any, enabled: bool = True) -> Iterator[None]:
     """Within the context, the model's decoder layers recompute their activations in the backward
@@ -372,9 +380,8 @@ def checkpointed_layers(model: Any, enabled: bool = True) -> Iterator[None]:
         yield
         return
     from torch.utils.checkpoint import checkpoint
-    from transformers.modeling_layers import GradientCheckpointingLayer
 
-    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    layers = decoder_layers(model)
     if not layers:
         raise ValueError(
             f"{type(model).__name__} has no layers transformers can checkpoint "

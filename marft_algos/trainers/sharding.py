@@ -125,12 +125,6 @@ class ShardedModels:
                 unit.set_reshard_after_forward(True, recurse=False)
 
 
-def _decoder_layers(causal_lm: torch.nn.Module) -> list[torch.nn.Module]:
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    return [m for m in causal_lm.modules() if isinstance(m, GradientCheckpointingLayer)]
-
-
 def shard_models(
     models: Sequence[torch.nn.Module],
     dist: DistributedContext,
@@ -160,7 +154,7 @@ def shard_models(
             unknown, or a model has no decoder layers transformers marks
             (``GradientCheckpointingLayer``).
     """
-    from marft_algos.policy.forward import unwrap_causal_lm
+    from marft_algos.policy.forward import decoder_layers, unwrap_causal_lm
 
     fsdp = _fsdp()
     if mixed_precision not in MIXED_PRECISION:
@@ -190,7 +184,7 @@ def shard_models(
     for model in models:
         kept = {p for n, p in model.named_parameters() if "lora_" in n or p.requires_grad}
         causal_lm = unwrap_causal_lm(model)
-        layers = _decoder_layers(causal_lm)
+        layers = decoder_layers(causal_lm)
         if not layers:
             raise ValueError(
                 f"{type(causal_lm).__name__} has no decoder layers transformers marks "
