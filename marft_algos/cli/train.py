@@ -525,8 +525,7 @@ def _train(
         args.model,
         plan.agents,
         lora=LoraSettings(r=args.lora_rank, alpha=args.lora_alpha),
-        # --fsdp: the base waits on the host until each rank's shards move to its device.
-        device="cpu" if config.fsdp and dist.enabled else dist.device,
+        device=_load_device(config, dist),
         torch_dtype=getattr(torch, dtype),
         seed=config.seed,
         model_kwargs=(
@@ -534,6 +533,7 @@ def _train(
         ),
     )
     policy.gradient_checkpointing = args.gradient_checkpointing
+    sharded = config.fsdp and dist.enabled
     template = _chat_template(args.chat_template)
     fill_chat_template(policy, template)
     backend = None
@@ -541,7 +541,10 @@ def _train(
         from marft_algos.rollout.vllm import VLLMRolloutBackend
 
         # One engine per process, on the process's device.
-        backend = VLLMRolloutBackend(policy, args.vllm_settings(), device=dist.device)
+        # Sharded, the trainer serves the adapters once rank 0's weights have filled every rank.
+        backend = VLLMRolloutBackend(
+            policy, args.vllm_settings(), device=dist.device, sync=not sharded
+        )
     trainer = build_trainer(
         args.algo,
         policy,
@@ -581,6 +584,16 @@ def _train(
         "output_dir": config.output_dir,
         "config": dataclasses.asdict(config),
     }
+
+
+def _load_device(config: Any, dist: Any) -> str:
+    """Where the base model loads. Under ``--fsdp`` rank 0 reads the weights into host memory
+    and every other rank builds the model empty (the meta device): sharding moves each rank's
+    shards to its device and fills them from rank 0, so a node holds one copy of the base, not
+    one per process, and no GPU ever holds all of it."""
+    if not (config.fsdp and dist.enabled):
+        return str(dist.device)
+    return "cpu" if dist.rank == 0 else "meta"
 
 
 def _plot(console: Any, records: list[dict[str, Any]], output_dir: str, title: str) -> None:

@@ -249,6 +249,23 @@ def seeded_rng(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
+def _empty_model(path: str, kwargs: dict[str, Any]) -> Any:
+    """``path``'s causal LM built on the meta device: shapes and dtypes, no storage."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if kwargs.get("dtype") == "auto":
+        raise ValueError(
+            "dtype='auto' reads the dtype from the weights, which a model loaded on the meta "
+            "device never reads; pass the dtype (e.g. torch.bfloat16)."
+        )
+    trust = (
+        {"trust_remote_code": kwargs["trust_remote_code"]} if "trust_remote_code" in kwargs else {}
+    )
+    config = AutoConfig.from_pretrained(path, **trust)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, **kwargs)
+
+
 def default_dtype(device: torch.device) -> torch.dtype:
     """Weight dtype when none is given: bfloat16 on a GPU (half the memory, its fast kernels),
     float32 elsewhere (exact log-prob equality between rollout and update on a CPU)."""
@@ -306,7 +323,10 @@ def load_backbone(
             :func:`~marft_algos.policy.pretrained.resolve_model`).
         dtype: Weight dtype (default ``torch.bfloat16`` on CUDA, ``torch.float32`` elsewhere;
             ``"auto"`` for the checkpoint's dtype).
-        device: Device for the weights.
+        device: Device for the weights. ``"meta"`` builds the model from its config without
+            reading or allocating any weight: under ``fsdp`` every rank but rank 0 loads this way,
+            and sharding fills each rank's shards from rank 0's weights
+            (:func:`~marft_algos.trainers.sharding.shard_run`).
         model_kwargs: Extra ``AutoModelForCausalLM.from_pretrained`` arguments. ``gguf_file``
             (as in transformers) names a GGUF file inside the local folder ``name_or_path``; it is
             converted once to a cached folder (:func:`~marft_algos.policy.gguf.convert_gguf`).
@@ -332,7 +352,10 @@ def load_backbone(
         path = resolve_model(name_or_path)
     check_model_path(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        if dev.type == "meta":  # the architecture without its weights (--fsdp's other ranks)
+            model = _empty_model(path, kwargs)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(

@@ -94,7 +94,8 @@ class Critic:
             if seed is not None:
                 torch.manual_seed(seed)
             self.head = ValueHead(config.hidden_size, hidden)
-        self.head.to(self.backbone.device)
+        if self.backbone.device.type != "meta":  # an empty base (fsdp) keeps the head on the host
+            self.head.to(self.backbone.device)
         self.hidden = hidden
 
     # ------------------------------------------------------------------ parameters

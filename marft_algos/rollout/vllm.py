@@ -214,6 +214,9 @@ class VLLMRolloutBackend:
             tokenizer). All agents must act on one base model.
         settings: Engine settings (:class:`VLLMSettings`).
         device: The engine's device, where it differs from the policy's (default: the policy's).
+        sync: Serve the policy's adapters at once (version 0). ``False`` leaves that to the
+            trainer, which serves them once its base is sharded: under ``--fsdp`` a rank that
+            loaded the base empty has no adapter weights before (``version`` stays -1 until then).
 
     Raises:
         VLLMNotInstalledError: vLLM is not installed.
@@ -228,6 +231,7 @@ class VLLMRolloutBackend:
         settings: VLLMSettings | None = None,
         *,
         device: torch.device | None = None,
+        sync: bool = True,
     ) -> None:
         from marft_algos.policy.pretrained import resolve_model
 
@@ -266,7 +270,8 @@ class VLLMRolloutBackend:
         #: Largest engine-vs-policy log-prob difference of each probed agent at the last sync.
         self.probe_differences: dict[str, float] = {}
         self.llm = self._start_engine(n_adapters=len(groups), max_rank=max(ranks, default=0))
-        self.sync_adapters(policy, 0)
+        if sync:
+            self.sync_adapters(policy, 0)
 
     # ------------------------------------------------------------------ engine
     def _start_engine(self, *, n_adapters: int, max_rank: int) -> Any:

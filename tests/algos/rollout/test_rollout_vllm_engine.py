@@ -238,3 +238,21 @@ def test_the_bf16_probe_tolerance_sits_above_what_two_bf16_kernels_disagree_by()
     assert max(gaps) > 5e-2, gaps
     assert max(gaps) < default_probe_tolerance(torch.bfloat16), gaps
     assert default_probe_tolerance(torch.float32) == 1e-3
+
+
+def test_a_backend_built_before_its_base_is_filled_is_served_by_the_trainer(fake_vllm, tiny_path):
+    # marft train --fsdp: ranks but 0 load the base empty, so the engine starts without serving
+    # adapters (there are no weights to save yet); the trainer serves version 0 once it has them.
+    from trainer_envs import DigitsEnv
+
+    from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
+
+    empty = MultiAgentPolicy.from_pretrained(str(tiny_path), ["answerer"], seed=0, device="meta")
+    backend = VLLMRolloutBackend(empty, VLLMSettings(probe_tokens=0), sync=False)
+    assert backend.version == -1 and fake_vllm[-1].events == []
+
+    policy = MultiAgentPolicy.from_pretrained(str(tiny_path), ["answerer"], seed=0)
+    backend = VLLMRolloutBackend(policy, VLLMSettings(probe_tokens=0), sync=False)
+    config = GRPOConfig(num_generations=2, episodes_per_iteration=2, iterations=1)
+    GRPOTrainer(policy, lambda: DigitsEnv(team=1), config, rollout_backend=backend)
+    assert backend.version == 0 and fake_vllm[-1].events == ["add_lora"]

@@ -74,11 +74,19 @@ class SkipOnRankOne(FlexPOMDPEnv):
 
 
 def build(
-    kind, distributed, env_fn=lambda: DigitsEnv(team=2), engine=None, eval_env_fn=None, **overrides
+    kind,
+    distributed,
+    env_fn=lambda: DigitsEnv(team=2),
+    engine=None,
+    eval_env_fn=None,
+    device="cpu",
+    specs=None,
+    **overrides,
 ):
-    """``kind``'s trainer on the tiny model; ``engine(policy)`` builds a rollout backend."""
+    """``kind``'s trainer on the tiny model; ``engine(policy)`` builds a rollout backend;
+    ``device="meta"`` loads the base empty (sharded runs fill it from rank 0)."""
     policy = MultiAgentPolicy.from_pretrained(
-        str(tiny_model_path()), ["writer", "answerer"], seed=0
+        str(tiny_model_path()), ["writer", "answerer"], seed=0, device=device, specs=specs
     )
     backend = {"eval_env_fn": eval_env_fn}
     if engine is not None:

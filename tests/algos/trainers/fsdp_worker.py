@@ -11,6 +11,7 @@ python fsdp_worker.py tensor-parallel OUT              # engine of 2 ranks; the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 import sys
 from pathlib import Path
@@ -20,11 +21,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 
-from distributed_worker import KINDS, SkipOnRankOne, build, params  # noqa: E402
+from distributed_worker import KINDS, SMALL, SkipOnRankOne, build, params  # noqa: E402
 from trainer_envs import DigitsEnv  # noqa: E402
 
-from marft_algos.distributed import init_distributed  # noqa: E402
+from marft_algos.distributed import DistributedContext, init_distributed  # noqa: E402
+from marft_algos.policy import AgentSpec, MultiAgentPolicy, tiny_model_path  # noqa: E402
+from marft_algos.policy.critic import Critic  # noqa: E402
 from marft_algos.policy.forward import unwrap_causal_lm  # noqa: E402
+from marft_algos.trainers.ppo import PPOConfig, PPOTrainer  # noqa: E402
+
+#: The agent layouts and the one-agent baseline, beyond build()'s one adapter per agent.
+LAYOUTS = ("shared", "frozen", "ppo")
 
 
 def base_bytes(trainer) -> tuple[int, int, int]:
@@ -91,6 +98,44 @@ def tensor_parallel(kind, dist, size, **overrides):
     }
 
 
+def layout(name, dist, **overrides):
+    """GRPO with one adapter shared by both agents, action-level MARFT with the writer frozen
+    (it acts, never trains), or single-agent PPO (one agent, the critic)."""
+    if name == "shared":
+        team = AgentSpec(adapter="team")
+        return build("grpo", dist, specs={"writer": team, "answerer": team}, **overrides)
+    if name == "frozen":
+        return build("action", dist, specs={"writer": AgentSpec(trainable=False)}, **overrides)
+    device = overrides.pop("device", "cpu")
+    policy = MultiAgentPolicy.from_pretrained(
+        str(tiny_model_path()), ["answerer"], seed=0, device=device
+    )
+    settings = {**SMALL, "iterations": 1, "seed": 0, "critic_learning_rate": 1e-3, **overrides}
+    return PPOTrainer(
+        policy,
+        lambda: DigitsEnv(team=1),
+        PPOConfig(**settings),
+        critic=Critic(policy, seed=0),
+        distributed=dist,
+    )
+
+
+def without_writer_tokens(episodes, which):
+    """``episodes`` with the writer's decisions in episodes ``which`` holding no tokens."""
+    for k in which:
+        episodes[k].decisions = [
+            dataclasses.replace(d, action_ids=[], log_probs=[]) if d.agent == "writer" else d
+            for d in episodes[k].decisions
+        ]
+    return episodes
+
+
+def tied(trainer) -> bool:
+    """Whether the base's output layer is still its input embedding (the tiny model ties them)."""
+    causal_lm = unwrap_causal_lm(trainer.policy.backbone(trainer.policy.agents[0]).model)
+    return causal_lm.get_output_embeddings().weight is causal_lm.get_input_embeddings().weight
+
+
 def run(dist, out, **overrides):
     settings = {
         "iterations": 2,
@@ -109,14 +154,42 @@ def main(mode: str, out: Path) -> None:
         for kind in KINDS:
             episodes = pickle.loads((out / f"{kind}-episodes.pkl").read_bytes())
             share = [episodes[i] for i in dist.shard(len(episodes))]
-            trainer = build(kind, dist, fsdp=True)
+            # Rank 1 loads the base empty and receives rank 0's weights (marft train --fsdp).
+            trainer = build(kind, dist, fsdp=True, device="meta" if dist.rank else "cpu")
             if kind == "token":  # layers recompute their activations in the backward pass
                 trainer.policy.gradient_checkpointing = True
             metrics = trainer.update(share)
             torch.save(
-                {"params": params(trainer), "metrics": metrics, "bytes": base_bytes(trainer)},
+                {
+                    "params": params(trainer),
+                    "metrics": metrics,
+                    "bytes": base_bytes(trainer),
+                    "tied": tied(trainer),
+                },
                 out / f"fsdp-{kind}-rank{dist.rank}.pt",
             )
+        # Each layout's one-process update (every rank collects the same batch: same seed), then
+        # the sharded one on this rank's share.
+        for name in LAYOUTS:
+            one = layout(name, DistributedContext())
+            episodes = one.collect()
+            result = {"one": one.update(episodes), "one_params": params(one)}
+            trainer = layout(name, dist, fsdp=True, device="meta" if dist.rank else "cpu")
+            result["metrics"] = trainer.update([episodes[i] for i in dist.shard(len(episodes))])
+            result["params"] = params(trainer)
+            torch.save(result, out / f"layout-{name}-rank{dist.rank}.pt")
+        # Rank 1's writer decisions without tokens (its chunks still run their passes).
+        for kind in ("action", "grpo"):
+            episodes = without_writer_tokens(
+                pickle.loads((out / f"{kind}-episodes.pkl").read_bytes()),
+                DistributedContext(rank=1, world_size=2).shard(8),
+            )
+            one = build(kind, DistributedContext())
+            result = {"one": one.update(episodes), "one_params": params(one)}
+            trainer = build(kind, dist, fsdp=True)
+            result["metrics"] = trainer.update([episodes[i] for i in dist.shard(len(episodes))])
+            result["params"] = params(trainer)
+            torch.save(result, out / f"tokenless-{kind}-rank{dist.rank}.pt")
         # Hybrid sharding (2 replica groups of 1 shard each) and bf16 compute, on GRPO's batch.
         episodes = pickle.loads((out / "grpo-episodes.pkl").read_bytes())
         share = [episodes[i] for i in dist.shard(len(episodes))]
