@@ -346,18 +346,19 @@ def _load_from_rank0(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -
     frequencies, which a meta-device build leaves empty) are broadcast too.
     """
     from torch import distributed as torch_dist
-    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor import DTensor, distribute_tensor
 
     names = {id(t): n for n, t in model.state_dict(keep_vars=True).items()}
     with torch.no_grad():
         for p in model.parameters():
-            if not hasattr(p, "to_local"):
+            if not isinstance(p, DTensor):
                 torch_dist.broadcast(p.data, src=0)
                 continue
+            where = p.device_mesh.device_type
             if torch_dist.get_rank() == 0:
-                full = weights[names[id(p)]].to(p.device_mesh.device_type)
+                full = weights[names[id(p)]].to(where)
             else:
-                full = torch.empty(p.shape, dtype=p.dtype, device=p.device_mesh.device_type)
+                full = torch.empty(p.shape, dtype=p.dtype, device=where)
             torch_dist.broadcast(full, src=0)
             mine = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
             p.to_local().copy_(mine.to_local())

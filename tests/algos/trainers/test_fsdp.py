@@ -41,7 +41,9 @@ def test_a_sharded_two_rank_update_equals_the_one_process_update(runs, kind):
     assert_params_close(one["params"], ranks[0]["params"], atol=1e-6)  # and equal to one process
     # The policy losses agree to 1e-6 (measured: up to 6e-7, sums taken in another order), the
     # entropy (about 10) to 1e-4 relative.
-    assert abs(ranks[0]["metrics"]["train/policy_loss"] - one["metrics"]["train/policy_loss"]) < 1e-6
+    assert (
+        abs(ranks[0]["metrics"]["train/policy_loss"] - one["metrics"]["train/policy_loss"]) < 1e-6
+    )
     for key in ("train/entropy", "train/approx_kl"):
         assert ranks[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-6)
     if kind in ("action", "token"):
