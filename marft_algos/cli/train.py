@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from marft_algos.cli.data import DATA_FLAGS, family_of, load_part, plan_data, split_kwargs
+from marft_algos.cli.env_plan import EnvPlan, plan_env
 from marft_algos.cli.parsing import (
     UsageError,
     build_parser,
@@ -29,8 +29,9 @@ from marft_algos.cli.parsing import (
     pick,
 )
 from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for, scale_for_world
-from marft_algos.cli.profiles import PROFILE_KEYS, with_profiles
+from marft_algos.cli.profiles import with_profiles
 from marft_algos.cli.program_failures import reporting_program_failures
+from marft_algos.cli.run_report import plot_curve, show_samples, summarize
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
 from marft_algos.trainers.registry import ALGORITHMS, build_trainer, owners_of
 
@@ -282,99 +283,6 @@ def as_flags(message: str, fields: Iterable[str]) -> str:
     return message
 
 
-@dataclass
-class EnvPlan:
-    """The env a run trains and evaluates on, with the recorded description of both."""
-
-    env_id: str
-    env_kwargs: dict[str, Any]
-    data: dict[str, Any] | None
-    agents: list[str]
-
-    def factories(self):
-        import marft_envs
-
-        train_kwargs = split_kwargs(self.env_id, self.env_kwargs, "train")
-        eval_kwargs = split_kwargs(self.env_id, self.env_kwargs, "eval")
-        if self.data is not None:
-            family = family_of(self.env_id)
-            train_kwargs["dataset"] = load_part(family, self.data["train"])
-            eval_kwargs["dataset"] = load_part(family, self.data["eval"])
-        return (lambda: marft_envs.make(self.env_id, **train_kwargs)), (
-            lambda: marft_envs.make(self.env_id, **eval_kwargs)
-        )
-
-
-def plan_env(
-    env_id: str,
-    env_kwargs: Mapping[str, Any] | None,
-    *,
-    dataset: str | None = None,
-    eval_dataset: str | None = None,
-    levels: str | None = None,
-    subjects: str | None = None,
-    given: set[str] = frozenset(),  # type: ignore[assignment]
-) -> EnvPlan:
-    """Resolve the env (importing its module for ``module:id``), decide its data and read its team.
-
-    Data flags reach only envs whose constructor takes ``dataset``, through the env's data family
-    (:mod:`marft_envs.core.data`); an env without one is evaluated on held-out reset seeds.
-    """
-    kwargs = dict(env_kwargs or {})
-    family = family_of(env_id)
-    if family is not None and "dataset" in kwargs:
-        # --env-kwargs '{"dataset": ...}' names the same thing as --dataset: one plan, held-out
-        # problems carved out as for --dataset.
-        if dataset is not None or not isinstance(kwargs["dataset"], str):
-            raise UsageError(
-                f"--env-kwargs sets dataset={kwargs['dataset']!r}"
-                + (f" and --dataset {dataset!r} too" if dataset is not None else "")
-                + "; pass the training problems once, as --dataset PATH_OR_NAME."
-            )
-        dataset = kwargs.pop("dataset")
-    filters = {"levels": levels, "subjects": subjects}
-    data = plan_data(family, dataset, eval_dataset, filters) if family is not None else None
-    if family is None:
-        flags = [o for o in DATA_FLAGS if o in given]
-        if flags:
-            shown = ", ".join("--" + f.replace("_", "-") for f in flags)
-            raise UsageError(
-                f"{env_id} takes no dataset argument, so {shown} cannot reach it; drop {shown} (it is "
-                f"evaluated on held-out reset seeds), or pass its own arguments with --env-kwargs."
-            )
-    plan = EnvPlan(env_id, kwargs, data, [])
-    env_fn, _ = plan.factories()
-    prompted = sorted(set(kwargs) & set(PROFILE_KEYS))
-    try:
-        probe = env_fn()
-    except TypeError as exc:
-        if prompted and any(k in str(exc) for k in prompted):
-            raise UsageError(_own_messages(env_id, prompted)) from None
-        raise
-    if prompted and not builds_messages(probe):
-        raise UsageError(_own_messages(env_id, prompted))
-    plan.agents = list(probe.possible_agents)
-    probe.close()
-    return plan
-
-
-def builds_messages(env: Any) -> bool:
-    """Whether the env's agents' messages come from their profiles (FlexPOMDPEnv's layout)."""
-    from marft_envs.core.env import FlexPOMDPEnv
-
-    base = env.unwrapped
-    return isinstance(base, FlexPOMDPEnv) and (
-        type(base).rollout_messages is FlexPOMDPEnv.rollout_messages
-    )
-
-
-def _own_messages(env_id: str, keys: list[str]) -> str:
-    return (
-        f"{env_id} writes its agents' messages itself (e.g. an agent program), so {keys} cannot "
-        f"reach them; change the prompts where it builds its messages."
-    )
-
-
 def _check_caps(values: dict[str, Any], given: set[str], agents: list[str]) -> None:
     caps = values.get("max_new_tokens_per_agent")
     if not caps:
@@ -573,10 +481,10 @@ def _train(
             backend.close()
     evals = [r for r in trainer.logger.records if "eval/accuracy" in r]
     if dist.is_main:
-        _show_samples(console, config.output_dir, min(config.eval_samples, 2))
-    paired = _summary(console, evals, config)
+        show_samples(console, config.output_dir, min(config.eval_samples, 2))
+    paired = summarize(console, evals, config)
     if args.plot and dist.is_main:
-        _plot(console, trainer.logger.records, config.output_dir, f"{args.algo} on {args.env}")
+        plot_curve(console, trainer.logger.records, config.output_dir, f"{args.algo} on {args.env}")
     return {
         "records": records,
         "evals": evals,
@@ -594,93 +502,3 @@ def _load_device(config: Any, dist: Any) -> str:
     if not (config.fsdp and dist.enabled):
         return str(dist.device)
     return "cpu" if dist.rank == 0 else "meta"
-
-
-def _plot(console: Any, records: list[dict[str, Any]], output_dir: str, title: str) -> None:
-    """Save the learning curve; matplotlib missing is one warning line, never a failed run (the
-    work is done and every number is in metrics.jsonl)."""
-    from marft_algos.runs.plotting import plot_learning_curve
-
-    try:
-        path = plot_learning_curve(records, Path(output_dir) / "learning_curve.png", title=title)
-    except ImportError as exc:
-        logger.warning(
-            "No learning_curve.png: %s is not installed (pip install matplotlib, or pass "
-            "--no-plot); the numbers are in %s.",
-            exc.name or "matplotlib",
-            Path(output_dir) / "metrics.jsonl",
-        )
-        return
-    console.print(f"learning curve: {path}")
-
-
-def _summary(console: Any, evals: list[dict[str, Any]], config: Any) -> dict[str, Any]:
-    """The held-out table and the before → after lines (the whole run, also after a resume), each
-    accuracy with its binomial standard error and episode count, and the paired comparison of the
-    same episodes (``eval_outcomes.jsonl``); returns the paired comparisons by prefix."""
-    from rich.table import Table
-
-    from marft_algos.rollout.evaluation import format_accuracy, format_change
-    from marft_algos.rollout.paired import format_paired
-    from marft_algos.runs.outcomes import paired_before_after
-
-    sampled = any("eval_sampled/accuracy" in r for r in evals)
-    table = Table(title="held-out accuracy (± standard error, n episodes)")
-    table.add_column("iteration", justify="right")
-    table.add_column("greedy", justify="right")
-    if sampled:
-        table.add_column(f"sampled (T={config.temperature:g})", justify="right")
-    # Named reward parts (agent programs, or an env's info["reward_parts"]): one column each.
-    parts = sorted({k for r in evals for k in r if k.startswith("eval/reward/")})
-    for key in parts:
-        table.add_column(key.removeprefix("eval/"), justify="right")
-
-    def cell(record: dict[str, Any], prefix: str) -> str:
-        value = record.get(f"{prefix}/accuracy")
-        if not isinstance(value, int | float):
-            return ""
-        return format_accuracy(value, record.get(f"{prefix}/episodes"))
-
-    for r in evals:
-        row = [str(r["iteration"]), cell(r, "eval")]
-        if sampled:
-            row.append(cell(r, "eval_sampled"))
-        row += [f"{r[k]:.3f}" if isinstance(r.get(k), int | float) else "" for k in parts]
-        table.add_row(*row)
-    console.print(table)
-    paired: dict[str, Any] = {}
-    if len(evals) >= 2:
-        for prefix, name in (("eval", "greedy"), ("eval_sampled", "sampled")):
-            first, last = evals[0], evals[-1]
-            a, b = first.get(f"{prefix}/accuracy"), last.get(f"{prefix}/accuracy")
-            if isinstance(a, int | float) and isinstance(b, int | float):
-                na, nb = first.get(f"{prefix}/episodes"), last.get(f"{prefix}/episodes")
-                console.print(
-                    f"{name} accuracy before {format_accuracy(a, na)} → after "
-                    f"{format_accuracy(b, nb)} ({format_change(a, na, b, nb)})"
-                )
-                comparison = paired_before_after(
-                    config.output_dir, first["iteration"], last["iteration"], prefix
-                )
-                if comparison is not None:
-                    paired[prefix] = comparison.as_dict(prefix)
-                    console.print(f"  same episodes: {format_paired(comparison)}")
-    return paired
-
-
-def _show_samples(console: Any, output_dir: str, count: int) -> None:
-    """The last evaluation's transcripts (samples.jsonl) as a short table."""
-    from marft_algos.runs.samples import SAMPLES_FILE, read_samples, transcript_table
-
-    rows = read_samples(output_dir)
-    if not rows or count <= 0:
-        return
-    last = max(r.get("iteration", 0) for r in rows)
-    shown = [r for r in rows if r.get("iteration", 0) == last][:count]
-    console.print(
-        transcript_table(
-            shown,
-            title=f"held-out samples at iteration {last} ({Path(output_dir) / SAMPLES_FILE}; "
-            f"marft eval RUN --samples N prints whole transcripts)",
-        )
-    )

@@ -101,7 +101,7 @@ def test_the_final_table_has_a_column_per_reward_part(tmp_path) -> None:
 
     from rich.console import Console
 
-    from marft_algos.cli.train import _summary
+    from marft_algos.cli.run_report import summarize
 
     evals = [
         {
@@ -114,7 +114,7 @@ def test_the_final_table_has_a_column_per_reward_part(tmp_path) -> None:
         for i, s in ((0, 0.5), (3, 0.75))
     ]
     console = Console(record=True, width=200)
-    _summary(console, evals, SimpleNamespace(output_dir=str(tmp_path), temperature=1.0))
+    summarize(console, evals, SimpleNamespace(output_dir=str(tmp_path), temperature=1.0))
     lines = console.export_text().splitlines()
     header = next(line for line in lines if "greedy" in line)
     assert "reward/cost" in header and "reward/success" in header

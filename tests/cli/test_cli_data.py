@@ -10,9 +10,9 @@ import pytest
 from budgets import TINY
 
 import marft_envs
+from marft_algos.cli.env_plan import plan_env
 from marft_algos.cli.main import main
 from marft_algos.cli.parsing import UsageError
-from marft_algos.cli.train import plan_env
 from marft_envs.code.data import CodeDataset
 
 MBPP_ROWS = [

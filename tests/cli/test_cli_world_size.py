@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from marft_algos.cli.env_plan import plan_env
 from marft_algos.cli.presets import PRESETS, preset_for, scale_for_world
-from marft_algos.cli.train import build_config, parse_train_args, plan_env
+from marft_algos.cli.train import build_config, parse_train_args
 from marft_algos.distributed import DistributedContext
 from marft_algos.trainers.critic_free import CriticFreeTrainer
 from marft_algos.trainers.registry import ALGORITHMS

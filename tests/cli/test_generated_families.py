@@ -8,8 +8,8 @@ import json
 import pytest
 from budgets import TINY
 
+from marft_algos.cli.env_plan import plan_env
 from marft_algos.cli.main import main
-from marft_algos.cli.train import plan_env
 
 FAMILY_IDS = [
     "sudoku-single-v1",
