@@ -85,15 +85,23 @@ def test_help_documents_every_option(monkeypatch):
     )
 
 
+# The script hands --algo to the same registry for every algorithm: one actor-critic and one
+# critic-free run in the fast suite, the other four with -m slow (each trainer runs in the fast
+# suite in tests/algos/trainers: test_trainers.py, test_real_model_trainers.py).
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
     ("algo", "env", "extra"),
     [
         ("action-marft", "math-dual-v5", []),
-        ("token-marft", "math-dual-v5", []),
-        ("ppo", "math-single-v5", ["--level", "token"]),
+        pytest.param("token-marft", "math-dual-v5", [], marks=SLOW),
+        pytest.param("ppo", "math-single-v5", ["--level", "token"], marks=SLOW),
         ("grpo", "math-dual-v5", ["--num-generations", "2"]),
-        ("rloo", "math-dual-v5", ["--num-generations", "2", "--level", "token"]),
-        ("reinforce-pp", "math-dual-v5", []),
+        pytest.param(
+            "rloo", "math-dual-v5", ["--num-generations", "2", "--level", "token"], marks=SLOW
+        ),
+        pytest.param("reinforce-pp", "math-dual-v5", [], marks=SLOW),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):

@@ -27,8 +27,17 @@ def _without_times(records):
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
 
 
-@pytest.mark.parametrize("passes", [1, 2])
-@pytest.mark.parametrize("kind", ["action", "grpo"])
+@pytest.mark.parametrize(
+    ("kind", "passes"),
+    # Both trainers and both ways to the proximal log-probs in the fast suite; the two other
+    # pairings with -m slow.
+    [
+        ("action", 1),
+        ("grpo", 2),
+        pytest.param("action", 2, marks=pytest.mark.slow),
+        pytest.param("grpo", 1, marks=pytest.mark.slow),
+    ],
+)
 def test_an_async_run_trains_each_batch_one_version_stale(kind, passes, tiny_path):
     epochs = {"ppo_epochs" if kind == "action" else "num_iterations": passes}
     trainer = build(kind, tiny_path, iterations=3, max_staleness=1, **epochs)

@@ -44,11 +44,17 @@ def gsm8k(shared_data):
         ("action-marft", "math-dual-v5", {}),
         ("token-marft", "math-dual-v5", {}),
         ("ppo", "math-single-v5", {"level": "action"}),
-        ("ppo", "math-single-v5", {"level": "token"}),
+        # Token-level PPO is token-level MARFT's update with a team of one (above): -m slow.
+        pytest.param("ppo", "math-single-v5", {"level": "token"}, marks=pytest.mark.slow),
         # Eight tokens rarely solve a GSM8K problem, so groups are usually flat (zero advantages);
         # the KL and entropy terms make GRPO update all the same (and exercise the reference).
         ("grpo", "math-dual-v5", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
-        ("grpo", "math-single-v5", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
+        pytest.param(  # the same update as the team's above, on one agent: -m slow
+            "grpo",
+            "math-single-v5",
+            {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01},
+            marks=pytest.mark.slow,
+        ),
         # RLOO and REINFORCE++ fold the KL into the reward (a reference forward per iteration).
         ("rloo", "math-dual-v5", {"num_generations": 2, "level": "token", "entropy_coef": 0.01}),
         ("reinforce-pp", "math-dual-v5", {"entropy_coef": 0.01}),
