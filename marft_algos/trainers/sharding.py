@@ -24,9 +24,11 @@ What is not sharded:
   only scores.
 
 ``--fsdp`` needs ``torchrun`` with two or more processes, and, with asynchronous rollouts
-(``max_staleness``), the vLLM backend. ``marft train --fsdp`` loads the base on the host and lets
-``fully_shard`` move each rank's shards to its GPU, so no GPU ever holds the whole base while
-training (rollouts on the transformers backend gather it, see above).
+(``max_staleness``), the vLLM backend. ``marft train --fsdp`` loads the base's weights on rank 0
+alone, on the host; the other ranks build it on the meta device (shapes, no storage). After
+``fully_shard`` each rank allocates its shards on its GPU and rank 0 broadcasts the weights one
+tensor at a time, each rank keeping its slice: no GPU ever holds the whole base while training
+(rollouts on the transformers backend gather it, see above), and a node holds one host copy.
 
 Every forward pass through a sharded unit is a collective, so under ``--fsdp`` every rank must run
 the same number of them, in the same order: the update's loops walk the agents in one fixed order
