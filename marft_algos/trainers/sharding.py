@@ -251,7 +251,7 @@ def shard_run(
         if empty:
             _load_from_rank0(model, weights[k] if weights is not None else {})
     del weights
-    for backbone in policy.backbones.values():
+    for backbone in [*policy.backbones.values(), *([own] if own is not None else [])]:
         backbone.device = dist.device
     head = getattr(critic, "head", None)
     if head is not None:

@@ -81,10 +81,12 @@ def build(
     eval_env_fn=None,
     device="cpu",
     specs=None,
+    critic_base=None,
     **overrides,
 ):
     """``kind``'s trainer on the tiny model; ``engine(policy)`` builds a rollout backend;
-    ``device="meta"`` loads the base empty (sharded runs fill it from rank 0)."""
+    ``device="meta"`` loads the base empty (sharded runs fill it from rank 0); ``critic_base``
+    gives the critic its own base model (loaded from that path) instead of the policy's."""
     policy = MultiAgentPolicy.from_pretrained(
         str(tiny_model_path()), ["writer", "answerer"], seed=0, device=device, specs=specs
     )
@@ -112,7 +114,7 @@ def build(
         policy,
         env_fn,
         config_cls(**settings),
-        critic=Critic(policy, seed=0),
+        critic=Critic(policy if critic_base is None else critic_base, seed=0, device=device),
         distributed=distributed,
         **backend,
     )

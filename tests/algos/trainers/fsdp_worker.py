@@ -30,8 +30,9 @@ from marft_algos.policy.critic import Critic  # noqa: E402
 from marft_algos.policy.forward import unwrap_causal_lm  # noqa: E402
 from marft_algos.trainers.ppo import PPOConfig, PPOTrainer  # noqa: E402
 
-#: The agent layouts and the one-agent baseline, beyond build()'s one adapter per agent.
-LAYOUTS = ("shared", "frozen", "ppo")
+#: The agent layouts, a critic on its own base, and the one-agent baseline, beyond build()'s
+#: one adapter per agent with the critic on the policy's base.
+LAYOUTS = ("shared", "frozen", "critic-base", "ppo")
 
 
 def base_bytes(trainer) -> tuple[int, int, int]:
@@ -100,12 +101,14 @@ def tensor_parallel(kind, dist, size, **overrides):
 
 def layout(name, dist, **overrides):
     """GRPO with one adapter shared by both agents, action-level MARFT with the writer frozen
-    (it acts, never trains), or single-agent PPO (one agent, the critic)."""
+    (it acts, never trains) or with a critic on its own base model, or single-agent PPO."""
     if name == "shared":
         team = AgentSpec(adapter="team")
         return build("grpo", dist, specs={"writer": team, "answerer": team}, **overrides)
     if name == "frozen":
         return build("action", dist, specs={"writer": AgentSpec(trainable=False)}, **overrides)
+    if name == "critic-base":  # a second base model, sharded (and loaded empty) on its own
+        return build("action", dist, critic_base=str(tiny_model_path()), **overrides)
     device = overrides.pop("device", "cpu")
     policy = MultiAgentPolicy.from_pretrained(
         str(tiny_model_path()), ["answerer"], seed=0, device=device

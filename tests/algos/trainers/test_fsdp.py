@@ -69,16 +69,17 @@ def test_each_rank_stores_half_the_decoder_layers(runs, kind):
         assert saved["tied"]
 
 
-@pytest.mark.parametrize("name", ["shared", "frozen", "ppo"])
+@pytest.mark.parametrize("name", ["shared", "frozen", "critic-base", "ppo"])
 def test_every_agent_layout_and_single_agent_ppo_train_sharded_as_in_one_process(runs, name):
-    # One adapter shared by both agents (GRPO), a frozen writer (action-level MARFT with the
-    # critic), and single-agent PPO: the two-rank sharded update equals the one-process update.
+    # One adapter shared by both agents (GRPO), a frozen writer and a critic on its own base
+    # (action-level MARFT), and single-agent PPO: the two-rank sharded update equals the
+    # one-process update.
     ranks = [torch.load(runs / f"layout-{name}-rank{r}.pt") for r in (0, 1)]
     assert_params_close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
     assert_params_close(ranks[0]["one_params"], ranks[1]["one_params"], atol=0.0)  # one batch
     assert_params_close(ranks[0]["one_params"], ranks[0]["params"], atol=1e-6)
-    agents = {"shared": {"writer", "answerer"}, "frozen": {"answerer"}, "ppo": {"answerer"}}
-    assert set(ranks[0]["params"]) - {"critic"} == agents[name]
+    agents = {"frozen": {"answerer"}, "ppo": {"answerer"}}.get(name, {"writer", "answerer"})
+    assert set(ranks[0]["params"]) - {"critic"} == agents
     one, sharded = ranks[0]["one"], ranks[0]["metrics"]
     for key in ("train/policy_loss", "train/entropy"):
         assert sharded[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6)
