@@ -85,6 +85,8 @@ class Backbone:
         with seeded_rng(seed, self.device), warnings.catch_warnings():
             # peft still calls transformers' deprecated ``is_gradient_checkpointing``; not ours to fix.
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+            # An empty (meta) base takes no adapter weights: under --fsdp they come from rank 0.
+            warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*")
             if path is not None:
                 if self.is_peft:
                     self.model.load_adapter(path, adapter_name=adapter, is_trainable=trainable)

@@ -26,13 +26,14 @@ from trainer_envs import DigitsEnv  # noqa: E402
 
 from marft_algos.distributed import DistributedContext, init_distributed  # noqa: E402
 from marft_algos.policy import AgentSpec, MultiAgentPolicy, tiny_model_path  # noqa: E402
+from marft_algos.policy.adapters import save_one_adapter  # noqa: E402
 from marft_algos.policy.critic import Critic  # noqa: E402
 from marft_algos.policy.forward import unwrap_causal_lm  # noqa: E402
 from marft_algos.trainers.ppo import PPOConfig, PPOTrainer  # noqa: E402
 
 #: The agent layouts, a critic on its own base, and the one-agent baseline, beyond build()'s
 #: one adapter per agent with the critic on the policy's base.
-LAYOUTS = ("shared", "frozen", "critic-base", "ppo")
+LAYOUTS = ("shared", "frozen", "frozen-trained", "critic-base", "ppo")
 
 
 def base_bytes(trainer) -> tuple[int, int, int]:
@@ -99,14 +100,31 @@ def tensor_parallel(kind, dist, size, **overrides):
     }
 
 
-def layout(name, dist, **overrides):
-    """GRPO with one adapter shared by both agents, action-level MARFT with the writer frozen
-    (it acts, never trains) or with a critic on its own base model, or single-agent PPO."""
+def trained_adapter(folder: Path) -> Path:
+    """A saved writer adapter whose weights are not LoRA's identity start (a fine-tuned agent)."""
+    if not folder.exists():
+        policy = MultiAgentPolicy.from_pretrained(str(tiny_model_path()), ["writer"], seed=0)
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in policy.trainable_parameters("writer"):
+                p.add_(0.05 * torch.randn(p.shape, generator=generator))
+        save_one_adapter(policy.backbone("writer"), "writer", folder)
+    return folder
+
+
+def layout(name, dist, out, **overrides):
+    """GRPO with one adapter shared by both agents; action-level MARFT with the writer frozen
+    (it acts, never trains) on the plain base or with a saved adapter, or with a critic on its
+    own base model; single-agent PPO."""
     if name == "shared":
         team = AgentSpec(adapter="team")
         return build("grpo", dist, specs={"writer": team, "answerer": team}, **overrides)
     if name == "frozen":
         return build("action", dist, specs={"writer": AgentSpec(trainable=False)}, **overrides)
+    if name == "frozen-trained":  # read on rank 0; an empty base takes it from rank 0
+        saved = str(trained_adapter(out / f"writer-adapter-rank{dist.rank}"))
+        writer = AgentSpec(trainable=False, adapter_path=saved)
+        return build("action", dist, specs={"writer": writer}, **overrides)
     if name == "critic-base":  # a second base model, sharded (and loaded empty) on its own
         return build("action", dist, critic_base=str(tiny_model_path()), **overrides)
     device = overrides.pop("device", "cpu")
@@ -174,12 +192,17 @@ def main(mode: str, out: Path) -> None:
         # Each layout's one-process update (every rank collects the same batch: same seed), then
         # the sharded one on this rank's share.
         for name in LAYOUTS:
-            one = layout(name, DistributedContext())
+            one = layout(name, DistributedContext(), out)
             episodes = one.collect()
             result = {"one": one.update(episodes), "one_params": params(one)}
-            trainer = layout(name, dist, fsdp=True, device="meta" if dist.rank else "cpu")
+            trainer = layout(name, dist, out, fsdp=True, device="meta" if dist.rank else "cpu")
             result["metrics"] = trainer.update([episodes[i] for i in dist.shard(len(episodes))])
             result["params"] = params(trainer)
+            bases = trainer.policy.backbones
+            result["adapters"] = {  # every adapter, frozen ones too, as this rank holds them
+                adapter: [p.detach().clone() for p in bases[base].adapter_parameters(adapter)]
+                for base, adapter in trainer.policy.adapter_groups()
+            }
             torch.save(result, out / f"layout-{name}-rank{dist.rank}.pt")
         # Rank 1's writer decisions without tokens (its chunks still run their passes).
         for kind in ("action", "grpo"):

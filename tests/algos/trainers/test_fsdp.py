@@ -69,17 +69,25 @@ def test_each_rank_stores_half_the_decoder_layers(runs, kind):
         assert saved["tied"]
 
 
-@pytest.mark.parametrize("name", ["shared", "frozen", "critic-base", "ppo"])
+@pytest.mark.parametrize("name", ["shared", "frozen", "frozen-trained", "critic-base", "ppo"])
 def test_every_agent_layout_and_single_agent_ppo_train_sharded_as_in_one_process(runs, name):
-    # One adapter shared by both agents (GRPO), a frozen writer and a critic on its own base
-    # (action-level MARFT), and single-agent PPO: the two-rank sharded update equals the
-    # one-process update.
+    # One adapter shared by both agents (GRPO); a frozen writer on the plain base or with a saved
+    # adapter (which rank 1, loading empty, receives from rank 0), and a critic on its own base
+    # (action-level MARFT); single-agent PPO: the two-rank sharded update equals the one-process
+    # update.
     ranks = [torch.load(runs / f"layout-{name}-rank{r}.pt") for r in (0, 1)]
     assert_params_close(ranks[0]["params"], ranks[1]["params"], atol=0.0)
     assert_params_close(ranks[0]["one_params"], ranks[1]["one_params"], atol=0.0)  # one batch
     assert_params_close(ranks[0]["one_params"], ranks[0]["params"], atol=1e-6)
-    agents = {"frozen": {"answerer"}, "ppo": {"answerer"}}.get(name, {"writer", "answerer"})
+    # Frozen adapters too are rank 0's on the rank that loaded empty (they never train, so the
+    # update could not tell).
+    assert_params_close(ranks[0]["adapters"], ranks[1]["adapters"], atol=0.0)
+    alone = {"frozen", "frozen-trained", "ppo"}  # the answerer trains alone
+    agents = {"answerer"} if name in alone else {"writer", "answerer"}
     assert set(ranks[0]["params"]) - {"critic"} == agents
+    if name == "frozen-trained":
+        # The saved weights, not LoRA's start (B = 0).
+        assert all(p.abs().sum() > 0 for p in ranks[1]["adapters"]["writer"])
     one, sharded = ranks[0]["one"], ranks[0]["metrics"]
     for key in ("train/policy_loss", "train/entropy"):
         assert sharded[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6)
