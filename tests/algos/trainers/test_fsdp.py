@@ -9,9 +9,12 @@ process. The workers are in fsdp_worker.py.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,24 +146,54 @@ def test_a_rank_without_an_agent_neither_hangs_nor_diverges_and_resumes_exactly(
     assert [r["iteration"] for r in resumed["records"]] == [3]
 
 
-def test_the_command_line_trains_sharded_under_torchrun_and_evaluates_on_one_process(tmp_path):
-    # The issue's launch line: torchrun --no-python marft train --fsdp, on the built-in team.
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_command_line_trains_sharded_under_torchrun_survives_a_kill_and_evaluates_on_one_process(
+    tmp_path,
+):
+    # The launch line: torchrun --no-python marft train --fsdp, on the built-in team; killed (every
+    # process, SIGKILL) once its first checkpoint is written, resumed sharded, then evaluated by
+    # one plain process.
     out = tmp_path / "run"
     marft = str(Path(sys.executable).parent / "marft")
     budget = ["--max-new-tokens", "6", "--episodes-per-iteration", "4", "--eval-episodes", "4"]
-    budget += ["--rollout-threads", "4", "--no-plot", "--iterations", "1", "--output-dir", str(out)]
+    budget += ["--rollout-threads", "4", "--no-plot", "--iterations", "4", "--eval-every", "0"]
+    budget += ["--checkpoint-every", "1", "--output-dir", str(out)]
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    train = [*launch, "--standalone", "--no-python", marft, "train", "--fsdp", *budget]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "COLUMNS": "200"}
+    run = subprocess.Popen(train, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and run.poll() is None:
+        if (out / "checkpoint-1" / "manifest.json").exists():
+            break
+        time.sleep(0.05)
+    assert run.poll() is None, run.communicate()[1][-4000:]  # killed mid-run, not after it
+    # As a lost node: the workers (torchrun starts each in a session of its own) and the launcher.
+    for pid in [*children(run.pid), run.pid]:
+        os.kill(pid, signal.SIGKILL)
+    run.communicate()
+    assert not (out / "checkpoint-4").exists()
+
     done = subprocess.run(
-        [*launch, "--standalone", "--no-python", marft, "train", "--fsdp", *budget],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [*train, "--resume"], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "2 processes (base sharded: --fsdp)" in done.stdout
-    assert (out / "checkpoint-1" / "manifest.json").exists()
+    assert "resumed at iteration" in done.stdout
+    iterations = [json.loads(line)["iteration"] for line in (out / "metrics.jsonl").open()]
+    assert iterations[-1] == 4 and sorted(set(iterations)) == [0, 1, 2, 3, 4]
     evaluated = subprocess.run(
         [marft, "eval", str(out), "--episodes", "4"],
         env=env,
