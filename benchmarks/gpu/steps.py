@@ -102,6 +102,17 @@ def table_bandwidth(name: str) -> float | None:
 
 
 # ------------------------------------------------------------------------------------- main job
+def peak_memory(trained: list[dict[str, Any]]) -> dict[str, float]:
+    """The largest ``memory/rollout_peak_gib`` and ``memory/update_peak_gib`` of a run's
+    iterations (logged on GPUs only: ``{}`` in the dry run)."""
+    out = {}
+    for phase in ("rollout", "update"):
+        values = [r[f"memory/{phase}_peak_gib"] for r in trained if f"memory/{phase}_peak_gib" in r]
+        if values:
+            out[f"{phase}_peak_gib"] = round(max(values), 3)
+    return out
+
+
 def step_main_job(ctx: Any) -> dict[str, Any]:
     """The README's main job on the device: wall time, time split, accuracy before/after."""
     import json
@@ -134,6 +145,7 @@ def step_main_job(ctx: Any) -> dict[str, Any]:
         "dtype": summary["config"].get("dtype"),
         "greedy_accuracy": [(r.get("iteration"), r["eval/accuracy"]) for r in evals],
         "paired_greedy": paired,
+        **peak_memory(trained),
     }
     before, after = evals[0]["eval/accuracy"], evals[-1]["eval/accuracy"]
     p = paired.get("eval/p_value")
@@ -414,11 +426,19 @@ def step_fsdp(ctx: Any) -> dict[str, Any]:
         raise RuntimeError(f"marft train --fsdp failed: {done.stderr[-2000:]}")
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in records if "time/update_s" in r]
+    peaks = peak_memory(trained)
+    memory = (
+        f"; update peak {peaks['update_peak_gib']:.2f} GiB, rollout peak "
+        f"{peaks['rollout_peak_gib']:.2f} GiB per GPU (main_job has the unsharded ones)"
+        if peaks
+        else ""
+    )
     return {
         "argv": argv,
         "wall_s": round(wall, 1),
         "iterations": len(trained),
         "update_s": [round(r["time/update_s"], 2) for r in trained],
         "rollout_s": [round(r["time/rollout_s"], 2) for r in trained],
-        "headline": f"{len(trained)} sharded iterations on 2 processes in {wall:.0f} s",
+        **peaks,
+        "headline": f"{len(trained)} sharded iterations on 2 processes in {wall:.0f} s{memory}",
     }

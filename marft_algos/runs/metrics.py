@@ -129,6 +129,11 @@ METRICS: dict[str, str] = {
     "train/rolled_back": "1 when the guard restored the last good iteration (`rollback_on_blowup`)",
     "time/rollout_s": "wall time of the rollouts, seconds",
     "time/update_s": "wall time of the update, seconds",
+    "memory/rollout_peak_gib": "on GPUs: the most device memory any process held in tensors "
+    "during the iteration's rollout, GiB (`torch.cuda.max_memory_allocated`; with asynchronous "
+    "rollouts, while it waited for the batch); absent on CPUs",
+    "memory/update_peak_gib": "on GPUs: the same during the update (under `--fsdp`, what the "
+    "sharding saves); absent on CPUs",
 }
 
 _PLACEHOLDERS = {"<agent>": "[^/]+", "<name>": ".+"}

@@ -52,6 +52,7 @@ from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.optimizers import adapter_optimizers
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
 from marft_algos.trainers.sharding import generating, own_share, shard_run
+from marft_algos.trainers.stats import device_peak_gib, peak_metrics
 from marft_algos.trainers.stepping import PolicySteps
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
@@ -212,6 +213,7 @@ class Trainer(PolicySteps, ABC):
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
+        device_peak_gib(self.dist)  # counts from here
         self._phase("rollout", len(self.dist.rollout_shard(self.config.episodes_per_iteration)))
         if self.async_rollouts is None:
             with self.generating():
@@ -222,6 +224,7 @@ class Trainer(PolicySteps, ABC):
             if self._progress is not None:  # the worker generated them, at its own pace
                 self._progress.generated_elsewhere(episodes, self.async_rollouts.seconds)
         rollout_time = time.perf_counter() - start
+        rollout_peak = device_peak_gib(self.dist)
         if not self._credit_checked:  # once, on the run's first episodes
             self._credit_checked = True
             warn_unpaid_agents(episodes, self.collector.envs[0], self.config)
@@ -240,6 +243,9 @@ class Trainer(PolicySteps, ABC):
         metrics.update(self.update(episodes))
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
+        metrics.update(
+            peak_metrics(self.dist, rollout=rollout_peak, update=device_peak_gib(self.dist))
+        )
         self.guards.check_entropy(metrics, self.iteration)
         self.guards.check_nonfinite(self.iteration)
         hint = not self._told_prompts

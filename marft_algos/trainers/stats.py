@@ -19,7 +19,13 @@ from torch import Tensor
 
 from marft_algos.distributed import DistributedContext
 
-__all__ = ["UpdateStats", "advantage_abs_mean", "agent_advantages"]
+__all__ = [
+    "UpdateStats",
+    "advantage_abs_mean",
+    "agent_advantages",
+    "device_peak_gib",
+    "peak_metrics",
+]
 
 #: Step results averaged over the update's policy steps.
 _MEANS = ("policy_loss", "entropy", "ratio_mean", "approx_kl_after", "grad_norm")
@@ -145,3 +151,23 @@ def agent_advantages(
             out[f"train/advantage_mean/{agent}"] = total / count
             out[f"train/advantage_abs_mean/{agent}"] = absolute / count
     return out
+
+
+def device_peak_gib(dist: DistributedContext) -> float | None:
+    """The most device memory this process has held in tensors since the last call, GiB
+    (``torch.cuda.max_memory_allocated``), and the count restarted; None on a CPU."""
+    if dist.device.type != "cuda":
+        return None
+    peak = torch.cuda.max_memory_allocated(dist.device) / 2**30
+    torch.cuda.reset_peak_memory_stats(dist.device)
+    return peak
+
+
+def peak_metrics(dist: DistributedContext, **peaks: float | None) -> dict[str, float]:
+    """``memory/<phase>_peak_gib`` for each phase's :func:`device_peak_gib`, the largest over
+    the processes (one collective on a GPU); ``{}`` on a CPU."""
+    if dist.device.type != "cuda":
+        return {}
+    phases = list(peaks)
+    largest = dist.max([float(peaks[phase] or 0.0) for phase in phases])
+    return {f"memory/{phase}_peak_gib": value for phase, value in zip(phases, largest, strict=True)}

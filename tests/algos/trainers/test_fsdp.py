@@ -168,7 +168,7 @@ def test_the_command_line_trains_sharded_under_torchrun_survives_a_kill_and_eval
     out = tmp_path / "run"
     marft = str(Path(sys.executable).parent / "marft")
     budget = ["--max-new-tokens", "6", "--episodes-per-iteration", "4", "--eval-episodes", "4"]
-    budget += ["--rollout-threads", "4", "--no-plot", "--iterations", "4", "--eval-every", "0"]
+    budget += ["--rollout-threads", "4", "--no-plot", "--iterations", "3", "--eval-every", "0"]
     budget += ["--checkpoint-every", "1", "--output-dir", str(out)]
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     train = [*launch, "--standalone", "--no-python", marft, "train", "--fsdp", *budget]
@@ -184,7 +184,7 @@ def test_the_command_line_trains_sharded_under_torchrun_survives_a_kill_and_eval
     for pid in [*children(run.pid), run.pid]:
         os.kill(pid, signal.SIGKILL)
     run.communicate()
-    assert not (out / "checkpoint-4").exists()
+    assert not (out / "checkpoint-3").exists()
 
     done = subprocess.run(
         [*train, "--resume"], env=env, capture_output=True, text=True, timeout=600
@@ -193,7 +193,7 @@ def test_the_command_line_trains_sharded_under_torchrun_survives_a_kill_and_eval
     assert "2 processes (base sharded: --fsdp)" in done.stdout
     assert "resumed at iteration" in done.stdout
     iterations = [json.loads(line)["iteration"] for line in (out / "metrics.jsonl").open()]
-    assert iterations[-1] == 4 and sorted(set(iterations)) == [0, 1, 2, 3, 4]
+    assert iterations[-1] == 3 and sorted(set(iterations)) == [0, 1, 2, 3]
     evaluated = subprocess.run(
         [marft, "eval", str(out), "--episodes", "4"],
         env=env,
