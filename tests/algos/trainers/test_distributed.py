@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from launching import assert_params_close, run_ok
+from launching import assert_params_close, one_process_updates, run_ok
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
 
@@ -27,7 +27,7 @@ WORKER = Path(__file__).parent / "distributed_worker.py"
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
     root = Path(__file__).parents[3]
-    run_ok([sys.executable, str(WORKER), "single", str(out)], root)
+    one_process_updates(tmp_path_factory, out)
     run_ok(
         [
             sys.executable,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from launching import assert_params_close, run_ok
+from launching import assert_params_close, one_process_updates, run_ok
 
 HERE = Path(__file__).parent
 KINDS = ["action", "token", "grpo", "rloo", "reinforce-pp"]
@@ -29,7 +29,7 @@ KINDS = ["action", "token", "grpo", "rloo", "reinforce-pp"]
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp")
     root = Path(__file__).parents[3]
-    run_ok([sys.executable, str(HERE / "distributed_worker.py"), "single", str(out)], root)
+    one_process_updates(tmp_path_factory, out)
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     run_ok([*launch, "--standalone", str(HERE / "fsdp_worker.py"), "ranks", str(out)], root)
     run_ok([sys.executable, str(HERE / "fsdp_worker.py"), "resume", str(out)], root)
@@ -168,7 +168,7 @@ def test_the_command_line_trains_sharded_under_torchrun_survives_a_kill_and_eval
     out = tmp_path / "run"
     marft = str(Path(sys.executable).parent / "marft")
     budget = ["--max-new-tokens", "6", "--episodes-per-iteration", "4", "--eval-episodes", "4"]
-    budget += ["--rollout-threads", "4", "--no-plot", "--iterations", "3", "--eval-every", "0"]
+    budget += ["--rollout-threads", "4", "--no-plot", "--iterations", "2", "--eval-every", "0"]
     budget += ["--checkpoint-every", "1", "--output-dir", str(out)]
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     train = [*launch, "--standalone", "--no-python", marft, "train", "--fsdp", *budget]
@@ -184,7 +184,7 @@ def test_the_command_line_trains_sharded_under_torchrun_survives_a_kill_and_eval
     for pid in [*children(run.pid), run.pid]:
         os.kill(pid, signal.SIGKILL)
     run.communicate()
-    assert not (out / "checkpoint-3").exists()
+    assert not (out / "checkpoint-2").exists()
 
     done = subprocess.run(
         [*train, "--resume"], env=env, capture_output=True, text=True, timeout=600
@@ -193,7 +193,7 @@ def test_the_command_line_trains_sharded_under_torchrun_survives_a_kill_and_eval
     assert "2 processes (base sharded: --fsdp)" in done.stdout
     assert "resumed at iteration" in done.stdout
     iterations = [json.loads(line)["iteration"] for line in (out / "metrics.jsonl").open()]
-    assert iterations[-1] == 3 and sorted(set(iterations)) == [0, 1, 2, 3]
+    assert iterations[-1] == 2 and sorted(set(iterations)) == [0, 1, 2]
     evaluated = subprocess.run(
         [marft, "eval", str(out), "--episodes", "4"],
         env=env,
