@@ -214,6 +214,7 @@ def shard_run(
     (one forward pass per chunk on every rank, not one per distinct prompt)."""
     dist = replace(dist, rollout_group=rollout_group(dist, config, rollout_backend))
     if not config.fsdp:
+        _refuse_empty(policy, critic)
         return None, dist
     if not dist.enabled:
         raise ValueError(
@@ -282,6 +283,24 @@ def own_share(
     units = list(dict.fromkeys(unit(k, e) for k, e in enumerate(episodes)))
     mine = {units[i] for i in dist.own_share(len(units))}
     return [e for k, e in enumerate(episodes) if unit(k, e) in mine]
+
+
+def _refuse_empty(policy: Any, critic: Any) -> None:
+    """An unsharded run cannot start from a base loaded on the meta device (no weights).
+
+    Raises:
+        ValueError: A base model of the policy or the critic has meta-device parameters.
+    """
+    bases = [b.model for b in policy.backbones.values()]
+    own = getattr(critic, "backbone", None)
+    if own is not None:
+        bases.append(own.model)
+    if any(p.is_meta for model in bases for p in model.parameters()):
+        raise ValueError(
+            "The base model was loaded on the meta device (device='meta'), so it has no weights. "
+            "Only ranks other than 0 of a sharded run (--fsdp under torchrun) load it so, and "
+            "rank 0's weights fill them; load it with device='cpu' (or a GPU) here."
+        )
 
 
 def _loaded_empty(models: Sequence[torch.nn.Module], dist: DistributedContext) -> bool:

@@ -47,11 +47,10 @@ def test_trains_one_iteration_with_the_builtin_model(env_id, tiny_path, tmp_path
     assert train_rows and all(r["train/policy_loss"] == r["train/policy_loss"] for r in train_rows)
 
 
-#: With the real model in the fast suite: tool calls (tool-math) and rounds of messages (debate).
-#: The grid puzzles (sudoku, planpath: one question, one answer) and the single-agent ids (the
-#: same env classes with one agent) run with -m slow, to keep the suite within its time budget;
+#: With the real model in the fast suite: rounds of messages between agents (debate). The other
+#: families and the single-agent ids run with -m slow, to keep the suite within its time budget;
 #: every id trains with the built-in model above.
-REAL_FAST = {"tool-math-dual-v5", "debate-v5"}
+REAL_FAST = {"debate-v5"}
 
 
 @pytest.mark.parametrize(

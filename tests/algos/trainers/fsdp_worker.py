@@ -223,7 +223,7 @@ def main(mode: str, out: Path) -> None:
             ("hsdp", {"fsdp_replicas": 2}),
             ("bf16", {"fsdp_mixed_precision": "bf16"}),
         ):
-            trainer = build("grpo", dist, fsdp=True, **extra)
+            trainer = build("grpo", dist, fsdp=True, device="meta" if dist.rank else "cpu", **extra)
             metrics = trainer.update(share)
             torch.save(
                 {"params": params(trainer), "metrics": metrics, "bytes": base_bytes(trainer)},

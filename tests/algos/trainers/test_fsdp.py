@@ -222,6 +222,17 @@ def test_sharding_is_refused_where_it_cannot_run():
         GRPOConfig(fsdp=True, fsdp_mixed_precision="bfloat16")
 
 
+def test_an_unsharded_run_refuses_a_base_loaded_empty():
+    from distributed_worker import build
+
+    from marft_algos.distributed import DistributedContext
+
+    with pytest.raises(ValueError, match=r"loaded on the meta device \(device='meta'\)"):
+        build("grpo", DistributedContext(), device="meta")
+    with pytest.raises(ValueError, match="loaded on the meta device"):
+        build("action", DistributedContext(rank=1, world_size=2), device="meta")
+
+
 def test_a_base_loaded_empty_must_not_be_rank_0s(monkeypatch):
     # Rank 0's weights fill the other ranks' empty (meta device) bases, so rank 0 must load them.
     from distributed_worker import build

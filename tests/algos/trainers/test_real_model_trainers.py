@@ -55,9 +55,18 @@ def gsm8k(shared_data):
             {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01},
             marks=pytest.mark.slow,
         ),
-        # RLOO and REINFORCE++ fold the KL into the reward (a reference forward per iteration).
-        ("rloo", "math-dual-v5", {"num_generations": 2, "level": "token", "entropy_coef": 0.01}),
-        ("reinforce-pp", "math-dual-v5", {"entropy_coef": 0.01}),
+        # RLOO and REINFORCE++ fold the KL into the reward (a reference forward per iteration):
+        # -m slow; GRPO above runs the reference on the real model, and both trainers run their
+        # KL in the fast suite on the built-in model (test_reference_kl.py, test_critic_free.py).
+        pytest.param(
+            "rloo",
+            "math-dual-v5",
+            {"num_generations": 2, "level": "token", "entropy_coef": 0.01},
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "reinforce-pp", "math-dual-v5", {"entropy_coef": 0.01}, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_every_trainer_trains_the_real_model_on_gsm8k(algo, env_id, extra, smollm2_path, gsm8k):
