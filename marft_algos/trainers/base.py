@@ -103,7 +103,8 @@ class Trainer(PolicySteps, ABC):
         check_world_size(self.dist.world_size, self.shards_per_iteration(), config)
         self.sharding, self.dist = shard_run(policy, critic, self.dist, config, rollout_backend)
         """The base models' FSDP units under ``config.fsdp`` (None otherwise)."""
-        if rollout_backend is not None and getattr(rollout_backend, "version", 0) < 0:
+        version = getattr(rollout_backend, "version", None)
+        if rollout_backend is not None and isinstance(version, int) and version < 0:
             rollout_backend.sync_adapters(policy, 0)  # built with sync=False: serve them now
         torch.manual_seed(config.seed)
         # Reset seeds come from one RNG seeded alike on every rank (the global batch does not depend
