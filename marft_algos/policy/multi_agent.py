@@ -476,25 +476,18 @@ class MultiAgentPolicy:
         backbone = self.backbone(agent)
         temp = self.temperature if temperature is None else float(temperature)
         batch = pack(prompt_ids, action_ids, backbone.pad_id, backbone.device)
-        if batch.action_ids.shape[1] == 0 and len(prompt_ids):
-            # No action tokens: the forward still runs, over one stand-in token per row, and its
-            # outputs are cut to width 0. A loss over them keeps its graph (a backward runs), and
-            # under --fsdp this rank runs the same passes as ranks whose chunk has tokens.
-            out, uncut = self.token_log_probs_with_uncut(
-                agent,
-                prompt_ids,
-                [[backbone.pad_id]] * len(prompt_ids),
-                reference=reference,
-                with_entropy=with_entropy,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                differentiable_entropy=differentiable_entropy,
-                with_uncut=with_uncut,
+        width = batch.action_ids.shape[1]  # 0: no action has a token
+        if width == 0 and not len(prompt_ids):
+            empty = torch.zeros(batch.action_ids.shape, device=backbone.device)
+            out = TokenLogProbs(empty, empty.clone() if with_entropy else None, batch.action_mask)
+            return out, (empty.clone() if with_uncut else None)
+        if width == 0:
+            # The forward still runs, over one stand-in token per row, and its outputs are cut
+            # to width 0 below: a loss over them keeps its graph (a backward runs), and under
+            # --fsdp this rank runs the same passes as ranks whose chunk has tokens.
+            batch = pack(
+                prompt_ids, [[backbone.pad_id]] * len(prompt_ids), backbone.pad_id, backbone.device
             )
-            entropy = out.entropy[:, :0] if out.entropy is not None else None
-            cut = TokenLogProbs(out.log_probs[:, :0], entropy, batch.action_mask)
-            return cut, (uncut[:, :0] if uncut is not None else None)
         checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
         with self.acting(agent, reference=reference) as model:
             # A checkpointed layer writes no KV cache, which the shared-prompt path needs.
@@ -526,6 +519,10 @@ class MultiAgentPolicy:
                 if top_k or top_p < 1.0
                 else logp
             )  # (batch, T)
+        if width == 0:  # the stand-in token's columns go
+            entropy = None if entropy is None else entropy[:, :0]
+            uncut = None if uncut is None else uncut[:, :0]
+            return TokenLogProbs(logp[:, :0], entropy, batch.action_mask[:, :0]), uncut
         return TokenLogProbs(logp, entropy, batch.action_mask), uncut
 
     # ------------------------------------------------------------------ generation
