@@ -213,8 +213,10 @@ def shard_run(
     with its :func:`rollout_group`. Sharded, the policy's update runs every row's padded prompt
     (one forward pass per chunk on every rank, not one per distinct prompt)."""
     dist = replace(dist, rollout_group=rollout_group(dist, config, rollout_backend))
+    backbones = _backbones(policy, critic)
+    models = list({id(b.model): b.model for b in backbones}.values())
     if not config.fsdp:
-        _refuse_empty(policy, critic)
+        _refuse_empty(models)
         return None, dist
     if not dist.enabled:
         raise ValueError(
@@ -227,18 +229,12 @@ def shard_run(
             f"rollout worker on the transformers backend would generate on the sharded model "
             f"while the update runs collectives on it. Use vLLM rollouts, or --max-staleness 0."
         )
-    models: dict[int, torch.nn.Module] = {}
-    for backbone in policy.backbones.values():
-        models.setdefault(id(backbone.model), backbone.model)
-    own = getattr(critic, "backbone", None)
-    if own is not None:
-        models.setdefault(id(own.model), own.model)
     policy.share_prompts_in_update = False
-    empty = _loaded_empty(list(models.values()), dist)
+    empty = _loaded_empty(models, dist)
     # Rank 0's whole weights, for the ranks that loaded none (references, not copies).
-    weights = [m.state_dict() for m in models.values()] if empty and dist.rank == 0 else None
+    weights = [m.state_dict() for m in models] if empty and dist.rank == 0 else None
     sharded = shard_models(
-        list(models.values()),
+        models,
         dist,
         replicas=config.fsdp_replicas,
         mixed_precision=config.fsdp_mixed_precision,
@@ -246,13 +242,13 @@ def shard_run(
     # A base loaded on the host (marft train --fsdp on GPUs): fully_shard moved each rank's
     # shards to its device; the whole parameters it leaves alone follow them.
     if empty:
-        _materialize(list(models.values()), sharded.units, dist.device)
-    for k, model in enumerate(models.values()):
+        _materialize(models, sharded.units, dist.device)
+    for k, model in enumerate(models):
         _place_whole_parameters(model, dist.device)
         if empty:
             _load_from_rank0(model, weights[k] if weights is not None else {})
     del weights
-    for backbone in [*policy.backbones.values(), *([own] if own is not None else [])]:
+    for backbone in backbones:
         backbone.device = dist.device
     head = getattr(critic, "head", None)
     if head is not None:
@@ -285,17 +281,19 @@ def own_share(
     return [e for k, e in enumerate(episodes) if unit(k, e) in mine]
 
 
-def _refuse_empty(policy: Any, critic: Any) -> None:
+def _backbones(policy: Any, critic: Any) -> list[Any]:
+    """The policy's backbones, and a critic's own (one on another base model) after them."""
+    own = getattr(critic, "backbone", None)
+    return [*policy.backbones.values(), *([own] if own is not None else [])]
+
+
+def _refuse_empty(models: Sequence[torch.nn.Module]) -> None:
     """An unsharded run cannot start from a base loaded on the meta device (no weights).
 
     Raises:
         ValueError: A base model of the policy or the critic has meta-device parameters.
     """
-    bases = [b.model for b in policy.backbones.values()]
-    own = getattr(critic, "backbone", None)
-    if own is not None:
-        bases.append(own.model)
-    if any(p.is_meta for model in bases for p in model.parameters()):
+    if any(p.is_meta for model in models for p in model.parameters()):
         raise ValueError(
             "The base model was loaded on the meta device (device='meta'), so it has no weights. "
             "Only ranks other than 0 of a sharded run (--fsdp under torchrun) load it so, and "
