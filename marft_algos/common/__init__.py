@@ -16,6 +16,15 @@ from marft_algos.common.advantages import (
     zero_std_group_mask,
 )
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
+from marft_algos.common.branching import (
+    BranchAdvantages,
+    BranchPath,
+    BranchSpread,
+    branch_advantages,
+    branch_spread,
+    monte_carlo_values,
+    tree_values,
+)
 from marft_algos.common.losses import (
     KLEstimator,
     LossType,
@@ -36,6 +45,9 @@ from marft_algos.common.losses import (
 )
 
 __all__ = [
+    "BranchAdvantages",
+    "BranchPath",
+    "BranchSpread",
     "KLEstimator",
     "LossType",
     "Normalizer",
@@ -46,6 +58,8 @@ __all__ = [
     "aggregate_loss",
     "approx_kl",
     "behaviour_weights",
+    "branch_advantages",
+    "branch_spread",
     "build_rollout_batch",
     "clipped_surrogate",
     "discounted_returns",
@@ -58,10 +72,12 @@ __all__ = [
     "kl_penalty",
     "leave_one_out_advantages",
     "masked_mean",
+    "monte_carlo_values",
     "normalize_advantages",
     "ppo_clip_loss",
     "sequence_weights",
     "token_level_gae",
+    "tree_values",
     "value_loss",
     "zero_std_group_mask",
 ]
