@@ -121,6 +121,8 @@ METRICS: dict[str, str] = {
     "train/grad_norm/<agent>": "gradient norm of the agent's adapter before clipping, mean over "
     "the applied policy steps; an adapter that several agents share is named by them joined "
     "with `+` (e.g. `critic+planner`)",
+    "train/learning_rate/<agent>": "the Adam learning rate the agent's adapter stepped with "
+    "(`learning_rate`, `agent_learning_rates`); 0 while `agent_schedule` freezes it",
     "train/value_mean": "actor-critic: mean critic value of the batch's entries at rollout",
     "train/value_loss": "actor-critic: critic loss (Huber or MSE to the returns), mean over "
     "minibatches",

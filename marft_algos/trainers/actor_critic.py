@@ -11,7 +11,8 @@ Per iteration (paper Algorithm 3), read top to bottom in :meth:`ActorCriticTrain
    (:class:`~marft_algos.trainers.policy_gradient.PolicyGradient`: clipped surrogate of paper eq. 5,
    entropy bonus, accumulation that leaves the gradient unchanged).
 
-Options from the paper: agent-by-agent updates (one agent per window, cycling), a trust-region cut
+Options from the paper: agent-by-agent updates (one agent per window, cycling: the
+``agent_schedule`` of :mod:`marft_algos.trainers.schedule`), a trust-region cut
 (undo a policy step whose KL on its minibatch exceeds a threshold), action log-prob
 normalisation, entropy bonus, Huber value loss.
 """
@@ -86,8 +87,6 @@ class ActorCriticConfig(TrainerConfig):
     normalize_advantages_per_agent: bool = False
     """With ``normalize_advantages``: standardise each agent's advantages over its own decisions
     instead of the whole batch (steadier gradients when agents' rewards differ in scale)."""
-    agent_by_agent_interval: int = 0
-    """> 0: train one agent at a time, switching every this many iterations (paper §4.1.1)."""
     trust_region_kl: float | None = None
     """Trust-region hard cut (paper App. A): after each policy step, the approx-KL between the
     rollout policy and the stepped policy is measured on the step's own minibatch; a step that
@@ -119,10 +118,6 @@ class ActorCriticConfig(TrainerConfig):
         if self.logprob_normalization not in ("none", "token", "word"):
             raise ValueError(
                 f"logprob_normalization must be 'none', 'token' or 'word', got {self.logprob_normalization!r}."
-            )
-        if self.agent_by_agent_interval < 0:
-            raise ValueError(
-                f"agent_by_agent_interval must be >= 0, got {self.agent_by_agent_interval}."
             )
         if self.trust_region_kl is not None and self.trust_region_kl <= 0:
             raise ValueError(f"trust_region_kl must be > 0 or None, got {self.trust_region_kl}.")
@@ -313,14 +308,6 @@ class ActorCriticTrainer(Trainer):
         )
 
     # ------------------------------------------------------------------ the update
-    def agents_to_train(self) -> list[str]:
-        """All trainable agents, or the current one under agent-by-agent updates."""
-        trainable = self.trainable_agents()
-        interval = self.config.agent_by_agent_interval
-        if interval <= 0:
-            return trainable
-        return [trainable[(self.iteration // interval) % len(trainable)]]
-
     def single_policy_step(self) -> bool:
         return self.config.ppo_epochs == 1 and self.config.num_minibatches == 1
 
@@ -344,7 +331,7 @@ class ActorCriticTrainer(Trainer):
                 if not self.dist.sum([len(rows)])[0]:  # no rank has a decision to train on
                     continue
                 stats.add_step(self.policy_step(step, minibatch[rows], train_agents))
-        metrics = stats.metrics()
+        metrics = {**stats.metrics(), **self.learning_rate_metrics()}
         assert batch.values is not None and batch.advantages is not None
         mask = self.granularity.mask(batch)
         values, count = self.dist.sum([float(batch.values[mask].sum()), float(mask.sum())])

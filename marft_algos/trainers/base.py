@@ -34,6 +34,7 @@ from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.runs.progress import TrainingProgress
 from marft_algos.runs.samples import trim_samples
 from marft_algos.trainers.async_rollout import AsyncRollouts
+from marft_algos.trainers.backend import BackendSync
 from marft_algos.trainers.checkpointer import (
     Checkpointer,
     load_trainer_state,
@@ -49,7 +50,6 @@ from marft_algos.trainers.evaluator import (
 )
 from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
-from marft_algos.trainers.optimizers import adapter_optimizers
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
 from marft_algos.trainers.sharding import generating, own_share, shard_run
 from marft_algos.trainers.stats import device_peak_gib, peak_metrics
@@ -60,7 +60,7 @@ __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"
 logger = logging.getLogger(__name__)
 
 
-class Trainer(PolicySteps, ABC):
+class Trainer(PolicySteps, BackendSync, ABC):
     """Base class of every trainer; subclasses implement :meth:`update`.
 
     Args:
@@ -127,9 +127,7 @@ class Trainer(PolicySteps, ABC):
         )
         """Held-out evaluation (None without an ``eval_env_fn``)."""
         self.rng = np.random.default_rng(config.seed)
-        self.optimizers, self._optimizer_of = adapter_optimizers(
-            policy, self.agents, config.learning_rate, config.adam_eps
-        )
+        self.build_optimizers()
         self.iteration = 0
         self.run_info = run_description(self.collector, self.eval_collector, config, self.dist)
         """What the run is beyond the config (env spec, policy layout, data sources), written into
@@ -256,20 +254,6 @@ class Trainer(PolicySteps, ABC):
         self.sync_rollout_backend(self.iteration + 1)
         self.iteration += 1
         return metrics
-
-    def sync_rollout_backend(self, version: int) -> None:
-        """Hand the policy's current adapters to the rollout backend, if there is one (an
-        asynchronous run syncs when it submits the next job, while the engine is idle)."""
-        if self.rollout_backend is not None and self.async_rollouts is None:
-            self.rollout_backend.sync_adapters(self.policy, version)
-
-    def rest_rollout_backend(self) -> None:
-        """Let the rollout backend free its device memory while the policy computes (an engine
-        with a ``sleep()`` method, e.g. vLLM in sleep mode); it wakes on its next call. Not in
-        an asynchronous run: the engine generates the next batch meanwhile."""
-        sleep = getattr(self.rollout_backend, "sleep", None)
-        if sleep is not None and self.async_rollouts is None:
-            sleep()
 
     def train(self, *, progress: bool | str = False) -> list[dict[str, Any]]:
         """Run ``config.iterations - self.iteration`` iterations (so a resumed run finishes the plan).

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from marft_algos.common.losses import BEHAVIOUR_WEIGHT_CAP, BEHAVIOUR_WEIGHT_MODES
 from marft_algos.rollout.collector import GenerationSettings
+from marft_algos.trainers.schedule import check_agent_names, check_agent_settings
 
 __all__ = ["TrainerConfig", "check_clip_range", "check_finite_numbers", "check_num_minibatches"]
 
@@ -48,6 +49,19 @@ class TrainerConfig:
     observations of later agents, longer actions); the gradient is unchanged. None: no bound."""
     learning_rate: float = 1e-6
     """Adam learning rate of every agent's adapter (paper: 1e-6)."""
+    agent_learning_rates: dict[str, float] | None = None
+    """Per-agent Adam learning rates, e.g. {"router": 1e-5}; agents not named take
+    learning_rate. Agents sharing one adapter take one value (name them all alike). 0 keeps an
+    agent's weights where they are (its Adam moments still update; agent_schedule freezes both)."""
+    agent_schedule: list[list[str]] | None = None
+    """Train agents in turns: windows of agents, e.g. [["router"], ["specialist", "reviewer"]],
+    each trained for schedule_period iterations, cycling; the agents outside the current window
+    act with frozen weights and untouched optimizer state. None: every agent, every iteration."""
+    schedule_period: int = 1
+    """Iterations per window of agent_schedule."""
+    agent_by_agent_interval: int = 0
+    """> 0: train one agent at a time, switching every this many iterations (paper §4.1.1): the
+    agent_schedule of each trainable agent alone, with this schedule_period."""
     adam_eps: float = 1e-5
     """Adam epsilon (paper: 1e-5)."""
     max_grad_norm: float = 0.5
@@ -149,6 +163,7 @@ class TrainerConfig:
                 f"max_chunk_tokens must be a positive number of tokens (or None: no bound), got "
                 f"{chunk!r}."
             )
+        check_agent_settings(self)
         for name in (
             "eval_every",
             "checkpoint_every",
@@ -291,3 +306,4 @@ def check_agents(config: TrainerConfig, agents: list[str], policy_agents: list[s
             f"max_new_tokens_per_agent names agent(s) {unknown_caps} that the env does not have; its "
             f"agents are {agents}. Name only those (e.g. {{{agents[-1]!r}: 16}})."
         )
+    check_agent_names(config, agents)

@@ -401,9 +401,11 @@ class CriticFreeTrainer(Trainer):
         c = self.config
         metrics = self._rollout_metrics(episodes)
         trained = [a for a in self.agents if a in self._optimizer_of]
+        scheduled = self.agents_to_train()  # the others' decisions still enter the advantages
         step = self.policy_gradient()
         objective = step.objective
-        stats = UpdateStats(trained, with_kl=objective.beta > 0)
+        stats = UpdateStats(scheduled, with_kl=objective.beta > 0)
+        metrics.update(self.learning_rate_metrics())
         batch = build_rollout_batch(
             episodes,
             agents=trained,
@@ -445,6 +447,7 @@ class CriticFreeTrainer(Trainer):
                 first_episode=first_episode,
                 total_episodes=total_episodes,
             ):
+                rows = rows[[batch.agents[r] in scheduled for r in rows]]
                 minibatch = batch[rows]
                 agents, with_work = self._agents_in(minibatch.agents, active[rows])
                 if not agents:  # no rank has a decision of this minibatch

@@ -16,8 +16,9 @@ from marft_algos.protocols import PolicyLike
 from marft_algos.rollout.collector import Episode
 from marft_algos.trainers.config import TrainerConfig
 from marft_algos.trainers.guards import Guards
-from marft_algos.trainers.optimizers import clip_and_step
+from marft_algos.trainers.optimizers import adapter_optimizers, clip_and_step, learning_rates
 from marft_algos.trainers.policy_gradient import Objective, PolicyGradient
+from marft_algos.trainers.schedule import AgentSchedule
 
 __all__ = ["PolicySteps"]
 
@@ -35,6 +36,8 @@ class PolicySteps:
     guards: Guards
     dist: DistributedContext
     iteration: int
+    schedule: AgentSchedule
+    """Which agents take optimizer steps at each iteration (``agent_schedule``)."""
 
     # ------------------------------------------------------------------ optimisation helpers
     CRITIC_KEY: ClassVar[str] = "__critic__"
@@ -47,9 +50,32 @@ class PolicySteps:
             out[self.CRITIC_KEY] = self.critic_optimizer
         return out
 
+    def build_optimizers(self) -> None:
+        """One Adam per trainable adapter at its agent's learning rate (``learning_rate``,
+        ``agent_learning_rates``), and the :attr:`schedule` that says which of them step."""
+        c = self.config
+        self.optimizers, self._optimizer_of = adapter_optimizers(
+            self.policy, self.agents, c.learning_rate, c.adam_eps, c.agent_learning_rates
+        )
+        self.schedule = AgentSchedule.of(c, self._optimizer_of)
+
     def trainable_agents(self) -> list[str]:
         """Agents whose adapters this trainer updates."""
         return [a for a in self.agents if a in self._optimizer_of]
+
+    def agents_to_train(self) -> list[str]:
+        """The trainable agents this iteration's update steps (all of them without a schedule)."""
+        return self.schedule.agents_at(self.iteration)
+
+    def learning_rate_metrics(self) -> dict[str, float]:
+        """``train/learning_rate/<agent>``: the learning rate each trainable agent's adapter steps
+        with this iteration (0 while the schedule freezes it)."""
+        training = set(self.agents_to_train())
+        rates = learning_rates(self.optimizers, self._optimizer_of)
+        return {
+            f"train/learning_rate/{agent}": lr if agent in training else 0.0
+            for agent, lr in rates.items()
+        }
 
     def zero_grad(self) -> None:
         for optimizer in self.optimizers.values():
