@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from marft_algos.common.advantages import action_level_gae, normalize_advantages, token_level_gae
+from marft_algos.common.agent_normalization import normalize_advantages_per_agent
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.common.layouts import decision_layout, scatter_rows, token_layout
 from marft_algos.distributed import DistributedContext
@@ -154,15 +155,21 @@ def normalize_by_agent(
     agents: Sequence[str],
     distributed: DistributedContext | None = None,
     all_agents: Sequence[str] | None = None,
+    *,
+    eps: float = 1e-8,
+    unbiased: bool = False,
 ) -> Tensor:
-    """Standardise each agent's advantages over its own valid entries (see
-    :func:`~marft_algos.common.advantages.normalize_advantages`); with several processes over
-    every rank's entries of that agent (``all_agents`` fixes the order of the collectives)."""
-    out = torch.zeros_like(advantages, dtype=torch.float32)
-    for agent in all_agents if all_agents is not None else dict.fromkeys(agents):
-        rows = torch.tensor([a == agent for a in agents], dtype=torch.bool)
-        out[rows] = normalize(advantages[rows], mask[rows], distributed)
-    return out
+    """Standardise each agent's advantages over its own valid entries
+    (:func:`~marft_algos.common.agent_normalization.normalize_advantages_per_agent`); with
+    several processes over every rank's entries of that agent (``all_agents`` fixes the order of
+    the collectives)."""
+    return normalize_advantages_per_agent(
+        advantages,
+        agents,
+        mask,
+        order=all_agents,
+        normalize=lambda adv, valid: normalize(adv, valid, distributed, eps=eps, unbiased=unbiased),
+    )
 
 
 def normalize(

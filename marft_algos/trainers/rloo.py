@@ -9,7 +9,8 @@ the tokens (TRL's sequence-level penalty):
     A_i  = R'_i − (Σ_{j ≠ i} R'_j) / (K − 1)            over the same agent's samples of the task
 
 and ``normalize_advantages`` optionally standardises A over the batch as TRL does:
-(A − mean) / (std + 1e-4) with the sample std (n − 1). Every decision of the agent
+(A − mean) / (std + 1e-4) with the sample std (n − 1), or over each agent's samples with
+``normalize_advantages_per_agent``. Every decision of the agent
 in the episode is trained on A_i (the team's return credited to every decision, as GRPO does):
 
 - ``level="action"`` (TRL's RLOO): one clipped ratio per decision, on the action's log-prob
@@ -33,7 +34,7 @@ from marft_algos.common.batch import RolloutBatch
 from marft_algos.rollout.collector import Episode
 from marft_algos.trainers.base import TrainerConfig
 from marft_algos.trainers.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
-from marft_algos.trainers.levels import normalize
+from marft_algos.trainers.levels import normalize, normalize_by_agent
 
 __all__ = ["RLOOConfig", "RLOOTrainer"]
 
@@ -53,6 +54,18 @@ class RLOOConfig(CriticFreeLevelConfig):
     normalize_advantages: bool = False
     """Standardise the advantages over the batch (every rank's samples) as TRL's RLOO does:
     (A − mean) / (std + 1e-4), std the sample std (n − 1). An all-equal batch gives zeros."""
+    normalize_advantages_per_agent: bool = False
+    """With ``normalize_advantages``: take the mean and std over each agent's samples instead of
+    the whole batch (Dr. MAS)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.normalize_advantages_per_agent and not self.normalize_advantages:
+            raise ValueError(
+                "normalize_advantages_per_agent=True needs normalize_advantages=True (it chooses "
+                "how the advantages are normalised, per agent instead of over the batch); set "
+                "normalize_advantages=True, or drop normalize_advantages_per_agent."
+            )
 
 
 class RLOOTrainer(CriticFreeLevelTrainer):
@@ -73,7 +86,12 @@ class RLOOTrainer(CriticFreeLevelTrainer):
             per_sample = torch.zeros_like(rewards).index_add_(0, index, kl.sum(-1))  # (S,)
             rewards = rewards - c.beta * per_sample
         adv = leave_one_out_advantages(rewards, groups)  # (S,)
-        if c.normalize_advantages:
-            valid = torch.ones_like(adv, dtype=torch.bool)
+        valid = torch.ones_like(adv, dtype=torch.bool)
+        if c.normalize_advantages_per_agent:
+            agents = [agent for _, agent in groups]
+            adv = normalize_by_agent(
+                adv, valid, agents, self.dist, self.agents, eps=1e-4, unbiased=True
+            )
+        elif c.normalize_advantages:
             adv = normalize(adv, valid, self.dist, eps=1e-4, unbiased=True)  # TRL's statistics
         return adv[index], metrics
