@@ -30,7 +30,7 @@ import importlib.metadata
 import logging
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,67 +358,32 @@ def register_program(
             generator.
         test_tasks: Held-out tasks for evaluation (default: a seeded share of a ``tasks`` list).
         description: One line for :func:`pprint_registry`.
-        **kwargs: More :class:`~marft_envs.programs.ProgramEnv` arguments (``reward_weights``,
-            ``credit``, ``max_calls``, ``episode_timeout``, ``error_reward``, ...).
+        **kwargs: More :class:`~marft_envs.programs.ProgramEnv` arguments: ``split`` and the
+            fields of :class:`~marft_envs.programs.ProgramSettings` (``reward_weights``,
+            ``credit``, ``max_calls``, ``episode_timeout``, ``error_reward``, the request bounds
+            ``max_request_bytes``, ``max_messages``, ``max_concurrent_calls``, ...).
     """
     if not callable(program):
         raise TypeError(
             f"program of {id!r} must be a function program(task, client), got {program!r:.80}."
         )
-    if callable(test_tasks) and not callable(tasks):
-        raise TypeError(
-            f"test_tasks of {id!r} is a function but tasks is not; give test_tasks as a list too, "
-            f"or tasks as a function of a numpy generator."
-        )
+    from marft_envs.programs.tasks import check_task_kinds, checked_tasks, read_tasks
+
+    check_task_kinds(tasks, test_tasks, owner=id)
     return register(
         id,
         "marft_envs.programs.env:ProgramEnv",
         kwargs={
             "program": program,
             "agents": list(agents),
-            "tasks": _checked_tasks(id, _task_source(tasks, "tasks"), "tasks"),
-            "test_tasks": _checked_tasks(id, _task_source(test_tasks, "test_tasks"), "test_tasks"),
+            "tasks": checked_tasks(read_tasks(tasks, "tasks"), "tasks", owner=id),
+            "test_tasks": checked_tasks(
+                read_tasks(test_tasks, "test_tasks"), "test_tasks", owner=id
+            ),
             **kwargs,
         },
         description=description or f"agent program {getattr(program, '__qualname__', program)!r}",
     )
-
-
-def _checked_tasks(id: str, tasks: Any, name: str) -> Any:
-    """Refuse at registration what the env would refuse only when a run builds it: no tasks."""
-    if callable(tasks) or (tasks is None and name == "test_tasks"):
-        return tasks
-    fix = "pass a non-empty list, a .json/.jsonl file of rows, or a function of a numpy generator"
-    if name == "test_tasks":
-        fix += " (or leave test_tasks out: a seeded share of a tasks list is held out)"
-    if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence):
-        raise TypeError(f"{name}={tasks!r:.80} of {id!r} is not a list of tasks; {fix}.")
-    if not tasks:
-        raise ValueError(f"{name}={tasks!r} of {id!r} holds no tasks; {fix}.")
-    return tasks
-
-
-def _task_source(tasks: Any, name: str) -> Any:
-    """Tasks as the env takes them: a file path becomes its rows."""
-    import json
-    import os
-    from pathlib import Path
-
-    if tasks is None or callable(tasks) or not isinstance(tasks, (str, os.PathLike)):
-        return tasks
-    path = Path(tasks)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{name}={str(tasks)!r} is not a file; pass a list, a .json/.jsonl file or a function."
-        )
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        rows = json.loads(text)
-    if not isinstance(rows, list) or not rows:
-        raise ValueError(f"{name}={str(tasks)!r} holds no list of tasks.")
-    return rows
 
 
 _plugins_loaded = False

@@ -33,6 +33,7 @@ LAYERS = {
     "marft_envs": {
         "core": 0,
         "sandbox": 0,
+        "wire": 0,  # the OpenAI wire surface: programs and marft_algos.serving import it
         "math": 1,
         "code": 1,
         "puzzles": 1,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from marft_algos.cli.parsing import UsageError, build_parser, parse_with, pick
-from marft_envs.programs.client import RequestLimits
+from marft_envs.wire.protocol import RequestLimits
 
 __all__ = ["ServeArguments", "load_team", "main"]
 
@@ -34,9 +34,9 @@ class ServeArguments:
     api_key: str | None = None
     """Require 'Authorization: Bearer KEY' on every request (default: $MARFT_API_KEY; neither: open)."""
     max_body_bytes: int = RequestLimits.max_request_bytes
-    """Largest request body in bytes (larger: HTTP 413; the training endpoint's default)."""
+    """Largest request body in bytes (larger: HTTP 413; RequestLimits.max_request_bytes, the training endpoint's default)."""
     max_messages: int = RequestLimits.max_messages
-    """Most messages in one call (more: HTTP 400; the training endpoint's default)."""
+    """Most messages in one call (more: HTTP 400; RequestLimits.max_messages, the training endpoint's default)."""
     max_batch: int = 8
     """Most concurrent calls of one agent generated together."""
     model: str | None = None
@@ -57,6 +57,10 @@ class ServeArguments:
                 raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1.")
         if self.api_key == "":
             raise UsageError("--api-key is empty; pass a key, or leave the flag out.")
+
+    def limits(self) -> RequestLimits:
+        """The request bounds the flags spell (``--max-body-bytes`` is ``max_request_bytes``)."""
+        return RequestLimits(max_request_bytes=self.max_body_bytes, max_messages=self.max_messages)
 
 
 def load_team(path: str, args: ServeArguments) -> Any:
@@ -85,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import torch
     from rich.console import Console
 
-    from marft_algos.serving import Limits, serve
+    from marft_algos.serving import serve
     from marft_algos.serving.server import is_loopback
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -124,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         api_key=api_key,
-        limits=Limits(args.max_body_bytes, args.max_messages),
+        limits=args.limits(),
         max_batch=args.max_batch,
         announce=announce,
     )

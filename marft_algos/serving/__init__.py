@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from marft_algos.serving.app import build_app, request_settings
 from marft_algos.serving.batcher import Batcher, BatcherClosed
-from marft_algos.serving.guards import Limits
 from marft_algos.serving.server import BackgroundServer, serve
 from marft_algos.serving.team import (
     EXPORT_INDEX,
@@ -20,7 +19,6 @@ __all__ = [
     "BackgroundServer",
     "Batcher",
     "BatcherClosed",
-    "Limits",
     "ServedTeam",
     "build_app",
     "is_export",

@@ -27,17 +27,17 @@ from typing import Any
 
 from marft_algos.protocols import GenerationSettings
 from marft_algos.serving.batcher import Batcher, BatcherClosed
-from marft_algos.serving.guards import Limits, check_api_key, check_host, read_body, refused
+from marft_algos.serving.guards import check_api_key, check_host, read_body, refused
 from marft_algos.serving.team import ServedTeam
-from marft_envs.programs.client import (
+from marft_envs.wire.checks import check_request, finite_number
+from marft_envs.wire.http import error_response as error
+from marft_envs.wire.protocol import (
+    RequestLimits,
     RequestRefused,
     UnknownAgentError,
-    check_request,
     completion,
+    without_none,
 )
-from marft_envs.programs.rewards import finite_number
-from marft_envs.programs.server import error_response as error
-from marft_envs.programs.server import without_none
 
 __all__ = ["build_app", "request_settings"]
 
@@ -91,7 +91,7 @@ def build_app(
     batcher: Batcher,
     *,
     api_key: str | None = None,
-    limits: Limits | None = None,
+    limits: RequestLimits | None = None,
     loopback: bool = True,
 ) -> Any:
     """The Starlette app serving ``team``; generation goes through ``batcher``.
@@ -100,15 +100,15 @@ def build_app(
         team: The loaded team.
         batcher: Generates prompt ids (``policy.generate_from_ids``) a batch at a time.
         api_key: Required as ``Authorization: Bearer <key>`` on every ``/v1`` route (None: open).
-        limits: Request bounds (default :class:`Limits`).
+        limits: Request bounds (default :class:`~marft_envs.wire.RequestLimits`, the training
+            endpoint's; ``max_concurrent_calls`` is not used: calls queue in ``batcher``).
         loopback: The server is bound to a loopback address: answer only loopback ``Host`` names.
     """
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    limits = limits or Limits()
-    request_limits = limits.request_limits()
+    limits = limits or RequestLimits()
     # A fast tokenizer refuses two encodes at once ("Already borrowed"): render one at a time.
     render_lock = threading.Lock()
 
@@ -142,7 +142,7 @@ def build_app(
         fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
         try:
             messages, tools = check_request(
-                agents, body.get("model"), body.get("messages"), fields, request_limits
+                agents, body.get("model"), body.get("messages"), fields, limits
             )
             agent = str(body["model"])
             settings = request_settings(team.settings, agent, fields)

@@ -1,9 +1,10 @@
 """Request guards of the serving endpoint: API key, Host header, content type, size bounds.
 
-The Host, content-type and body checks are the training endpoint's own
-(:mod:`marft_envs.programs.server`: :func:`~marft_envs.programs.server.allowed_host`,
-:func:`~marft_envs.programs.server.read_json`, and ``check_request``'s message count); this module
-adds the API key and words the refusals for ``marft serve``'s flags. Each check returns None when
+The Host, content-type and body checks are the OpenAI wire surface's, which the training endpoint
+uses too (:func:`~marft_envs.wire.http.allowed_host`, :func:`~marft_envs.wire.http.read_json`,
+and :func:`~marft_envs.wire.check_request`'s message count), under the same
+:class:`~marft_envs.wire.RequestLimits`; this module adds the API key and words the refusals for
+``marft serve``'s flags. Each check returns None when
 the request may go on, or an OpenAI-style error response that says what was wrong and how to fix
 it.
 """
@@ -11,35 +12,12 @@ it.
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 from typing import Any
 
-from marft_envs.programs.client import RequestLimits, RequestRefused
-from marft_envs.programs.server import allowed_host, error_response, read_json
+from marft_envs.wire.http import allowed_host, error_response, read_json
+from marft_envs.wire.protocol import RequestLimits, RequestRefused
 
-__all__ = ["Limits", "check_api_key", "check_host", "read_body", "refused"]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on one request.
-
-    Attributes:
-        max_body_bytes: Largest request body (413 beyond).
-        max_messages: Most messages in one call (400 beyond).
-    """
-
-    max_body_bytes: int = RequestLimits.max_request_bytes  # the training endpoint's bounds
-    max_messages: int = RequestLimits.max_messages
-
-    def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_messages"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-
-    def request_limits(self) -> RequestLimits:
-        """The same bounds as the training endpoint's ``check_request`` takes them."""
-        return RequestLimits(max_request_bytes=self.max_body_bytes, max_messages=self.max_messages)
+__all__ = ["check_api_key", "check_host", "read_body", "refused"]
 
 
 def check_api_key(request: Any, api_key: str | None) -> Any:
@@ -76,15 +54,15 @@ def check_host(request: Any, loopback: bool) -> Any:
     )
 
 
-async def read_body(request: Any, limits: Limits) -> tuple[Any, Any]:
-    """The request body as a JSON object, read at most ``max_body_bytes`` far.
+async def read_body(request: Any, limits: RequestLimits) -> tuple[Any, Any]:
+    """The request body as a JSON object, read at most ``limits.max_request_bytes`` far.
 
     Returns:
         ``(body, None)``, or ``(None, error response)``: 415 for another content type than JSON,
         413 for a body over the limit, 400 for one that is not a JSON object.
     """
     try:
-        body = await read_json(request, limits.max_body_bytes)
+        body = await read_json(request, limits.max_request_bytes)
     except RequestRefused as err:
         return None, refused(err, limits)
     if not isinstance(body, dict):
@@ -94,12 +72,12 @@ async def read_body(request: Any, limits: Limits) -> tuple[Any, Any]:
     return body, None
 
 
-def refused(err: RequestRefused, limits: Limits) -> Any:
+def refused(err: RequestRefused, limits: RequestLimits) -> Any:
     """The response to a refused request, naming the server's flag for a bound it passed."""
     message = str(err)
     if err.code == "request_too_large":
         message = (
-            f"the request body is over the server's limit of {limits.max_body_bytes} bytes; send "
+            f"the request body is over the server's limit of {limits.max_request_bytes} bytes; send "
             f"fewer or shorter messages, or start marft serve with a larger --max-body-bytes."
         )
     elif err.code == "too_many_messages":

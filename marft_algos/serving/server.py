@@ -19,8 +19,8 @@ from typing import Any
 
 from marft_algos.serving.app import build_app
 from marft_algos.serving.batcher import Batcher
-from marft_algos.serving.guards import Limits
 from marft_algos.serving.team import ServedTeam
+from marft_envs.wire.protocol import RequestLimits
 
 __all__ = ["BackgroundServer", "BindError", "base_url", "bind", "is_loopback", "serve"]
 
@@ -63,7 +63,7 @@ def _server(
     host: str,
     port: int,
     api_key: str | None,
-    limits: Limits | None,
+    limits: RequestLimits | None,
     max_batch: int,
 ) -> tuple[Any, Batcher]:
     try:
@@ -93,7 +93,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     api_key: str | None = None,
-    limits: Limits | None = None,
+    limits: RequestLimits | None = None,
     max_batch: int = 8,
     announce: Callable[[str], None] | None = None,
 ) -> None:
@@ -162,7 +162,7 @@ class BackgroundServer:
         host: str = "127.0.0.1",
         port: int = 0,
         api_key: str | None = None,
-        limits: Limits | None = None,
+        limits: RequestLimits | None = None,
         max_batch: int = 8,
         start_timeout: float = 30.0,
     ) -> None:

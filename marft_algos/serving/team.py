@@ -27,13 +27,14 @@ from typing import Any
 from marft_algos.policy.rendering import fill_chat_template
 from marft_algos.protocols import GenerationSettings
 from marft_algos.rollout.evaluation import greedy
-from marft_envs.programs.client import Reply
-from marft_envs.programs.tools import (
+from marft_envs.wire.protocol import Reply
+from marft_envs.wire.tools import (
     TOOL_PARSERS,
     TOOL_PROMPTS,
     ToolParser,
     parse_tool_calls,
-    template_message,
+    policy_messages,
+    resolve_parser,
 )
 
 __all__ = ["EXPORT_INDEX", "ServedTeam", "is_export", "team_from_checkpoint", "team_from_export"]
@@ -76,10 +77,10 @@ class ServedTeam:
         """What the policy renders for a call, as the program env and the collector hand it over:
         with ``tool_prompt`` the transcript written as text; otherwise the messages with tool-call
         arguments as objects, and ``{"messages": ..., "tools": ...}`` when the call offers tools."""
-        if self.tool_prompt is not None:
-            return TOOL_PROMPTS[self.tool_prompt](messages, tools)
-        plain = [template_message(m) for m in messages]
-        return {"messages": plain, "tools": [dict(t) for t in tools]} if tools else plain
+        plain = policy_messages(messages, tools, self.tool_prompt)
+        if self.tool_prompt is None and tools:
+            return {"messages": plain, "tools": [dict(t) for t in tools]}
+        return plain
 
     def reply(self, generation: Any, offered_tools: bool, call_index: int) -> Reply:
         """The reply of one generation, parsed into tool calls when the call offered tools."""
@@ -212,7 +213,6 @@ def _tool_parser(recorded: Any, env_id: str | None, source: str) -> ToolParser:
         return TOOL_PARSERS[recorded]
     if env_id is not None:
         import marft_envs
-        from marft_envs.programs.tools import resolve_parser
 
         try:
             live = marft_envs.spec(env_id).kwargs.get("tool_parser", recorded)

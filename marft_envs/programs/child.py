@@ -15,8 +15,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marft_envs.programs.client import CallRecord, ProgramClient, Reply, loopback_http_client
+from marft_envs.programs.client import CallRecord, ProgramClient, loopback_http_client
 from marft_envs.programs.events import run_program
+from marft_envs.wire.protocol import Reply
 
 __all__ = ["child_main", "client_spec"]
 

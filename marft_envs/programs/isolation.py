@@ -23,16 +23,10 @@ from multiprocessing import Pipe
 from typing import Any
 
 from marft_envs.programs.child import child_main, client_spec
-from marft_envs.programs.client import (
-    CallRecord,
-    Counts,
-    EpisodeEnded,
-    ProgramClient,
-    Reply,
-    RequestRefused,
-)
+from marft_envs.programs.client import CallRecord, Counts, EpisodeEnded, ProgramClient
 from marft_envs.programs.events import Event
 from marft_envs.programs.zygote import start_in_zygote
+from marft_envs.wire.protocol import Reply, RequestRefused
 
 __all__ = ["ChildProgram", "ProgramExited"]
 

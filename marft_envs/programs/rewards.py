@@ -9,6 +9,8 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
+from marft_envs.wire.checks import finite_number
+
 __all__ = ["MAX_REWARD_PARTS", "combine_reward", "finite_number"]
 
 
@@ -70,13 +72,3 @@ def _finite_float(value: numbers.Real, what: str) -> float:
             f"{what} {str(value)[:40]}, which is not a finite float; return finite numbers."
         )
     return number
-
-
-def finite_number(value: Any) -> bool:
-    """A real number (not a bool) that is finite as a float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from marft_envs.programs.client import CallRecord, EpisodeEnded, RequestRefused
+from marft_envs.programs.client import CallRecord, EpisodeEnded
 from marft_envs.programs.events import Event, run_program
+from marft_envs.wire.protocol import RequestRefused
 
 __all__ = ["Deliver", "Event", "ProgramRun", "run_program"]
 
@@ -51,7 +52,7 @@ class ProgramRun:
         time_budget: Seconds the env may wait, in total, for the program between its calls.
         isolation: ``"thread"`` or ``"process"`` (see the module notes).
         max_pending: Calls that may wait for their replies at once (None: no bound); one more is
-            refused with :class:`~marft_envs.programs.client.RequestRefused` (HTTP 429) and
+            refused with :class:`~marft_envs.wire.RequestRefused` (HTTP 429) and
             recorded as a refusal.
     """
 
@@ -98,7 +99,7 @@ class ProgramRun:
         self._events.put(event)
 
     def refused(self, kind: str, message: str) -> None:
-        """A request of the program passed a bound (:class:`~marft_envs.programs.client.RequestLimits`)."""
+        """A request of the program passed a bound (:class:`~marft_envs.wire.RequestLimits`)."""
         with self._lock:
             self.refusals.append((kind, message))
 

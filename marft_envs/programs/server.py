@@ -14,7 +14,7 @@ Agents SDK's ``AsyncOpenAI``). Served:
 Who may call (docs/programs.md, "Threat model"): the server binds 127.0.0.1 only; an episode's URL
 holds an unguessable secret (``secrets.token_urlsafe(32)``), known only to the program it was
 handed to; requests must name ``Host: 127.0.0.1`` or ``localhost`` and send JSON, which a web page
-cannot do without the browser asking the server first. Bounds (:class:`RequestLimits`): request
+cannot do without the browser asking the server first. Bounds (:class:`~marft_envs.wire.RequestLimits`): request
 bytes, messages per request and calls waiting at once per episode; a request past one is refused
 (413, 400, 429) and counted as its episode's program error.
 
@@ -28,7 +28,6 @@ import asyncio
 import atexit
 import contextlib
 import itertools
-import json
 import secrets
 import threading
 import time
@@ -36,18 +35,19 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any
 
-from marft_envs.programs.client import (
-    CallRecord,
-    Counts,
-    EpisodeEnded,
+from marft_envs.programs.client import CallRecord, Counts, EpisodeEnded
+from marft_envs.programs.runner import ProgramRun
+from marft_envs.wire.checks import check_request
+from marft_envs.wire.http import allowed_host, error_response, read_json
+from marft_envs.wire.protocol import (
     RequestLimits,
     RequestRefused,
     UnknownAgentError,
-    check_request,
     completion,
+    without_none,
 )
-from marft_envs.programs.runner import ProgramRun
 
+# The HTTP checks are re-exported: they were defined here before marft_envs.wire.http held them.
 __all__ = [
     "EpisodeServer",
     "allowed_host",
@@ -70,73 +70,6 @@ class _Episode:
         self.limits = limits
         self.counts = Counts()
         self.calls = itertools.count()
-
-
-def error_response(status: int, message: str, kind: str, code: str | None = None) -> Any:
-    """An error as the OpenAI API writes it (``openai`` raises the matching ``APIStatusError``)."""
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "code": code, "param": None}},
-        status_code=status,
-    )
-
-
-def without_none(value: Any) -> Any:
-    """The response as the OpenAI API writes it: ``tool_calls`` absent rather than null."""
-    if isinstance(value, dict):
-        return {k: without_none(v) for k, v in value.items() if v is not None or k == "content"}
-    if isinstance(value, list):
-        return [without_none(v) for v in value]
-    return value
-
-
-def allowed_host(host: str | None, port: int) -> bool:
-    """``Host`` names this machine's loopback (``127.0.0.1``, ``localhost``, ``[::1]``) and,
-    when it has one, this port: a browser page on another origin cannot send that (DNS rebinding
-    included, whose requests carry the attacker's host name)."""
-    if not host:
-        return False
-    name, _, given = host.rpartition(":") if not host.endswith("]") else (host, "", "")
-    if not name:  # no port given
-        name, given = host, ""
-    return name.lower() in ("127.0.0.1", "localhost", "[::1]") and given in ("", str(port))
-
-
-async def read_json(request: Any, max_bytes: int) -> Any:
-    """The request's JSON body, read no further than ``max_bytes``.
-
-    Raises:
-        RequestRefused: Another content type than JSON (415), a body over ``max_bytes`` (413),
-            malformed JSON (400).
-    """
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/json":
-        raise RequestRefused(
-            f"the request's content type is {kind or 'missing'!r}; send application/json (as every "
-            f"OpenAI client does).",
-            status=415,
-            code="unsupported_media_type",
-        )
-    too_large = RequestRefused(
-        f"the request body is over max_request_bytes={max_bytes}; send less, or raise "
-        f"max_request_bytes where the program is registered.",
-        status=413,
-        code="request_too_large",
-        kind="RequestTooLarge",
-    )
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > max_bytes:
-            raise too_large
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise RequestRefused("the request body is not JSON.", status=400) from None
 
 
 class EpisodeServer:

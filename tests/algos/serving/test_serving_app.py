@@ -19,12 +19,11 @@ from marft_algos.rollout.collector import _prompt
 from marft_algos.serving import (
     BackgroundServer,
     Batcher,
-    Limits,
     ServedTeam,
     request_settings,
 )
 from marft_envs.programs import ProgramEnv
-from marft_envs.programs.tools import TOOL_PARSERS
+from marft_envs.wire import TOOL_PARSERS, RequestLimits
 
 KEY = "test-key"
 TOOLS = [
@@ -83,7 +82,7 @@ def _team(policy=None, tool_prompt=None):
 def served():
     """A served scripted team with an API key, stopped on every exit path."""
     policy = ScriptedPolicy(answer=lambda a, o: CALL if a == "planner" else "\\boxed{4}")
-    with BackgroundServer(_team(policy, "hermes"), api_key=KEY, limits=Limits(4096, 8)) as server:
+    with BackgroundServer(_team(policy, "hermes"), api_key=KEY, limits=RequestLimits(4096, 8)) as server:
         yield server, policy
 
 

@@ -22,7 +22,7 @@ import openai
 from test_program_env import play
 
 from marft_envs.programs import ProgramEnv
-from marft_envs.programs.server import allowed_host
+from marft_envs.wire.http import allowed_host
 
 AGENTS = ["planner", "solver"]
 
@@ -41,7 +41,7 @@ def two_calls(task, client):
 
 
 def _base_url(env) -> str:
-    return env.unwrapped._episode_url
+    return env.unwrapped._transport.episode_url
 
 
 # ---------------------------------------------------------------------- who may call
@@ -70,7 +70,7 @@ def test_another_process_that_knows_the_port_gets_no_2xx_and_changes_nothing():
     try:
         env.reset(seed=0)  # the program now waits in its first call
         url = _base_url(env)
-        port, secret = env.unwrapped._server.port, url.rstrip("/").split("/")[-2]
+        port, secret = env.unwrapped._transport.server.port, url.rstrip("/").split("/")[-2]
         assert len(secret) >= 40  # secrets.token_urlsafe(32)
         out = subprocess.run(
             [sys.executable, "-c", ATTACKER, str(port), secret],

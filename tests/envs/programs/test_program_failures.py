@@ -96,13 +96,13 @@ def test_max_calls_truncation_is_dropped_too():
 def test_on_error_reward_pays_error_reward_and_warns_when_failing_pays_more(caplog):
     finished = {"success": 0.0, "cost": -0.15}
     env = ProgramEnv(returns(finished), AGENTS, ["t"], on_error="reward", error_reward=0.0)
-    with caplog.at_level(logging.WARNING, logger="marft_envs.programs.env"):
+    with caplog.at_level(logging.WARNING, logger="marft_envs.programs.failures"):
         play(env, lambda agent, messages: "ok")
     assert "drop" not in env.history[-1].info
     assert any("failing pays more than finishing" in r.getMessage() for r in caplog.records)
     caplog.clear()
     env = ProgramEnv(returns(finished), AGENTS, ["t"], on_error="reward", error_reward=-1.0)
-    with caplog.at_level(logging.WARNING, logger="marft_envs.programs.env"):
+    with caplog.at_level(logging.WARNING, logger="marft_envs.programs.failures"):
         play(env, lambda agent, messages: "ok")
     assert not any("failing pays" in r.getMessage() for r in caplog.records)
     failed = ProgramEnv(crashes, AGENTS, ["t"], on_error="reward", error_reward=-1.0)
@@ -231,7 +231,7 @@ def test_many_episodes_in_a_row_in_processes_never_lose_a_call():
     [({"tasks": []}, "tasks"), ({"tasks": ["t"], "test_tasks": [], "split": "test"}, "test_tasks")],
 )
 def test_an_empty_task_list_is_refused_naming_its_argument(kwargs, name):
-    with pytest.raises(ValueError, match=f"^{name} is empty"):
+    with pytest.raises(ValueError, match=rf"^{name}=\[\] holds no tasks"):
         ProgramEnv(returns(1.0), AGENTS, **kwargs)
 
 
@@ -239,7 +239,7 @@ def test_an_empty_task_list_is_refused_naming_its_argument(kwargs, name):
 def test_too_many_overlapping_calls_in_process_are_refused_and_fail_the_episode(isolation):
     import asyncio
 
-    from marft_envs.programs.client import RequestRefused
+    from marft_envs.wire import RequestRefused
 
     async def fan_out(task, client):
         replies = await asyncio.gather(

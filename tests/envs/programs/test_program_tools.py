@@ -10,7 +10,7 @@ from pettingzoo.test import api_test, seed_test
 
 from marft_envs import ChatObservation
 from marft_envs.programs import ProgramEnv
-from marft_envs.programs.tools import hermes_prompt, parse_hermes, register_tool_parser
+from marft_envs.wire.tools import hermes_prompt, parse_hermes, register_tool_parser
 
 WEATHER = {
     "type": "function",

@@ -1,0 +1,69 @@
+"""The OpenAI chat-completions wire surface, shared by every route that speaks it.
+
+The in-process client and the training endpoint of agent programs (:mod:`marft_envs.programs`)
+and the endpoint that serves a trained team (:mod:`marft_algos.serving`) all use these, so a
+request is checked, answered and refused the same way whichever route it takes:
+
+- :mod:`~marft_envs.wire.protocol`: the typed response (``ChatCompletion`` and its parts), the
+  :class:`Reply` it is built from, the :class:`RequestLimits` on a request, and the errors
+  (:class:`RequestRefused`, :class:`UnknownAgentError`);
+- :mod:`~marft_envs.wire.checks`: checks of one request (:func:`check_request`);
+- :mod:`~marft_envs.wire.http`: errors in the OpenAI error shape, the loopback ``Host`` check,
+  a JSON body read within its bound;
+- :mod:`~marft_envs.wire.tools`: tool-call parsing, and tools described in text for chat
+  templates without tool support.
+"""
+
+from marft_envs.wire.checks import check_request, check_request_size, finite_number
+from marft_envs.wire.protocol import (
+    ChatCompletion,
+    Choice,
+    Function,
+    Message,
+    Reply,
+    RequestLimits,
+    RequestRefused,
+    ToolCall,
+    UnknownAgentError,
+    Usage,
+    completion,
+    without_none,
+)
+from marft_envs.wire.tools import (
+    TOOL_PARSERS,
+    TOOL_PROMPTS,
+    ToolParser,
+    hermes_prompt,
+    parse_hermes,
+    parse_tool_calls,
+    policy_messages,
+    register_tool_parser,
+    resolve_parser,
+)
+
+__all__ = [
+    "TOOL_PARSERS",
+    "TOOL_PROMPTS",
+    "ChatCompletion",
+    "Choice",
+    "Function",
+    "Message",
+    "Reply",
+    "RequestLimits",
+    "RequestRefused",
+    "ToolCall",
+    "ToolParser",
+    "UnknownAgentError",
+    "Usage",
+    "check_request",
+    "check_request_size",
+    "completion",
+    "finite_number",
+    "hermes_prompt",
+    "parse_hermes",
+    "parse_tool_calls",
+    "policy_messages",
+    "register_tool_parser",
+    "resolve_parser",
+    "without_none",
+]
