@@ -66,7 +66,8 @@ def field_docs(config_class: type) -> dict[str, str]:
 
 
 def parse_mapping(text: str) -> dict[str, Any]:
-    """A dict flag's value: JSON (``{"actor": 8}``) or a Python literal (``{'actor': 8}``).
+    """A dict flag's value: JSON (``{"actor": 8}``), a Python literal (``{'actor': 8}``) or
+    name=value pairs (``actor=8,writer=16``; each value read as JSON, else kept as text).
 
     Raises:
         argparse.ArgumentTypeError: Not a mapping; the message shows the expected form.
@@ -80,7 +81,7 @@ def parse_mapping(text: str) -> dict[str, Any]:
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
-            value = None
+            value = _pairs(text)
     except RecursionError:
         raise argparse.ArgumentTypeError(
             f"{text[:40]!r}... is nested too deeply to read; a settings mapping needs a few levels "
@@ -89,9 +90,35 @@ def parse_mapping(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a mapping; write it as JSON with quoted keys, e.g. '{{\"actor\": 8}}' "
-            f"(quote the whole value for the shell)"
+            f"(quote the whole value for the shell), or as name=value pairs, e.g. actor=8,writer=16"
         )
     return value
+
+
+def _pairs(text: str) -> dict[str, Any] | None:
+    """``actor=8,writer=16`` as a mapping (each value JSON, else text); None if not that form."""
+    out: dict[str, Any] = {}
+    for piece in text.split(","):
+        name, sep, raw = piece.partition("=")
+        if not sep or not name.strip():
+            return None
+        try:
+            out[name.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name.strip()] = raw.strip()
+    return out
+
+
+def parse_window(text: str) -> list[str]:
+    """One window of a list-of-lists flag (``--agent-schedule router specialist,reviewer``):
+    the comma-separated names of one argument."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty name; write each window as names joined by commas, e.g. "
+            f"specialist,reviewer"
+        )
+    return names
 
 
 def _optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -111,6 +138,13 @@ def _is_mapping(annotation: Any) -> bool:
     if _allows_none(annotation):
         annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
     return annotation is dict or typing.get_origin(annotation) is dict
+
+
+def _is_windows(annotation: Any) -> bool:
+    """Whether a field is a list of lists of names (``list[list[str]]``, optionally None)."""
+    if _allows_none(annotation):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return typing.get_origin(annotation) is list and typing.get_args(annotation) == (list[str],)
 
 
 def load_config_file(path: str) -> dict[str, Any]:
@@ -239,7 +273,12 @@ def _convert(annotation: Any, value: Any) -> Any:
     if _is_mapping(annotation):
         if not isinstance(value, dict):
             raise TypeError('a mapping, e.g. {"actor": 8}')
-        return value
+        kinds = typing.get_args(annotation)  # YAML reads 1e-5 as text: convert as a flag would
+        return {k: _convert(kinds[1], v) for k, v in value.items()} if kinds else value
+    if _is_windows(annotation):
+        if not isinstance(value, list) or not all(isinstance(w, list | str) for w in value):
+            raise TypeError('a list of lists of names, e.g. [["router"], ["actor", "critic"]]')
+        return [parse_window(w) if isinstance(w, str) else w for w in value]
     return value
 
 
@@ -314,6 +353,9 @@ def build_parser(
         if _is_mapping(annotation):
             action.type = parse_mapping
             action.metavar = "JSON"
+        elif _is_windows(annotation):  # one argument per window: a b,c
+            action.type = parse_window
+            action.metavar = "A,B"
         elif _allows_none(annotation) and callable(action.type) and annotation is not bool:
             action.type = _optional(action.type)
         if action.help and "%" in action.help:
