@@ -169,3 +169,12 @@ def test_a_folder_that_is_neither_a_run_nor_an_export_is_one_line(tmp_path):
     assert done.returncode == 2
     assert "marft serve: error:" in done.stderr and "Traceback" not in done.stderr
     assert json.dumps(str(tmp_path))[1:-1] in done.stderr
+
+
+def test_the_serve_flags_spell_the_one_request_limits_type():
+    from marft_algos.cli.serve import ServeArguments
+    from marft_envs.wire import RequestLimits
+
+    assert ServeArguments().limits() == RequestLimits(max_concurrent_calls=16)
+    limits = ServeArguments(max_body_bytes=4096, max_messages=8).limits()
+    assert limits == RequestLimits(max_request_bytes=4096, max_messages=8)
