@@ -99,13 +99,13 @@ class ProgramEnv(FlexPOMDPEnv):
             raise TypeError(
                 f"program must be a function program(task, client), got {program!r:.80}."
             )
-        self.settings = ProgramSettings.from_keywords(settings)
+        self.settings = s = ProgramSettings.from_keywords(settings)
         profiles = [AgentProfile(role=a) if isinstance(a, str) else a for a in agents]
         super().__init__(
             profiles,
             ProgramTurns(),
-            horizon=self.settings.max_calls,
-            credit=self.settings.credit,
+            horizon=s.max_calls,
+            credit=s.credit,
             credit_scope="episode",
             render_mode=render_mode,
         )
@@ -116,23 +116,16 @@ class ProgramEnv(FlexPOMDPEnv):
         self.program = program
         self.split = split
         self.tasks = Tasks.of_split(
-            tasks,
-            test_tasks,
-            split,
-            test_size=self.settings.test_size,
-            seed=self.settings.split_seed,
+            tasks, test_tasks, split, test_size=s.test_size, seed=s.split_seed
         )
         self.dataset = self.tasks.dataset
-        self.failures = FailureRule(self.settings)
-        self._transport = Transport(self.settings, tuple(self.possible_agents))
+        self.failures = FailureRule(s)
+        self._transport = Transport(s, tuple(self.possible_agents))
         self._run: ProgramRun | None = None
         self._event: Event | None = None
-        self._usage: tuple[int, int, bool] = (0, 0, True)
-        self._answered: str | None = None
-        self._last_prompt_tokens = 0
         self._started = 0.0
         self.task: Any = None
-        self._latest: dict[str, CallRecord] = {}
+        self._clear_calls()
 
     @property
     def max_error_share(self) -> float:
@@ -149,11 +142,17 @@ class ProgramEnv(FlexPOMDPEnv):
         self._stop()
         self.task = self.tasks.pick(self.np_random, options or {})
         program_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
-        self._latest, self._answered, self._usage = {}, None, (0, 0, True)
-        self._last_prompt_tokens = 0
+        self._clear_calls()
         self._started = time.monotonic()
         self._run = self._transport.start(self.program, self.task, program_rng)
         self._event = self._run.next_event()
+
+    def _clear_calls(self) -> None:
+        """Forget the calls, the announced reply and the token usage of the last episode."""
+        self._latest: dict[str, CallRecord] = {}
+        self._answered: str | None = None
+        self._usage: tuple[int, int, bool] = (0, 0, True)
+        self._last_prompt_tokens = 0
 
     def _route_context(self) -> Mapping[str, Any]:
         call = self._event.call if self._event is not None else None
