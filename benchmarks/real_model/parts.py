@@ -119,7 +119,7 @@ def main() -> None:
 
     def distinct_prefill() -> None:
         with torch.no_grad(), policy.acting("actor"):
-            caches, _ = prompt_caches(model, distinct)
+            caches = prompt_caches(model, distinct).caches
             left_padded_cache(caches, index, max(len(p) for p in distinct), growing=True)
 
     results["prefill_s"] = alternate(

@@ -14,7 +14,10 @@ token — and in addition:
   float64 cumulative sum, so even a token of probability 1e-9 is drawn at its rate;
 - prefills each distinct prompt once, in batches of similar lengths
   (:func:`~marft_algos.policy.kv_cache.prompt_caches`): rows with equal prompts (a GRPO group)
-  share the prompt's KV cache entries, copied row-wise after the prefill;
+  share the prompt's KV cache entries, copied row-wise after the prefill; prompts that begin
+  alike (an agent's system prompt and examples) run their common beginning once, and with a
+  :class:`~marft_algos.policy.prefix_cache.PrefixStore` a beginning computed by an earlier call
+  under the same weights is not computed again;
 - grows the KV cache in place (:class:`~marft_algos.policy.kv_cache.GrowingLayer`) instead of
   concatenating the whole cache at every step;
 - synchronises with the device only at steps 4, 8, 16, ... (:data:`FIRST_CHECK`): there it stops
@@ -37,8 +40,8 @@ and with the context it had here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -48,6 +51,9 @@ from marft_algos.policy.forward import (
     left_pad,
     sampling_logits,
 )
+
+if TYPE_CHECKING:
+    from marft_algos.policy.prefix_cache import PrefixStore
 
 __all__ = [
     "READY_MASK_ATTENTION",
@@ -68,11 +74,15 @@ class Decoded(NamedTuple):
         actions: Per row, the sampled ids up to and including the first end-of-turn token.
         log_probs: Per row, the log-prob of each of those tokens under the processed distribution.
         finished: Per row, whether it ended with an end-of-turn token.
+        prefill_tokens: Prompt tokens run through the model.
+        prefill_saved: Prompt tokens of the rows not run: repeated prompts and shared beginnings.
     """
 
     actions: list[list[int]]
     log_probs: list[list[float]]
     finished: list[bool]
+    prefill_tokens: int = 0
+    prefill_saved: int = 0
 
 
 #: The first decode step after which :func:`decode` checks on the host whether rows have ended;
@@ -209,6 +219,8 @@ def decode(
     top_k: int = 0,
     top_p: float = 1.0,
     ready_mask: bool = True,
+    store: PrefixStore | None = None,
+    store_key: Hashable = None,
 ) -> Decoded:
     """Generate up to ``max_new_tokens`` tokens per prompt; log-probs recorded on the way.
 
@@ -230,6 +242,10 @@ def decode(
         ready_mask: Give the decode steps ready 4D masks (:func:`decode_step_masks`) where the
             model takes them. False: the 2D mask, which transformers reads on the host at every
             step (the reference the tests compare with; same tokens and log-probs).
+        store: Keys and values of earlier prompts computed by this model's current weights (the
+            caller checks them, :meth:`~marft_algos.policy.prefix_cache.PrefixStore.validate`);
+            beginnings found there are not prefilled again, and this call's prompts are kept.
+        store_key: The model state (adapter) ``store``'s entries are filed under.
 
     Returns:
         The sampled actions, their log-probs and whether each row finished.
@@ -245,10 +261,12 @@ def decode(
     _, mask = left_pad(distinct_prompts, pad_id, device)  # (U, P)
     if full_attention_only(model.config):
         # Each distinct prompt alone: no compute spent on padding.
-        caches, logits = prompt_caches(model, distinct_prompts)  # logits (U, vocab)
-        cache = left_padded_cache(caches, rows, mask.shape[1], growing=True)
-        del caches
+        prefilled = prompt_caches(model, distinct_prompts, store=store, store_key=store_key)
+        logits, prefill_tokens = prefilled.logits, prefilled.tokens  # logits (U, vocab)
+        cache = left_padded_cache(prefilled.caches, rows, mask.shape[1], growing=True)
+        del prefilled
     else:
+        prefill_tokens = int(mask.sum())
         ids = left_pad(distinct_prompts, pad_id, device)[0]
         logits, cache = last_token_logits(
             model,
@@ -336,4 +354,6 @@ def decode(
         actions=[row[:k] for row, k in zip(token_rows, n, strict=True)],
         log_probs=[row[:k] for row, k in zip(logp_rows, n, strict=True)],
         finished=[bool(f) for f in done.tolist()],
+        prefill_tokens=prefill_tokens,
+        prefill_saved=sum(len(k) for k in keys) - prefill_tokens,
     )

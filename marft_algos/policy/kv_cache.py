@@ -9,7 +9,8 @@ returning views of the filled part: a decode step copies one column per layer. I
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, NamedTuple
 
 import torch
 import transformers
@@ -22,10 +23,17 @@ from marft_algos.policy.forward import (
     last_token_logits,
     left_pad,
 )
+from marft_algos.policy.prefix_cache import (
+    MIN_SHARED_TOKENS,
+    PrefixStore,
+    prefix_slice,
+    shared_prefix_groups,
+)
 
 __all__ = [
     "MIN_TRANSFORMERS",
     "GrowingLayer",
+    "Prefilled",
     "check_transformers",
     "growing_cache",
     "left_padded_cache",
@@ -113,41 +121,133 @@ def _grown(buffer: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
 PREFILL_PADDING = 0.25
 
 
-def prompt_caches(
-    model: Any, prompts: list[list[int]], *, max_padding: float = PREFILL_PADDING
-) -> tuple[list[Any], torch.Tensor]:
-    """Run the prompts in few batches; each prompt's KV cache and the logits after its last token.
+class Prefilled(NamedTuple):
+    """What :func:`prompt_caches` computed.
 
-    Prompts are sorted by length and prefilled in left-padded batches, each holding at most
-    ``max_padding`` padding (0: equal lengths only), with positions counting real tokens only, so
-    each prompt computes as it would alone (up to round-off): a GPU runs one wide batch instead of
-    one prompt at a time. Each prompt's keys and values are then cut out of its batch without the
-    padding. Differentiable when gradients are enabled (the update's shared prompts).
-
-    Returns:
-        ``(caches, logits)``: one ``DynamicCache`` per prompt and ``(len(prompts), vocab)`` logits.
+    Attributes:
+        caches: One single-row ``DynamicCache`` per prompt, all its positions.
+        logits: ``(prompts, vocab)`` logits after each prompt's last token.
+        tokens: Prompt tokens run through the model.
+        reused: Prompt tokens taken from a shared beginning instead (within the batch or from a
+            :class:`~marft_algos.policy.prefix_cache.PrefixStore`).
     """
-    device = next(model.parameters()).device
+
+    caches: list[Any]
+    logits: torch.Tensor
+    tokens: int
+    reused: int
+
+
+def prompt_caches(
+    model: Any,
+    prompts: list[list[int]],
+    *,
+    max_padding: float = PREFILL_PADDING,
+    min_shared: int = MIN_SHARED_TOKENS,
+    store: PrefixStore | None = None,
+    store_key: Hashable = None,
+) -> Prefilled:
+    """Run distinct prompts in few batches; each prompt's KV cache and the logits after its last token.
+
+    Prompts that share at least ``min_shared`` leading tokens
+    (:func:`~marft_algos.policy.prefix_cache.shared_prefix_groups`) run their common beginning
+    once; each then continues from those keys and values. With a ``store``, a beginning is first
+    looked up among earlier prompts of ``store_key`` (its weights checked by the caller), and every
+    prompt's cache is kept there afterwards. The rest is prefilled in left-padded batches of
+    similar lengths, each holding at most ``max_padding`` padding (0: equal lengths only), with
+    positions counting real tokens only, so each prompt computes as it would alone (up to
+    round-off); each prompt's keys and values are then cut out of its batch without the padding.
+    Differentiable when gradients are enabled (the update's shared prompts): the gradient of a
+    shared beginning's activations sums over the prompts that continue it.
+    """
     caches: list[Any] = [None] * len(prompts)
     logits: list[Any] = [None] * len(prompts)
-    for bucket in _length_buckets([len(p) for p in prompts], max_padding):
-        ids, mask = left_pad([prompts[i] for i in bucket], 0, device)  # (n, W); pad id masked
+    tokens = 0
+    shared: list[tuple[int, Any, list[int]]] = []  # (length, one-row cache or None, members)
+    alone: list[int] = []  # prompts that share no beginning: prefilled together
+    for group in shared_prefix_groups(prompts, min_shared=min_shared):
+        length, prefix = group.length, None
+        if store is not None:
+            beginning = prompts[group.members[0]]
+            if length == 0:  # a prompt of its own: the store may still hold its beginning
+                length, prefix = store.longest(store_key, beginning)
+            else:
+                held, stored = store.longest(store_key, beginning[: length + 1])
+                if held >= length:
+                    prefix = stored
+                elif stored is not None:  # the store holds part of the group's beginning
+                    (prefix,), _ = _continued(
+                        model, stored, held, [beginning[held:length]], max_padding
+                    )
+                    tokens += length - held
+        if length == 0:
+            alone.extend(group.members)
+        else:
+            shared.append((length, prefix, group.members))
+    if alone:
+        shared.insert(0, (0, None, alone))
+    for length, prefix, members in shared:
+        if length and prefix is None:
+            beginning = prompts[members[0]][:length]
+            (prefix,), _ = _continued(model, None, 0, [beginning], max_padding)
+            tokens += length
+        suffixes = [prompts[i][length:] for i in members]
+        own, last = _continued(model, prefix, length, suffixes, max_padding)
+        tokens += sum(len(s) for s in suffixes)
+        for j, i in enumerate(members):
+            caches[i], logits[i] = own[j], last[j : j + 1]
+    if store is not None:
+        for prompt, cache in zip(prompts, caches, strict=True):
+            store.add(store_key, prompt, cache)
+    reused = sum(len(p) for p in prompts) - tokens
+    return Prefilled(caches, torch.cat(logits), tokens, reused)
+
+
+def _continued(
+    model: Any, prefix: Any, length: int, suffixes: list[list[int]], max_padding: float
+) -> tuple[list[Any], torch.Tensor]:
+    """Each suffix run on top of the first ``length`` positions of the one-row cache ``prefix``
+    (None: from the first position), in left-padded batches of similar lengths.
+
+    Returns:
+        One single-row ``DynamicCache`` per suffix (the prefix's positions, then the suffix's) and
+        ``(len(suffixes), vocab)`` logits after each suffix's last token.
+    """
+    device = next(model.parameters()).device
+    caches: list[Any] = [None] * len(suffixes)
+    logits: list[Any] = [None] * len(suffixes)
+    for bucket in _length_buckets([len(s) for s in suffixes], max_padding):
+        ids, mask = left_pad([suffixes[i] for i in bucket], 0, device)  # (n, W); pad id masked
+        n, width = ids.shape
+        positions = (mask.cumsum(-1) - 1).clamp_min(0) + length  # (n, W)
+        if prefix is None:
+            past, full_mask = DynamicCache(), mask
+        else:
+            # The padding sits between the shared beginning and each suffix, masked out.
+            past = prefix_slice(prefix, length, n)
+            full_mask = torch.cat([mask.new_ones((n, length)), mask], dim=1)  # (n, length + W)
         last, cache = last_token_logits(
             model,
             input_ids=ids,
-            attention_mask=mask,
-            position_ids=(mask.cumsum(-1) - 1).clamp_min(0),
-            past_key_values=DynamicCache(),
+            attention_mask=full_mask,
+            position_ids=positions,
+            past_key_values=past,
             use_cache=True,
         )  # last: (n, vocab)
-        width = ids.shape[1]
         for j, i in enumerate(bucket):
-            start = width - len(prompts[i])
+            start = length + width - len(suffixes[i])
             own = DynamicCache()
             for index, layer in enumerate(cache.layers):
-                own.update(
-                    layer.keys[j : j + 1, :, start:], layer.values[j : j + 1, :, start:], index
-                )  # (1, H, L, D)
+                keys, values = (
+                    layer.keys[j : j + 1],
+                    layer.values[j : j + 1],
+                )  # (1, H, length + W, D)
+                if length:
+                    keys = torch.cat([keys[:, :, :length], keys[:, :, start:]], dim=2)
+                    values = torch.cat([values[:, :, :length], values[:, :, start:]], dim=2)
+                else:
+                    keys, values = keys[:, :, start:], values[:, :, start:]
+                own.update(keys, values, index)  # (1, H, L, D)
             caches[i], logits[i] = own, last[j : j + 1]
     return caches, torch.cat(logits)
 
@@ -236,7 +336,7 @@ def shared_prompt_action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
     rows = torch.tensor(
         [distinct.setdefault(k, len(distinct)) for k in keys], device=batch.input_ids.device
     )
-    caches, last = prompt_caches(model, [list(k) for k in distinct])  # last: (U, vocab)
+    caches, last, _, _ = prompt_caches(model, [list(k) for k in distinct])  # last: (U, vocab)
     first = last[rows].unsqueeze(1)  # (batch, 1, vocab): predicts action token 0
     if width <= 1:
         return first[:, :width]

@@ -47,6 +47,12 @@ from marft_algos.policy.forward import (
     pack,
 )
 from marft_algos.policy.kv_cache import shared_prompt_action_logits
+from marft_algos.policy.prefix_cache import (
+    PREFIX_STORE_TOKENS,
+    PrefillCounter,
+    PrefixStore,
+    weights_fingerprint,
+)
 from marft_algos.policy.rendering import render_prompt_ids
 from marft_algos.protocols import GenerationSettings, Messages
 
@@ -125,6 +131,16 @@ class MultiAgentPolicy:
     every row's padded prompt (:func:`~marft_algos.policy.kv_cache.shared_prompt_action_logits`;
     models with full attention only). Same log-probs and gradients up to float round-off."""
 
+    prefix_store_tokens: int = PREFIX_STORE_TOKENS
+    """Prompt tokens of keys and values :meth:`generate` keeps from earlier calls, per policy, so
+    a later prompt that begins alike (an agent's system prompt and examples, a program's second
+    call repeating its first) continues from them instead of prefilling them again
+    (:class:`~marft_algos.policy.prefix_cache.PrefixStore`; models with full attention only). An
+    entry serves only the weights that computed it: any change to the parameters empties the
+    agent's entries. 0 turns the store off (prompts of one call that begin alike still share
+    their beginning). Same tokens and log-probs up to float
+    round-off."""
+
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass of :meth:`token_log_probs`
     instead of keeping them (:func:`~marft_algos.policy.forward.checkpointed_layers`): activation
@@ -144,6 +160,9 @@ class MultiAgentPolicy:
         self._backbones = dict(backbones)
         self._bindings = dict(bindings)
         self.temperature = float(temperature)
+        self.prefix_store = PrefixStore(self.prefix_store_tokens)
+        #: Prompt tokens :meth:`generate` prefilled and saved; trainers read it per iteration.
+        self.prefill = PrefillCounter()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -587,11 +606,19 @@ class MultiAgentPolicy:
         dist_temp, dist_k, dist_p = (
             (temp, settings.top_k, settings.top_p) if do_sample else (self.temperature, 0, 1.0)
         )
-        adapter = self._binding(agent).adapter
+        binding = self._binding(agent)
+        adapter = binding.adapter
+        merged = adapter is not None and self.merge_adapters_for_generation
+        store_key = (binding.backbone, adapter, merged)
+        fingerprint = weights_fingerprint(backbone.model) if self.prefix_store_tokens else None
+        store = None if fingerprint is None else self.prefix_store
+        if store is not None:
+            store.max_tokens = self.prefix_store_tokens
+            store.validate(store_key, fingerprint)
         with contextlib.ExitStack() as stack:
             stack.enter_context(seeded_rng(seed, backbone.device))
-            if adapter is not None and self.merge_adapters_for_generation:
-                model = stack.enter_context(backbone.merged(adapter))
+            if merged:
+                model = stack.enter_context(backbone.merged(adapter))  # type: ignore[arg-type]
             else:
                 model = stack.enter_context(self.acting(agent))
             out = decode(
@@ -604,7 +631,10 @@ class MultiAgentPolicy:
                 temperature=dist_temp,
                 top_k=dist_k,
                 top_p=dist_p,
+                store=store,
+                store_key=store_key,
             )
+        self.prefill.add(out.prefill_tokens, out.prefill_saved)
         actions = out.actions
         logp_rows = out.log_probs
         finished = out.finished

@@ -206,12 +206,15 @@ def test_generate_is_unchanged_by_the_ready_mask(builtin, monkeypatch):
 
     observations = [OBS_SHORT, OBS_LONG, OBS_SHORT, OBS_MID]
     settings = GenerationSettings(max_new_tokens=32, seed=7, top_p=0.95)
+    # Both calls prefill alike: neither continues from prompts kept by an earlier call.
+    builtin.prefix_store.clear()
     ready = builtin.generate("agent", observations, settings)
     old = decoding.decode
     monkeypatch.setattr(
         "marft_algos.policy.multi_agent.decode",
         lambda *a, **kw: old(*a, **kw, ready_mask=False),
     )
+    builtin.prefix_store.clear()
     reference = builtin.generate("agent", observations, settings)
     for r, g in zip(ready, reference, strict=True):
         assert r.action_ids == g.action_ids and r.finished == g.finished
