@@ -121,6 +121,19 @@ def parse_window(text: str) -> list[str]:
     return names
 
 
+def _flag_reader(read: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A field's own parser as an argparse type: its ValueError message reaches the user."""
+
+    def parse(text: str) -> Any:
+        try:
+            return read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = getattr(read, "__name__", "value")
+    return parse
+
+
 def _optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         return None if text.strip().lower() in ("none", "null") else kind(text)
@@ -338,9 +351,13 @@ def build_parser(
     )
     docs: dict[str, str] = {}
     hints: dict[str, Any] = {}
+    readers: dict[str, Callable[[str], Any]] = {}  # a field's own flag syntax (metadata "type")
     for klass in dataclass_types:
         docs.update(field_docs(klass))
         hints.update(typing.get_type_hints(klass))
+        readers.update(
+            {f.name: f.metadata["type"] for f in dataclasses.fields(klass) if "type" in f.metadata}
+        )
     for action in parser._actions:
         if action.dest not in hints:
             continue
@@ -350,7 +367,10 @@ def build_parser(
             continue
         action.help = docs.get(action.dest, action.help) or ""
         annotation = hints[action.dest]
-        if _is_mapping(annotation):
+        if action.dest in readers:
+            action.type = _flag_reader(readers[action.dest])
+            action.metavar = action.dest.upper()
+        elif _is_mapping(annotation):
             action.type = parse_mapping
             action.metavar = "JSON"
         elif _is_windows(annotation):  # one argument per window: a b,c

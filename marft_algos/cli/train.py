@@ -33,6 +33,7 @@ from marft_algos.cli.profiles import with_profiles
 from marft_algos.cli.program_failures import reporting_program_failures
 from marft_algos.cli.run_report import plot_curve, show_samples, summarize
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
+from marft_algos.trainers.branched import describe_branching
 from marft_algos.trainers.registry import ALGORITHMS, build_trainer, owners_of
 
 __all__ = ["TrainArguments", "main"]
@@ -424,6 +425,9 @@ def _train(
         + (f", {dist.world_size} processes" if dist.enabled else "")
         + (" (base sharded: --fsdp)" if config.fsdp and dist.enabled else "")
     )
+    if config.branch is not None:  # what a task costs, before the run starts
+        generations = getattr(config, "num_generations", 1)
+        console.print(describe_branching(config.branch, generations, config.episodes_per_iteration))
     preset = choose_preset(args.model, args.preset, paper_defaults=args.paper_defaults)
     console.print(
         f"preset [bold]{preset}[/] ({'--preset' if args.preset or args.paper_defaults else 'for ' + args.model}); "

@@ -65,6 +65,11 @@ class Decision:
             update's own forward pass, detached (set instead of ``proximal_log_probs`` when the
             update takes one optimizer step per agent, whose forward runs on the proximal
             weights: the separate pass would compute the same numbers).
+        branch: With branching (:mod:`marft_algos.rollout.branching`): the node of the branch
+            tree the decision belongs to (its alternative for a branched decision, else the
+            continuation it was taken in); None without branching.
+        branch_copy: With branching: a copy of a decision of the shared prefix that another
+            episode of the tree holds too (trained once, there); False otherwise.
     """
 
     episode: int
@@ -85,6 +90,8 @@ class Decision:
     policy_version: int | None = None
     proximal_log_probs: list[float] | None = None
     proximal_from_update: bool = False
+    branch: tuple[int, ...] | None = None
+    branch_copy: bool = False
 
 
 @dataclass
@@ -99,6 +106,8 @@ class Episode:
         team_return: Sum of the rounds' team rewards ``r_t`` (before credit assignment).
         info: The final round's info (e.g. ``{"correct": True, ...}``).
         group: Caller-given group id (GRPO groups episodes of the same prompt).
+        branch: With branching: the episode's leaf in the branch tree, ``(request, alternative,
+            continuation, ...)``; None without branching.
     """
 
     seed: int
@@ -108,6 +117,7 @@ class Episode:
     team_return: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
     group: int | None = None
+    branch: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

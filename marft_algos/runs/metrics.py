@@ -52,6 +52,14 @@ METRICS: dict[str, str] = {
     "(0 without it)",
     "rollout/resample_rounds": "critic-free: extra sampling rounds dynamic sampling ran to refill "
     "the batch (0 without it)",
+    "branch/<agent>/value_spread": "`branch`: mean over the agent's sibling groups (same state, "
+    "same upstream choice) of the largest minus the smallest sibling value; for a branched agent, "
+    "how much its choice changed the team's return",
+    "branch/<agent>/flat_share": "`branch`: share of the agent's sibling groups whose values are "
+    "all equal (advantage 0, nothing to learn)",
+    "branch/alone_samples": "`branch`: (node, agent) samples without a valued sibling, trained "
+    "on advantage 0",
+    "branch/dropped_samples": "`branch`: (node, agent) samples whose every episode was dropped",
     "rollout/staleness": "`max_staleness` ≥ 1: mean over the batch's decisions of the updates "
     "applied since the adapters that sampled them (0: fresh)",
     "rollout/staleness_max": "`max_staleness` ≥ 1: the largest staleness of the batch's decisions",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from marft_algos.common.losses import BEHAVIOUR_WEIGHT_CAP, BEHAVIOUR_WEIGHT_MODES
+from marft_algos.rollout.branch_settings import parse_branch
 from marft_algos.rollout.collector import GenerationSettings
+from marft_algos.trainers.branched import check_branch
 from marft_algos.trainers.schedule import check_agent_names, check_agent_settings
 
 __all__ = ["TrainerConfig", "check_clip_range", "check_finite_numbers", "check_num_minibatches"]
@@ -26,6 +28,15 @@ class TrainerConfig:
     """Env copies stepped together; generation is batched across them (paper: 4)."""
     seed: int = 0
     """Seeds episode resets, sampling and minibatch order."""
+    branch: dict[str, dict[str, int]] | None = dataclasses.field(
+        default=None, metadata={"type": parse_branch}
+    )
+    """Branch each episode at these agents' turns, e.g. {"router": {"width": 3, "rollouts": 4}}
+    (CLI: --branch router=3x4): sample width alternatives from the same state and continue each
+    rollouts times; several agents nest (width × rollouts per level, in the order they act). An
+    agent's choices are then compared from the same state (docs/maths.md, "Branched
+    advantages"); episodes_per_iteration counts the finished episodes. GRPO only (the other
+    trainers refuse it, saying why)."""
     max_new_tokens: int = 512
     """Longest action in tokens (paper: 512)."""
     max_new_tokens_per_agent: dict[str, int] | None = None
@@ -131,8 +142,12 @@ class TrainerConfig:
     """With fsdp: the dtype the gathered base weights compute in ("none": their stored dtype);
     adapters and their optimizer states keep theirs (float32)."""
 
+    branches: ClassVar[bool] = False
+    """Whether this trainer trains on branched episodes (``branch``); the others refuse it."""
+
     def __post_init__(self) -> None:
         check_finite_numbers(self)
+        check_branch(self)
         if (
             isinstance(self.seed, bool)
             or not isinstance(self.seed, int)

@@ -26,8 +26,10 @@ from torch import Tensor
 from marft_algos.common.advantages import zero_std_group_mask
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.losses import KLEstimator, Normalizer, kl_penalty
+from marft_algos.rollout.branching import BranchingCollector
 from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 from marft_algos.trainers.base import Trainer
+from marft_algos.trainers.branched import describe_branching, tree_size, without_copies
 from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
 from marft_algos.trainers.policy_gradient import Objective
 from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean, agent_advantages
@@ -101,10 +103,17 @@ class CriticFreeConfig(TrainerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_clip_range(self.epsilon, self.epsilon_high)
-        if self.num_generations < self.min_generations:
+        if self.num_generations < (1 if self.branch else self.min_generations):
             raise ValueError(
                 f"num_generations must be >= {self.min_generations} (a group needs a baseline), got "
                 f"{self.num_generations}."
+            )
+        if self.branch and self.episodes_per_iteration % self.episodes_per_task:
+            raise ValueError(
+                f"episodes_per_iteration={self.episodes_per_iteration} must be a multiple of the "
+                f"episodes per task with branch, {self.episodes_per_task} (num_generations × "
+                f"width × rollouts of every level); e.g. set episodes_per_iteration="
+                f"{self.episodes_per_task}."
             )
         if self.episodes_per_iteration % self.num_generations:
             raise ValueError(
@@ -140,7 +149,7 @@ class CriticFreeConfig(TrainerConfig):
                 f"{self.max_resample_rounds}."
             )
         check_num_minibatches(self.num_minibatches, self.episodes_per_iteration)
-        if self.dynamic_sampling and self.num_generations < 2:
+        if self.dynamic_sampling and self.episodes_per_task < 2:
             raise ValueError(
                 "dynamic_sampling drops groups whose rewards are all equal, which a group of one "
                 "always is; set num_generations >= 2 or dynamic_sampling=False."
@@ -148,7 +157,12 @@ class CriticFreeConfig(TrainerConfig):
 
     @property
     def groups_per_iteration(self) -> int:
-        return self.episodes_per_iteration // self.num_generations
+        return self.episodes_per_iteration // self.episodes_per_task
+
+    @property
+    def episodes_per_task(self) -> int:
+        """Episodes of one task: num_generations, times a branch tree's size with branch."""
+        return self.num_generations * tree_size(self.branch)
 
 
 def check_level_options(config: Any) -> None:
@@ -184,6 +198,13 @@ class CriticFreeTrainer(Trainer):
     """Base of the trainers that learn from group or batch statistics of rewards (no critic)."""
 
     config: CriticFreeConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        c = self.config
+        if c.branch is not None:  # every requested episode grows into a branch tree
+            self.collector = BranchingCollector.around(self.collector, c.branch)
+            logger.info(describe_branching(c.branch, c.num_generations, c.episodes_per_iteration))
 
     def shards_per_iteration(self) -> int:
         return self.config.groups_per_iteration
@@ -367,6 +388,7 @@ class CriticFreeTrainer(Trainer):
         advantages (``beta == 0``), those with a non-zero advantage; None (all of them)
         otherwise. Asynchronous runs compute proximal log-probs for these alone."""
         c = self.config
+        episodes = without_copies(episodes)  # a shared prefix once (branch)
         if c.beta != 0 or c.entropy_coef != 0 or not c.skip_zero_advantages:
             return None
         trained = set(self.trainable_agents())
@@ -400,6 +422,7 @@ class CriticFreeTrainer(Trainer):
     def update(self, episodes: list[Episode]) -> dict[str, Any]:
         c = self.config
         metrics = self._rollout_metrics(episodes)
+        episodes = without_copies(episodes)  # a shared prefix is trained once (branch)
         trained = [a for a in self.agents if a in self._optimizer_of]
         scheduled = self.agents_to_train()  # the others' decisions still enter the advantages
         step = self.policy_gradient()

@@ -24,6 +24,7 @@ from marft_algos.common.advantages import group_advantages
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.rollout.collector import Episode
 from marft_algos.trainers.base import TrainerConfig
+from marft_algos.trainers.branched import batch_branch_advantages
 from marft_algos.trainers.critic_free import CriticFreeConfig, CriticFreeTrainer
 from marft_algos.trainers.policy_gradient import Objective
 
@@ -43,6 +44,8 @@ class GRPOConfig(CriticFreeConfig):
     """Divide advantages by the group's reward std, the batch's, or not at all."""
     entropy_coef: float = 0.0
     """Entropy bonus weight (GRPO uses none)."""
+
+    branches: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -78,5 +81,8 @@ class GRPOTrainer(CriticFreeTrainer):
     def batch_advantages(
         self, episodes: list[Episode], batch: RolloutBatch
     ) -> tuple[Tensor, dict[str, Any]]:
+        if self.config.branch is not None:  # siblings from the same state (docs/maths.md)
+            scale = self.config.scale_rewards
+            return batch_branch_advantages(episodes, batch, scale_rewards=scale, agents=self.agents)
         rewards, groups, index = self.batch_samples(episodes, batch)  # (S,), S labels, (N,)
         return self.sample_advantages(rewards, groups)[index], {}  # (N,)
