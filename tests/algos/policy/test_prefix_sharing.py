@@ -127,7 +127,7 @@ def test_prefix_store_keeps_the_longest_and_evicts_the_least_recently_used():
     store.validate("k", 1)
     kept = _cache(20)
     store.add("k", list(range(20)), kept)
-    length, cache = store.longest("k", list(range(10)) + [99])
+    length, cache = store.longest("k", [*range(10), 99])
     assert length == 10 and torch.equal(cache.layers[0].keys, kept.layers[0].keys)
     assert cache.layers[0].keys.data_ptr() != kept.layers[0].keys.data_ptr()  # its own copy
     assert store.longest("k", [99] * 30) == (0, None)
