@@ -356,6 +356,7 @@ class Trainer(PolicySteps, BackendSync, ABC):
             directory, self.policy, self.critic, optimizers, allow_config_change=allowed
         )
         load_trainer_state(self, state)
+        self.set_learning_rates()  # the config's, not those the optimizer states were saved with
         if self.async_rollouts is not None:
             self.async_rollouts.load_state(state)
         self.sync_rollout_backend(self.iteration)

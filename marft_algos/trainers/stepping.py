@@ -59,6 +59,15 @@ class PolicySteps:
         )
         self.schedule = AgentSchedule.of(c, self._optimizer_of)
 
+    def set_learning_rates(self) -> None:
+        """Give every adapter's optimizer its agents' learning rate from the config (a
+        checkpoint's optimizer state holds the rate it was saved with: a run resumed with
+        ``allow_config_change`` continues under the new rates)."""
+        rates = self.config.agent_learning_rates or {}
+        for agent, key in self._optimizer_of.items():
+            for group in self.optimizers[key].param_groups:  # shared adapters: one rate, checked
+                group["lr"] = rates.get(agent, self.config.learning_rate)
+
     def trainable_agents(self) -> list[str]:
         """Agents whose adapters this trainer updates."""
         return [a for a in self.agents if a in self._optimizer_of]

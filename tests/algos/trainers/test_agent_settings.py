@@ -208,3 +208,23 @@ def test_rloo_normalises_each_agents_advantages_over_its_own_samples(tiny_path):
         for s in own:
             expected[s] = (float(loo[s]) - mean) / (std + 1e-4)
     torch.testing.assert_close(advantages, expected[index])
+
+
+def test_a_resume_under_changed_learning_rates_steps_with_the_new_ones(tiny_path, tmp_path):
+    first = build("grpo", tiny_path, iterations=1, output_dir=str(tmp_path), checkpoint_every=1)
+    first.train()
+    first.close()
+    changed_rates = {"writer": 1e-4}
+    resumed = build(
+        "grpo",
+        tiny_path,
+        iterations=2,
+        output_dir=str(tmp_path),
+        agent_learning_rates=changed_rates,
+    )
+    resumed.resume(allow_config_change=True)
+    assert resumed.optimizers["writer"].param_groups[0]["lr"] == 1e-4
+    assert resumed.optimizers["answerer"].param_groups[0]["lr"] == 5e-3
+    assert resumed.optimizers["writer"].state  # the saved Adam moments are kept
+    record = resumed.train()[-1]
+    assert record["train/learning_rate/writer"] == 1e-4
