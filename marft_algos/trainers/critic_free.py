@@ -439,13 +439,12 @@ class CriticFreeTrainer(Trainer):
             return {**metrics, **stats.metrics()}
         advantages, extra = self.batch_advantages(episodes, batch)  # (N,) or (N, T)
         metrics.update(extra)
+        in_window = torch.tensor([a in scheduled for a in batch.agents], dtype=torch.bool)
         entries = (
-            batch.action_mask
-            if objective.level == "token"
-            else torch.ones(len(batch), dtype=torch.bool)
+            batch.action_mask & in_window.unsqueeze(-1) if objective.level == "token" else in_window
         )
         metrics.update(advantage_abs_mean(advantages, entries, self.dist))
-        metrics.update(agent_advantages(advantages, entries, batch.agents, trained, self.dist))
+        metrics.update(agent_advantages(advantages, entries, batch.agents, scheduled, self.dist))
         batch = batch.with_targets(advantages=advantages)
         # Zero-advantage rows add nothing to the surrogate; without entropy or KL terms they need no forward.
         nonzero = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(-1)
