@@ -17,6 +17,10 @@ in the episode is trained on A_i (the team's return credited to every decision, 
   (paper eq. 6, optionally divided by its token or word count), averaged over decisions;
 - ``level="token"``: one clipped ratio per token, A_i on every token, aggregated by ``loss_type``.
 
+With ``branch`` (and ``beta=0``), A is instead the leave-one-out advantage among the decision's
+siblings in the branch tree (docs/maths.md, "Branched advantages"), then normalised as above over
+the decisions.
+
 Knob names follow TRL's ``RLOOConfig``: ``num_generations`` (K, default 2), ``beta`` (0.05),
 ``epsilon``, ``epsilon_high``, ``num_iterations``, ``normalize_advantages`` (False).
 """
@@ -33,6 +37,7 @@ from marft_algos.common.advantages import leave_one_out_advantages
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.rollout.collector import Episode
 from marft_algos.trainers.base import TrainerConfig
+from marft_algos.trainers.branched import batch_branch_advantages
 from marft_algos.trainers.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer
 from marft_algos.trainers.levels import normalize, normalize_by_agent
 
@@ -58,8 +63,16 @@ class RLOOConfig(CriticFreeLevelConfig):
     """With ``normalize_advantages``: take the mean and std over each agent's samples instead of
     the whole batch (Dr. MAS)."""
 
+    branches: ClassVar[bool] = True
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.branch is not None and self.beta > 0:
+            raise ValueError(
+                f"RLOO's beta={self.beta} subtracts each sample's KL from its reward, but with "
+                f"branch the advantages come from the branch tree's team returns; set beta=0 with "
+                f"branch (--beta 0), or use GRPO, whose beta is a KL term in the loss."
+            )
         if self.normalize_advantages_per_agent and not self.normalize_advantages:
             raise ValueError(
                 "normalize_advantages_per_agent=True needs normalize_advantages=True (it chooses "
@@ -79,6 +92,11 @@ class RLOOTrainer(CriticFreeLevelTrainer):
         self, episodes: list[Episode], batch: RolloutBatch
     ) -> tuple[Tensor, dict[str, Any]]:
         c = self.config
+        if c.branch is not None:  # leave-one-out among siblings from the same state
+            adv, stats = batch_branch_advantages(
+                episodes, batch, scale_rewards="none", agents=self.agents
+            )  # (N,)
+            return self._normalized(adv, list(batch.agents)), stats
         rewards, groups, index = self.batch_samples(episodes, batch)  # (S,), S labels, (N,)
         metrics: dict[str, Any] = {}
         if c.beta > 0:
@@ -86,12 +104,16 @@ class RLOOTrainer(CriticFreeLevelTrainer):
             per_sample = torch.zeros_like(rewards).index_add_(0, index, kl.sum(-1))  # (S,)
             rewards = rewards - c.beta * per_sample
         adv = leave_one_out_advantages(rewards, groups)  # (S,)
+        return self._normalized(adv, [agent for _, agent in groups])[index], metrics
+
+    def _normalized(self, adv: Tensor, agents: list[str]) -> Tensor:
+        """``normalize_advantages`` (over every rank's entries, or each agent's) applied to ``adv``."""
+        c = self.config
         valid = torch.ones_like(adv, dtype=torch.bool)
         if c.normalize_advantages_per_agent:
-            agents = [agent for _, agent in groups]
-            adv = normalize_by_agent(
+            return normalize_by_agent(
                 adv, valid, agents, self.dist, self.agents, eps=1e-4, unbiased=True
             )
-        elif c.normalize_advantages:
-            adv = normalize(adv, valid, self.dist, eps=1e-4, unbiased=True)  # TRL's statistics
-        return adv[index], metrics
+        if c.normalize_advantages:
+            return normalize(adv, valid, self.dist, eps=1e-4, unbiased=True)  # TRL's statistics
+        return adv
