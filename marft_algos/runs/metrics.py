@@ -41,6 +41,11 @@ METRICS: dict[str, str] = {
     "final info, over the episodes that report it (an env's own counters)",
     "rollout/reward/<name>": 'mean of the named reward part (`info["reward_parts"]` of an env or '
     "agent program; a program's before its weight) over those episodes",
+    "rollout/prefill_tokens": "prompt tokens the rollouts ran through the model (the policy's own "
+    "generation; absent when a vLLM engine or an asynchronous worker generated)",
+    "rollout/prefill_tokens_saved": "prompt tokens of the rollouts' calls not run: repeated "
+    "prompts, beginnings shared within a call, beginnings kept from earlier calls under the same "
+    "weights (`prefix_store_tokens`)",
     "rollout/calls/<agent>": "the agent's model calls (decisions) per episode",
     "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward, timed out or passed a bound",
     "rollout/episodes_dropped": "failed episodes left out of the update (agent programs' on_error='drop'; transcripts in program_errors.jsonl)",

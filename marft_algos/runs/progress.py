@@ -272,6 +272,7 @@ class TrainingProgress:
         timing = ""
         if advance and math.isfinite(self._rollout_rate):
             timing += f" | rollout {self._rollout_rate:.0f} tokens/s"
+        timing += _split(metrics) if advance else ""
         if advance and math.isfinite(eta):
             timing += f" | ETA {format_duration(eta)}"
         self._line("iteration %d/%d %s%s", self.done, self.total, shown, timing)
@@ -290,3 +291,16 @@ class TrainingProgress:
             n = metrics.get(key.rsplit("/", 1)[0] + "/episodes")
             return f"{name}={format_accuracy(value, n if isinstance(n, int) else None)}"
         return f"{name}={value:.3f}"
+
+
+def _split(metrics: Mapping[str, Any]) -> str:
+    """`` | rollout 12s, update 30s | prompts 64% saved`` from an iteration's metrics."""
+    text = ""
+    rollout, update = metrics.get("time/rollout_s"), metrics.get("time/update_s")
+    if isinstance(rollout, int | float) and isinstance(update, int | float):
+        text += f" | rollout {format_duration(rollout)}, update {format_duration(update)}"
+    tokens = metrics.get("rollout/prefill_tokens")
+    saved = metrics.get("rollout/prefill_tokens_saved")
+    if isinstance(tokens, int) and isinstance(saved, int) and tokens + saved:
+        text += f" | prompts {saved / (tokens + saved):.0%} saved"
+    return text

@@ -52,7 +52,7 @@ from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
 from marft_algos.trainers.sharding import generating, own_share, shard_run
-from marft_algos.trainers.stats import device_peak_gib, peak_metrics
+from marft_algos.trainers.stats import device_peak_gib, peak_metrics, prefill_metrics
 from marft_algos.trainers.stepping import PolicySteps
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
@@ -230,6 +230,7 @@ class Trainer(PolicySteps, BackendSync, ABC):
         metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
+        metrics.update(prefill_metrics(self.policy, self.dist))
         folder = self.run_dir.path if self.run_dir is not None else None
         episodes, dropped = set_aside_failures(episodes, self.iteration, folder, self.dist)
         metrics.update(dropped)

@@ -171,3 +171,16 @@ def peak_metrics(dist: DistributedContext, **peaks: float | None) -> dict[str, f
     phases = list(peaks)
     largest = dist.max([float(peaks[phase] or 0.0) for phase in phases])
     return {f"memory/{phase}_peak_gib": value for phase, value in zip(phases, largest, strict=True)}
+
+
+def prefill_metrics(policy: Any, dist: DistributedContext) -> dict[str, int]:
+    """``rollout/prefill_tokens`` and ``rollout/prefill_tokens_saved`` since the last call: the
+    prompt tokens the policy's own generation ran through the model, and those it did not
+    (repeated prompts, shared beginnings, the prefix store), summed over the processes. ``{}``
+    when the policy generated nothing (a vLLM engine or an asynchronous worker did)."""
+    counter = getattr(policy, "prefill", None)
+    tokens, saved = counter.take() if counter is not None else (0, 0)
+    tokens, saved = (int(v) for v in dist.sum([tokens, saved]))
+    if tokens == 0:
+        return {}
+    return {"rollout/prefill_tokens": tokens, "rollout/prefill_tokens_saved": saved}

@@ -125,6 +125,21 @@ def test_plain_progress_shows_phase_episodes_tokens_per_second_and_eta(caplog):
     assert any(line.endswith("ETA 3m00s") for line in lines)
 
 
+def test_the_iteration_line_shows_the_rollout_update_split_and_the_prompts_saved(caplog):
+    bar = TrainingProgress("plain", total=2, done=0, clock=FakeClock())
+    with caplog.at_level(logging.INFO, logger="marft_algos.runs.progress"), bar:
+        bar.update(
+            {
+                "time/rollout_s": 12.0,
+                "time/update_s": 75.0,
+                "rollout/prefill_tokens": 360,
+                "rollout/prefill_tokens_saved": 640,
+            }
+        )
+    (line,) = [r.getMessage() for r in caplog.records if r.message.startswith("iteration")]
+    assert "| rollout 12s, update 1m15s | prompts 64% saved |" in line, line
+
+
 def test_a_batch_from_the_async_worker_counts_its_tokens_over_the_workers_time(caplog):
     from types import SimpleNamespace
 
