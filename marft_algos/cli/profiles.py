@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from marft_algos.cli.parsing import UsageError, _DuplicateKey, _unique_keys_loader
+from marft_algos.cli.config_files import _DuplicateKey, _unique_keys_loader
+from marft_algos.cli.parsing import UsageError
 
 __all__ = ["PROFILE_KEYS", "load_profiles", "with_profiles"]
 

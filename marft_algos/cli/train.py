@@ -18,16 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from marft_algos.cli.config_files import check_config_values, load_config_file
 from marft_algos.cli.env_plan import EnvPlan, plan_env
-from marft_algos.cli.parsing import (
-    UsageError,
-    build_parser,
-    check_config_values,
-    did_you_mean,
-    load_config_file,
-    parse_with,
-    pick,
-)
+from marft_algos.cli.parsing import UsageError, build_parser, did_you_mean, parse_with, pick
 from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for, scale_for_world
 from marft_algos.cli.profiles import with_profiles
 from marft_algos.cli.program_failures import reporting_program_failures
@@ -119,6 +112,9 @@ class TrainArguments:
     vllm_seed_requests: bool = False
     """vLLM engine: seed every request (exactly repeatable samples, resumes included; vLLM's
     slower per-request sampler). Default: the engine's seeded RNG samples."""
+    vllm_prefix_caching: bool = True
+    """vLLM engine: automatic prefix caching (prompts that begin alike reuse KV blocks; blocks are
+    keyed by adapter version). --no-vllm-prefix-caching turns it off."""
     vllm_tensor_parallel_size: int = 1
     """vLLM engine: GPUs it splits the base over (a base larger than one GPU). Under torchrun each
     group of that many consecutive ranks shares one engine and samples the same episodes."""
@@ -161,6 +157,7 @@ class TrainArguments:
                 seed_requests=self.vllm_seed_requests,
                 probe_tolerance=self.vllm_probe_tolerance,
                 tensor_parallel_size=self.vllm_tensor_parallel_size,
+                prefix_caching=self.vllm_prefix_caching,
             )
         except ValueError as exc:
             raise UsageError(f"--vllm-* option: {exc}") from None

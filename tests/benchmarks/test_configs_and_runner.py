@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from marft_algos.cli.parsing import load_config_file
+from marft_algos.cli.config_files import load_config_file
 from marft_algos.cli.train import parse_train_args
 
 ROOT = Path(__file__).resolve().parents[2]
