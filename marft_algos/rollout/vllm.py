@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from marft_algos.policy.multi_agent import Generation
+from marft_algos.policy.prefix_cache import PrefillCounter
 from marft_algos.protocols import GenerationSettings, Messages
 
 if TYPE_CHECKING:
@@ -154,6 +155,11 @@ class VLLMSettings:
             engine spawns its workers. Under torchrun: each group of that many consecutive ranks
             is one engine (vLLM's ``external_launcher``); its ranks sample the same episodes and
             split them for the update (``DistributedContext.rollout_group``).
+        prefix_caching: vLLM's automatic prefix caching (``enable_prefix_caching``): a prompt
+            that begins like one the engine has already run (an agent's system prompt, a GRPO
+            group, a branch's replayed calls) reuses its KV blocks. vLLM keys the blocks by
+            adapter, and every adapter sync loads a new adapter id, so a block never outlives its
+            policy version. The tokens reused are logged (``rollout/prefill_tokens_saved``).
         engine_kwargs: Further ``vllm.LLM`` arguments, e.g. ``{"swap_space": 8}``.
     """
 
@@ -168,6 +174,7 @@ class VLLMSettings:
     enforce_eager: bool = False
     sleep_mode: bool = False
     tensor_parallel_size: int = 1
+    prefix_caching: bool = True
     engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -269,6 +276,9 @@ class VLLMRolloutBackend:
         self.version = -1
         #: Largest engine-vs-policy log-prob difference of each probed agent at the last sync.
         self.probe_differences: dict[str, float] = {}
+        #: Prompt tokens the engine prefilled and took from its prefix cache, per
+        #: :meth:`~marft_algos.policy.prefix_cache.PrefillCounter.take`.
+        self.prefill = PrefillCounter()
         self.llm = self._start_engine(n_adapters=len(groups), max_rank=max(ranks, default=0))
         if sync:
             self.sync_adapters(policy, 0)
@@ -290,6 +300,7 @@ class VLLMRolloutBackend:
             "generation_config": "vllm",
             "seed": s.seed,
             "gpu_memory_utilization": s.gpu_memory_utilization,
+            "enable_prefix_caching": s.prefix_caching,
         }
         kv_gb = s.kv_cache_gb if s.kv_cache_gb is not None else (1.0 if on_cpu else None)
         if kv_gb is not None:
@@ -567,6 +578,8 @@ class VLLMRolloutBackend:
         tokenizer = self._backbone.tokenizer
         results = []
         for agent, prompt, out in zip(agents, prompts, outputs, strict=True):
+            cached = int(getattr(out, "num_cached_tokens", None) or 0)  # prefix-cache hits
+            self.prefill.add(len(prompt) - cached, cached)
             completion = out.outputs[0]
             ids = [int(t) for t in completion.token_ids]
             logps = [

@@ -230,7 +230,7 @@ class Trainer(PolicySteps, BackendSync, ABC):
         metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
-        metrics.update(prefill_metrics(self.policy, self.dist))
+        metrics.update(prefill_metrics([self.policy, self.rollout_backend], self.dist))
         folder = self.run_dir.path if self.run_dir is not None else None
         episodes, dropped = set_aside_failures(episodes, self.iteration, folder, self.dist)
         metrics.update(dropped)

@@ -173,14 +173,19 @@ def peak_metrics(dist: DistributedContext, **peaks: float | None) -> dict[str, f
     return {f"memory/{phase}_peak_gib": value for phase, value in zip(phases, largest, strict=True)}
 
 
-def prefill_metrics(policy: Any, dist: DistributedContext) -> dict[str, int]:
+def prefill_metrics(generators: Sequence[Any], dist: DistributedContext) -> dict[str, int]:
     """``rollout/prefill_tokens`` and ``rollout/prefill_tokens_saved`` since the last call: the
-    prompt tokens the policy's own generation ran through the model, and those it did not
-    (repeated prompts, shared beginnings, the prefix store), summed over the processes. ``{}``
-    when the policy generated nothing (a vLLM engine or an asynchronous worker did)."""
-    counter = getattr(policy, "prefill", None)
-    tokens, saved = counter.take() if counter is not None else (0, 0)
+    prompt tokens the generators (the policy, a vLLM backend: each with a ``prefill``
+    :class:`~marft_algos.policy.prefix_cache.PrefillCounter`) ran through their model, and those
+    they did not (repeated prompts, shared beginnings, a prefix cache), summed over the
+    processes. ``{}`` when none of them generated (an asynchronous worker did)."""
+    tokens = saved = 0
+    for generator in generators:
+        counter = getattr(generator, "prefill", None)
+        if counter is not None:
+            more, spared = counter.take()
+            tokens, saved = tokens + more, saved + spared
     tokens, saved = (int(v) for v in dist.sum([tokens, saved]))
-    if tokens == 0:
+    if tokens + saved == 0:
         return {}
     return {"rollout/prefill_tokens": tokens, "rollout/prefill_tokens_saved": saved}

@@ -39,7 +39,11 @@ class FakeLLM:
         self.params.extend(params)
         step = {FakeLLM.eos: types.SimpleNamespace(logprob=-0.25)}
         done = types.SimpleNamespace(token_ids=[FakeLLM.eos], logprobs=[step])
-        return [types.SimpleNamespace(outputs=[done]) for _ in prompts]
+        # vLLM reports the prompt tokens its prefix cache held: here all but the last.
+        return [
+            types.SimpleNamespace(outputs=[done], num_cached_tokens=len(p["prompt_token_ids"]) - 1)
+            for p in prompts
+        ]
 
     def sleep(self, level: int = 1) -> None:
         self.events.append(f"sleep{level}")
@@ -147,6 +151,10 @@ def test_engine_knobs_reach_the_engine_from_the_command_line(fake_vllm, policy):
     assert kwargs["enforce_eager"] is True and kwargs["enable_sleep_mode"] is True
     assert kwargs["max_model_len"] == 4096 and settings.seed_requests
     assert kwargs["tensor_parallel_size"] == 4
+    assert kwargs["enable_prefix_caching"] is True  # on unless --no-vllm-prefix-caching
+    args = parse_train_args(["--no-vllm-prefix-caching"])[0]
+    VLLMRolloutBackend(policy, dataclasses.replace(args.vllm_settings(), probe_tokens=0))
+    assert fake_vllm[-1].kwargs["enable_prefix_caching"] is False
     # Off by default: vLLM's own defaults.
     VLLMRolloutBackend(policy, VLLMSettings(probe_tokens=0))
     assert not {
@@ -256,3 +264,19 @@ def test_a_backend_built_before_its_base_is_filled_is_served_by_the_trainer(fake
     config = GRPOConfig(num_generations=2, episodes_per_iteration=2, iterations=1)
     GRPOTrainer(policy, lambda: DigitsEnv(team=1), config, rollout_backend=backend)
     assert backend.version == 0 and fake_vllm[-1].events == ["add_lora"]
+
+
+def test_the_engines_prefix_cache_hits_are_counted(fake_vllm, policy):
+    from marft_algos.distributed import DistributedContext
+    from marft_algos.trainers.stats import prefill_metrics
+
+    backend = VLLMRolloutBackend(policy, VLLMSettings(probe_tokens=0))
+    gens = backend.generate("agent", OBS, GenerationSettings(max_new_tokens=4, seed=1))
+    width = len(gens[0].prompt_ids)
+    policy.prefill.take()  # what the policy itself generated (nothing here) is its own count
+    metrics = prefill_metrics([policy, backend], DistributedContext())
+    assert metrics == {
+        "rollout/prefill_tokens": len(OBS),
+        "rollout/prefill_tokens_saved": len(OBS) * (width - 1),
+    }
+    assert prefill_metrics([policy, backend], DistributedContext()) == {}  # taken: counts restart
