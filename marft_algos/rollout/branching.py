@@ -36,7 +36,7 @@ from marft_algos.rollout.collector import (
     EpisodeRequest,
     RolloutCollector,
     _check_unseeded,
-    _credit_idle_agents,
+    _close_round,
     _decision,
     _over_at_reset,
     _Pending,
@@ -296,22 +296,7 @@ class BranchingCollector(RolloutCollector):
             d.branch, d.branch_copy = act.node, act.copy
             decisions.append(d)
         slot.acts.clear()
-        episode = slot.episode
-        _credit_idle_agents(record.rewards, decisions, episode.decisions, record.timestep)
-        decisions[-1].round_end = True
-        episode.decisions.extend(decisions)
-        episode.team_return += record.team_reward
-        for a, r in record.rewards.items():
-            episode.agent_returns[a] = episode.agent_returns.get(a, 0.0) + r
-        if env.agents and not any(env.terminations[a] or env.truncations[a] for a in env.agents):
-            return False
-        truncated = any(env.truncations.values())
-        for d in decisions:
-            d.done, d.truncated = True, truncated
-        episode.info = dict(record.info)
-        while env.agents:
-            env.step(None)
-        return True
+        return _close_round(env, record, decisions, slot.episode)
 
 
 def _episode_copy(episode: Episode) -> Episode:

@@ -20,7 +20,7 @@ import torch
 from pettingzoo import AECEnv
 
 from marft_algos.protocols import GeneratingPolicy, GenerationLike, GenerationSettings
-from marft_envs.core.env import FlexPOMDPEnv
+from marft_envs.core.env import FlexPOMDPEnv, RoundRecord
 
 __all__ = [
     "Decision",
@@ -355,23 +355,30 @@ class RolloutCollector:
             for turn, p in enumerate(pending)
         ]
         pending.clear()
-        episode = results[episode_index]
-        _credit_idle_agents(record.rewards, decisions, episode.decisions, record.timestep)
-        decisions[-1].round_end = True
-        episode.decisions.extend(decisions)
-        episode.team_return += record.team_reward
-        for a, r in record.rewards.items():
-            episode.agent_returns[a] = episode.agent_returns.get(a, 0.0) + r
+        return _close_round(env, record, decisions, results[episode_index])
 
-        if env.agents and not any(env.terminations[a] or env.truncations[a] for a in env.agents):
-            return False
-        truncated = any(env.truncations.values())
-        for d in decisions:
-            d.done, d.truncated = True, truncated
-        episode.info = dict(record.info)
-        while env.agents:  # retire every agent so the env is ready for the next reset
-            env.step(None)
-        return True
+
+def _close_round(
+    env: AECEnv, record: RoundRecord, decisions: list[Decision], episode: Episode
+) -> bool:
+    """Book a finished round's decisions and rewards into ``episode``; True when the episode is
+    over (its decisions then marked done, its agents retired so the env can be reset)."""
+    _credit_idle_agents(record.rewards, decisions, episode.decisions, record.timestep)
+    decisions[-1].round_end = True
+    episode.decisions.extend(decisions)
+    episode.team_return += record.team_reward
+    for a, r in record.rewards.items():
+        episode.agent_returns[a] = episode.agent_returns.get(a, 0.0) + r
+
+    if env.agents and not any(env.terminations[a] or env.truncations[a] for a in env.agents):
+        return False
+    truncated = any(env.truncations.values())
+    for d in decisions:
+        d.done, d.truncated = True, truncated
+    episode.info = dict(record.info)
+    while env.agents:  # retire every agent so the env is ready for the next reset
+        env.step(None)
+    return True
 
 
 def _prompt(observation: Mapping[str, Any]) -> Any:
