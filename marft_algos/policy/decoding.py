@@ -41,7 +41,7 @@ and with the context it had here.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -51,9 +51,7 @@ from marft_algos.policy.forward import (
     left_pad,
     sampling_logits,
 )
-
-if TYPE_CHECKING:
-    from marft_algos.policy.prefix_cache import PrefixStore
+from marft_algos.policy.prefix_cache import MIN_SHARED_TOKENS, PrefixStore
 
 __all__ = [
     "READY_MASK_ATTENTION",
@@ -221,6 +219,7 @@ def decode(
     ready_mask: bool = True,
     store: PrefixStore | None = None,
     store_key: Hashable = None,
+    min_shared: int | None = MIN_SHARED_TOKENS,
 ) -> Decoded:
     """Generate up to ``max_new_tokens`` tokens per prompt; log-probs recorded on the way.
 
@@ -246,6 +245,8 @@ def decode(
             caller checks them, :meth:`~marft_algos.policy.prefix_cache.PrefixStore.validate`);
             beginnings found there are not prefilled again, and this call's prompts are kept.
         store_key: The model state (adapter) ``store``'s entries are filed under.
+        min_shared: Fewest leading tokens distinct prompts must share to run them once
+            (:func:`~marft_algos.policy.prefix_cache.shared_prefix_groups`); None: never.
 
     Returns:
         The sampled actions, their log-probs and whether each row finished.
@@ -261,7 +262,9 @@ def decode(
     _, mask = left_pad(distinct_prompts, pad_id, device)  # (U, P)
     if full_attention_only(model.config):
         # Each distinct prompt alone: no compute spent on padding.
-        prefilled = prompt_caches(model, distinct_prompts, store=store, store_key=store_key)
+        prefilled = prompt_caches(
+            model, distinct_prompts, min_shared=min_shared, store=store, store_key=store_key
+        )
         logits, prefill_tokens = prefilled.logits, prefilled.tokens  # logits (U, vocab)
         cache = left_padded_cache(prefilled.caches, rows, mask.shape[1], growing=True)
         del prefilled

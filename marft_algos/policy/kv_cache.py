@@ -26,6 +26,7 @@ from marft_algos.policy.forward import (
 from marft_algos.policy.prefix_cache import (
     MIN_SHARED_TOKENS,
     PrefixStore,
+    SharedGroup,
     prefix_slice,
     shared_prefix_groups,
 )
@@ -143,13 +144,13 @@ def prompt_caches(
     prompts: list[list[int]],
     *,
     max_padding: float = PREFILL_PADDING,
-    min_shared: int = MIN_SHARED_TOKENS,
+    min_shared: int | None = MIN_SHARED_TOKENS,
     store: PrefixStore | None = None,
     store_key: Hashable = None,
 ) -> Prefilled:
     """Run distinct prompts in few batches; each prompt's KV cache and the logits after its last token.
 
-    Prompts that share at least ``min_shared`` leading tokens
+    Prompts that share at least ``min_shared`` leading tokens (None: identical prompts only)
     (:func:`~marft_algos.policy.prefix_cache.shared_prefix_groups`) run their common beginning
     once; each then continues from those keys and values. With a ``store``, a beginning is first
     looked up among earlier prompts of ``store_key`` (its weights checked by the caller), and every
@@ -165,7 +166,12 @@ def prompt_caches(
     tokens = 0
     shared: list[tuple[int, Any, list[int]]] = []  # (length, one-row cache or None, members)
     alone: list[int] = []  # prompts that share no beginning: prefilled together
-    for group in shared_prefix_groups(prompts, min_shared=min_shared):
+    groups = (
+        shared_prefix_groups(prompts, min_shared=min_shared)
+        if min_shared is not None
+        else [SharedGroup(0, list(range(len(prompts))))]
+    )
+    for group in groups:
         length, prefix = group.length, None
         if store is not None:
             beginning = prompts[group.members[0]]
@@ -311,7 +317,9 @@ def growing_cache(config: Any) -> DynamicCache:
     return cache
 
 
-def shared_prompt_action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
+def shared_prompt_action_logits(
+    model: Any, batch: PackedBatch, *, min_shared: int | None = MIN_SHARED_TOKENS
+) -> torch.Tensor:
     """`action_logits` with each distinct prompt run once, alone, and shared by its rows.
 
     The rows of a GRPO group share their prompt. Each distinct prompt is run once without padding
@@ -336,7 +344,8 @@ def shared_prompt_action_logits(model: Any, batch: PackedBatch) -> torch.Tensor:
     rows = torch.tensor(
         [distinct.setdefault(k, len(distinct)) for k in keys], device=batch.input_ids.device
     )
-    caches, last, _, _ = prompt_caches(model, [list(k) for k in distinct])  # last: (U, vocab)
+    prompts = [list(k) for k in distinct]
+    caches, last, _, _ = prompt_caches(model, prompts, min_shared=min_shared)  # last: (U, vocab)
     first = last[rows].unsqueeze(1)  # (batch, 1, vocab): predicts action token 0
     if width <= 1:
         return first[:, :width]

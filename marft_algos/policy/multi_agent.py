@@ -48,6 +48,7 @@ from marft_algos.policy.forward import (
 )
 from marft_algos.policy.kv_cache import shared_prompt_action_logits
 from marft_algos.policy.prefix_cache import (
+    MIN_SHARED_TOKENS,
     PREFIX_STORE_TOKENS,
     PrefillCounter,
     PrefixStore,
@@ -130,6 +131,13 @@ class MultiAgentPolicy:
     shares its keys and values among the rows that continue it (a GRPO group), instead of running
     every row's padded prompt (:func:`~marft_algos.policy.kv_cache.shared_prompt_action_logits`;
     models with full attention only). Same log-probs and gradients up to float round-off."""
+
+    shared_prefix_tokens: int | None = MIN_SHARED_TOKENS
+    """Fewest leading tokens that prompts of one :meth:`generate` or :meth:`token_log_probs`
+    call must share for that beginning to run once, its keys and values continued by each
+    (:func:`~marft_algos.policy.prefix_cache.shared_prefix_groups`; models with full attention
+    only). None: only identical prompts share (each other prompt runs from its first token).
+    Same tokens, log-probs and gradients up to float round-off."""
 
     prefix_store_tokens: int = PREFIX_STORE_TOKENS
     """Prompt tokens of keys and values :meth:`generate` keeps from earlier calls, per policy, so
@@ -515,7 +523,9 @@ class MultiAgentPolicy:
                 and full_attention_only(model.config)
                 and not checkpointing
             ):
-                logits = shared_prompt_action_logits(model, batch)  # (batch, T, vocab)
+                logits = shared_prompt_action_logits(
+                    model, batch, min_shared=self.shared_prefix_tokens
+                )  # (batch, T, vocab)
             else:
                 with checkpointed_layers(model, checkpointing):
                     logits = action_logits(model, batch)  # (batch, T, vocab)
@@ -633,6 +643,7 @@ class MultiAgentPolicy:
                 top_p=dist_p,
                 store=store,
                 store_key=store_key,
+                min_shared=self.shared_prefix_tokens,
             )
         self.prefill.add(out.prefill_tokens, out.prefill_saved)
         actions = out.actions

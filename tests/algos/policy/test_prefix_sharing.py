@@ -187,18 +187,10 @@ def test_shared_beginnings_give_the_tokens_and_log_probs_of_prefilling_each_prom
     for g, r in zip(shared, _recomputed(policy, shared), strict=True):
         torch.testing.assert_close(torch.tensor(g.log_probs), r, atol=LOGP_TOL, rtol=0)
     # Against the reference layout: every distinct prompt prefilled from its first token.
-    from marft_algos.policy import kv_cache
-
-    policy.prefix_store.clear()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kv_cache, "MIN_SHARED_TOKENS", 10**9)
-        patch.setattr(
-            kv_cache,
-            "shared_prefix_groups",
-            lambda prompts, **_: [SharedGroup(0, list(range(len(prompts))))],
-        )
-        policy.prefix_store_tokens = 0
-        alone = policy.generate("router", obs, settings)
+    policy.shared_prefix_tokens, policy.prefix_store_tokens = None, 0
+    alone, calls = _forward_widths(policy, lambda: policy.generate("router", obs, settings))
+    assert calls[0][1] > common  # no shared beginning ran
+    assert policy.prefill.take() == (sum(len(p) for p in prompts[:-1]), len(prompts[-1]))
     for s, a in zip(shared, alone, strict=True):
         assert s.action_ids == a.action_ids
         torch.testing.assert_close(

@@ -559,3 +559,24 @@ def test_grpo_runs_every_completion_through_the_update_unless_skipping_zero_adva
     informative = int((advantages != 0).sum())
     assert 0 < informative < len(episodes)
     assert sum(rows) == (informative if skip else len(episodes))
+
+
+@pytest.mark.parametrize("kind", ["action", "token", "ppo-action", "grpo", "rloo", "reinforce-pp"])
+def test_every_trainer_shares_prompt_beginnings_with_the_unshared_result(kind, tiny_path):
+    # The same seeded run with prompts' shared beginnings run once (the default, in rollouts
+    # and updates, with the prefix store) and with every prompt run from its first token.
+    finals, saved = [], []
+    for share in (True, False):
+        trainer = build(kind, tiny_path, team=1 if kind.startswith("ppo") else 2, seed=1)
+        if not share:
+            trainer.policy.shared_prefix_tokens, trainer.policy.prefix_store_tokens = None, 0
+        records = trainer.train()
+        saved.append(sum(r.get("rollout/prefill_tokens_saved", 0) for r in records))
+        finals.append({a: adapter_params(trainer, a) for a in trainer.agents})
+    assert saved[0] > saved[1]  # the beginnings were shared
+    # Adam divides by the root of the squared gradients, so a gradient's float round-off in an
+    # entry whose gradient is near 0 moves it by up to a sizeable part of a step (lr 5e-3): the
+    # bound is 1% of one step; a wrong prefix would move weights by whole steps.
+    for agent, params in finals[0].items():
+        for name, value in params.items():
+            torch.testing.assert_close(value, finals[1][agent][name], atol=5e-5, rtol=0)
