@@ -35,6 +35,7 @@ from marft_algos.policy.rendering import render_prompt_ids
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout.collector import Episode
 from marft_algos.trainers.base import Trainer
+from marft_algos.trainers.branched import BranchedActorCritic
 from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
 from marft_algos.trainers.levels import Level, level_named, normalize, normalize_by_agent
 from marft_algos.trainers.policy_gradient import Objective
@@ -48,6 +49,8 @@ logger = logging.getLogger(__name__)
 @dataclass
 class ActorCriticConfig(TrainerConfig):
     """Settings of the actor-critic trainers (defaults: paper Table 3)."""
+
+    branches: ClassVar[bool] = True  # Monte-Carlo values at the branched states (VinePPO)
 
     critic_learning_rate: float = 1e-5
     """Adam learning rate of the critic head (paper: 1e-5)."""
@@ -147,7 +150,7 @@ class ActorCriticConfig(TrainerConfig):
             )
 
 
-class ActorCriticTrainer(Trainer):
+class ActorCriticTrainer(BranchedActorCritic, Trainer):
     """Actor-critic PPO over the flattened agent sequence, at action or token granularity.
 
     Args:
@@ -201,6 +204,7 @@ class ActorCriticTrainer(Trainer):
             list(critic.parameters()), lr=config.critic_learning_rate, eps=config.adam_eps
         )
         self._rerender = self._agents_needing_rerender()
+        self.branch_collector()
 
     @classmethod
     def level_of(cls, config: ActorCriticConfig) -> str:
@@ -294,7 +298,10 @@ class ActorCriticTrainer(Trainer):
                 advantages=torch.zeros(len(batch)), critic_prompt_ids=critic_prompts
             )
         values = self.rollout_values(batch)
-        advantages, returns = level.targets(episodes, values, c)
+        advantages, returns = level.targets(episodes, self.branch_values(episodes, values), c)
+        batch, values, advantages, returns, critic_prompts = self.trained_once(
+            episodes, batch, values, advantages, returns, critic_prompts
+        )  # with branch: each decision of a shared prefix once (GAE read the copies)
         if c.normalize_advantages:
             mask = level.mask(batch)
             if c.normalize_advantages_per_agent:

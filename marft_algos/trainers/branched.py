@@ -11,6 +11,7 @@ decision's sample is ``(node, agent)``; its advantage comes from
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -20,14 +21,23 @@ from torch import Tensor
 
 from marft_algos.common.advantages import ScaleRewards
 from marft_algos.common.batch import RolloutBatch
-from marft_algos.common.branching import BranchPath, branch_advantages, branch_spread
+from marft_algos.common.branching import (
+    BranchPath,
+    branch_advantages,
+    branch_spread,
+    monte_carlo_values,
+    tree_values,
+)
 from marft_algos.rollout.branch_settings import branch_levels, episodes_per_tree
-from marft_algos.rollout.collector import Decision, Episode
+from marft_algos.rollout.branching import BranchingCollector
+from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 
 __all__ = [
+    "BranchedActorCritic",
     "batch_branch_advantages",
     "check_branch",
     "describe_branching",
+    "monte_carlo_decision_values",
     "tree_size",
     "without_copies",
 ]
@@ -48,11 +58,17 @@ def check_branch(config: Any) -> None:
     name = type(config).__name__
     if not type(config).branches:
         raise ValueError(
-            f"branch={config.branch!r} is not supported by {name} yet: branched advantages are "
-            f"wired into GRPO and RLOO (--algo grpo or rloo). REINFORCE++ normalises KL-penalised "
-            f"returns over the batch rather than among siblings; the actor-critic trainers would "
-            f"replace the critic's values at branched states (docs/maths.md, \"Monte-Carlo values "
-            f'at branched states"), which they do not do yet. Drop branch or switch trainers.'
+            f"branch={config.branch!r} is not supported by {name} yet: REINFORCE++ normalises "
+            f"KL-penalised returns over the batch, with no sibling baseline for the tree to feed. "
+            f"Branching trains with GRPO, RLOO (beta=0), MARFT and PPO; drop branch or switch "
+            f"trainers."
+        )
+    per_tree = tree_size(config.branch)
+    if not hasattr(config, "num_generations") and config.episodes_per_iteration % per_tree:
+        raise ValueError(
+            f"episodes_per_iteration={config.episodes_per_iteration} must be a multiple of the "
+            f"episodes of one branch tree, {per_tree} (width × rollouts of every level); e.g. set "
+            f"episodes_per_iteration={per_tree}."
         )
     if config.max_staleness:
         raise ValueError(
@@ -142,3 +158,80 @@ def batch_branch_advantages(
             metrics[f"branch/{agent}/value_spread"] = spread[agent].value_spread
             metrics[f"branch/{agent}/flat_share"] = spread[agent].flat_share
     return result.advantages.to(torch.float32), metrics
+
+
+def monte_carlo_decision_values(episodes: Sequence[Episode]) -> Tensor:
+    """``(N,)`` the tree's Monte-Carlo value of each decision's observation, in episode order
+    (copies included), NaN where the tree has none (docs/maths.md, "Monte-Carlo values at
+    branched states").
+
+    A branched decision (its node is an alternative, an even-length path below the tree) is worth
+    ``V(s)``, its state's value (its parent node's: the mean over its alternatives); the decision
+    right after it in the episode is worth ``V(s, u_w)``, its alternative's value (the mean over
+    its continuations, which all start from that same copied state). The second wins where both
+    apply (a branched decision right after another): it averages more episodes.
+    """
+    values = tree_values(_leaves(episodes))
+    out: list[float] = []
+    for e in episodes:
+        after: float | None = None
+        for d in e.decisions:
+            node = _node(e, d)
+            own = values.get(node[:-1], math.nan) if len(node) % 2 == 1 and len(node) > 2 else None
+            out.append(after if after is not None else (own if own is not None else math.nan))
+            after = values.get(node, math.nan) if own is not None else None
+    return torch.tensor(out, dtype=torch.float32)
+
+
+class BranchedActorCritic:
+    """What the actor-critic trainers do with ``branch``: a request is a tree, the critic's values
+    at branched states are replaced by the tree's before GAE (VinePPO), and the copies of a shared
+    prefix, which GAE reads along each episode, are then left out of the update."""
+
+    config: Any
+    collector: Any
+    granularity: Any
+
+    def branch_collector(self) -> None:
+        """Grow trees instead of episodes when ``branch`` is set (after the collector is built)."""
+        c = self.config
+        if c.branch is not None:
+            self.collector = BranchingCollector.around(self.collector, c.branch)
+            logger.info(describe_branching(c.branch, 1, c.episodes_per_iteration))
+
+    def shards_per_iteration(self) -> int:
+        c = self.config
+        return int(c.episodes_per_iteration // tree_size(c.branch))
+
+    def iteration_requests(self) -> list[EpisodeRequest]:
+        requests = self.collector.requests(self.shards_per_iteration())  # one tree each
+        return [requests[i] for i in self.dist.rollout_shard(len(requests))]  # type: ignore[attr-defined]
+
+    def shard_unit(self, index: int, episode: Episode) -> Hashable:
+        return index if episode.branch is None else episode.branch[0]
+
+    def branch_values(self, episodes: Sequence[Episode], values: Tensor) -> Tensor:
+        """``values`` (``(N,)``, or ``(N, T)`` whose first token holds a decision's value) with
+        the tree's Monte-Carlo values at the branched states."""
+        if self.config.branch is None:
+            return values
+        mc = monte_carlo_decision_values(episodes)  # (N,)
+        if values.dim() == 1:
+            return monte_carlo_values(values, mc)
+        grid = torch.full_like(values, math.nan)  # (N, T)
+        grid[:, 0] = mc
+        return monte_carlo_values(values, grid)
+
+    def trained_once(self, episodes: Sequence[Episode], *rows: Any) -> tuple[Any, ...]:
+        """Each of ``rows`` (a batch, tensors or lists with one entry per decision of
+        ``episodes``) without the copies of a shared prefix; unchanged without ``branch``."""
+        if self.config.branch is None:
+            return rows
+        keep = [
+            k for k, d in enumerate(d for e in episodes for d in e.decisions) if not d.branch_copy
+        ]
+        index = torch.tensor(keep, dtype=torch.long)
+        return tuple(
+            None if r is None else [r[k] for k in keep] if isinstance(r, list) else r[index]
+            for r in rows
+        )

@@ -35,8 +35,8 @@ class TrainerConfig:
     (CLI: --branch router=3x4): sample width alternatives from the same state and continue each
     rollouts times; several agents nest (width × rollouts per level, in the order they act). An
     agent's choices are then compared from the same state (docs/maths.md, "Branched
-    advantages"); episodes_per_iteration counts the finished episodes. GRPO, and RLOO with
-    beta=0 (the other trainers refuse it, saying why)."""
+    advantages"); episodes_per_iteration counts the finished episodes. GRPO, RLOO (beta=0),
+    MARFT and PPO (the critic's values replaced by the tree's there); REINFORCE++ refuses it."""
     max_new_tokens: int = 512
     """Longest action in tokens (paper: 512)."""
     max_new_tokens_per_agent: dict[str, int] | None = None

@@ -4,6 +4,7 @@ parameters change, and the settings no trainer can honour are refused."""
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -147,9 +148,9 @@ def test_an_env_that_cannot_be_copied_is_refused(tiny_path):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda b: REINFORCEPPConfig(branch=b), "not supported by REINFORCEPPConfig"),
         (lambda b: RLOOConfig(branch=b), "set beta=0 with branch"),
-        (lambda b: ActionMARFTConfig(branch=b), "Monte-Carlo values at branched states"),
+        (lambda b: REINFORCEPPConfig(branch=b), "Branching trains with GRPO, RLOO"),
+        (lambda b: ActionMARFTConfig(branch=b, episodes_per_iteration=6), "one branch tree, 4"),
         (
             lambda b: GRPOConfig(branch=b, episodes_per_iteration=6, num_generations=1),
             "multiple of",
@@ -178,3 +179,65 @@ def test_branch_takes_one_tree_per_task_and_counts_its_episodes():
     assert config.episodes_per_task == 4 and config.groups_per_iteration == 2
     with pytest.raises(ValueError, match="num_generations must be >= 2"):
         GRPOConfig(num_generations=1, episodes_per_iteration=8)
+
+
+@pytest.mark.parametrize("kind", ["action", "token"])
+def test_marft_puts_the_trees_values_at_branched_states_and_trains_each_decision_once(
+    tiny_path, kind
+):
+    trainer = build(
+        kind,
+        tiny_path,
+        branch=BRANCH,
+        episodes_per_iteration=8,
+        rounds=2,
+        normalize_advantages=False,
+    )
+    assert isinstance(trainer.collector, BranchingCollector)
+    episodes = trainer.collect()
+    assert len(episodes) == 8  # two trees of 2 alternatives × 2 continuations
+    level = trainer.granularity
+    seen = {}
+    original = level.targets
+
+    def spy(eps, values, settings):
+        seen["values"] = values
+        return original(eps, values, settings)
+
+    level.targets = spy
+    batch = trainer.prepare_batch(episodes)
+    full = trainer.rollout_batch(episodes)
+    critic = trainer.rollout_values(full)
+    critic_first = critic if critic.dim() == 1 else critic[:, 0]
+    used = seen["values"] if critic.dim() == 1 else seen["values"][:, 0]
+    # Each tree by hand: V(s, u_w) = mean of its 2 continuations, V(s) = mean over the 2 alternatives.
+    expected, k = [], 0
+    for tree in range(2):
+        leaves = episodes[4 * tree : 4 * tree + 4]
+        alt = [(leaves[2 * w].team_return + leaves[2 * w + 1].team_return) / 2 for w in range(2)]
+        for j, e in enumerate(leaves):
+            for i, _ in enumerate(e.decisions):
+                # decision 1: the answer branched in round 0 (its state's value); decision 2: the
+                # writer's next turn, which starts from the alternative's state
+                tree_value = {1: sum(alt) / 2, 2: alt[j // 2]}.get(i)
+                expected.append(float(critic_first[k]) if tree_value is None else tree_value)
+                k += 1
+    assert used.tolist() == pytest.approx(expected, abs=1e-6)
+    if critic.dim() == 2:  # every other token keeps the critic's value
+        assert torch.equal(seen["values"][:, 1:], critic[:, 1:])
+    keep = [k for k, d in enumerate(d for e in episodes for d in e.decisions) if not d.branch_copy]
+    assert len(batch) == len(keep) == 2 * (16 - 5)
+    advantages, returns = original(episodes, seen["values"], trainer.config)
+    assert torch.allclose(batch.advantages, advantages[keep]) and torch.allclose(
+        batch.returns, returns[keep]
+    )
+    assert torch.allclose(batch.values, critic[keep])  # the critic's own, for value clipping
+
+
+@pytest.mark.parametrize("kind", ["action", "token"])
+def test_branched_marft_changes_parameters(tiny_path, kind):
+    trainer = build(kind, tiny_path, branch=BRANCH, episodes_per_iteration=4, iterations=1)
+    before = {a: adapter_params(trainer, a) for a in trainer.agents}
+    record = trainer.train()[-1]
+    assert record["rollout/episodes"] == 4 and math.isfinite(record["train/policy_loss"])
+    assert any(changed(before[a], adapter_params(trainer, a)) for a in trainer.agents)
