@@ -25,6 +25,7 @@ from marft_algos.policy.forward import (
 )
 from marft_algos.policy.prefix_cache import (
     MIN_SHARED_TOKENS,
+    PrefillCounter,
     PrefixStore,
     SharedGroup,
     prefix_slice,
@@ -318,7 +319,11 @@ def growing_cache(config: Any) -> DynamicCache:
 
 
 def shared_prompt_action_logits(
-    model: Any, batch: PackedBatch, *, min_shared: int | None = MIN_SHARED_TOKENS
+    model: Any,
+    batch: PackedBatch,
+    *,
+    min_shared: int | None = MIN_SHARED_TOKENS,
+    counter: PrefillCounter | None = None,
 ) -> torch.Tensor:
     """`action_logits` with each distinct prompt run once, alone, and shared by its rows.
 
@@ -327,7 +332,9 @@ def shared_prompt_action_logits(
     rows in the padded layout of ``batch``, and the actions run on top of them. Differentiable:
     the gradient of a shared prompt's activations sums over its rows, as if each row had run it.
     For models with full attention in every layer
-    (:func:`~marft_algos.policy.forward.full_attention_only`).
+    (:func:`~marft_algos.policy.forward.full_attention_only`). Prompts of different rows that
+    begin alike run their beginning once (``min_shared``, as :func:`prompt_caches`); ``counter``
+    adds the prompt tokens run and those not run.
 
     Returns:
         ``(batch, T, vocab)`` logits predicting each action token.
@@ -345,7 +352,9 @@ def shared_prompt_action_logits(
         [distinct.setdefault(k, len(distinct)) for k in keys], device=batch.input_ids.device
     )
     prompts = [list(k) for k in distinct]
-    caches, last, _, _ = prompt_caches(model, prompts, min_shared=min_shared)  # last: (U, vocab)
+    caches, last, run, _ = prompt_caches(model, prompts, min_shared=min_shared)  # (U, vocab)
+    if counter is not None:
+        counter.add(run, sum(len(k) for k in keys) - run)
     first = last[rows].unsqueeze(1)  # (batch, 1, vocab): predicts action token 0
     if width <= 1:
         return first[:, :width]

@@ -171,6 +171,8 @@ class MultiAgentPolicy:
         self.prefix_store = PrefixStore(self.prefix_store_tokens)
         #: Prompt tokens :meth:`generate` prefilled and saved; trainers read it per iteration.
         self.prefill = PrefillCounter()
+        #: Prompt tokens :meth:`token_log_probs` ran and saved (every pass of an update).
+        self.update_prefill = PrefillCounter()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -524,9 +526,10 @@ class MultiAgentPolicy:
                 and not checkpointing
             ):
                 logits = shared_prompt_action_logits(
-                    model, batch, min_shared=self.shared_prefix_tokens
+                    model, batch, min_shared=self.shared_prefix_tokens, counter=self.update_prefill
                 )  # (batch, T, vocab)
             else:
+                self.update_prefill.add(sum(len(p) for p in prompt_ids), 0)
                 with checkpointed_layers(model, checkpointing):
                     logits = action_logits(model, batch)  # (batch, T, vocab)
         logp, entropy = log_probs_and_entropy(

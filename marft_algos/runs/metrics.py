@@ -46,6 +46,10 @@ METRICS: dict[str, str] = {
     "rollout/prefill_tokens_saved": "prompt tokens of the rollouts' calls not run: repeated "
     "prompts, beginnings shared within a call, beginnings kept from earlier calls under the same "
     "weights (`prefix_store_tokens`)",
+    "train/prompt_tokens": "prompt tokens the update's forward passes ran through the model "
+    "(every pass: current policy, reference, proximal)",
+    "train/prompt_tokens_saved": "prompt tokens of the update's rows not run: repeated prompts "
+    "and beginnings shared within a chunk (`shared_prefix_tokens`)",
     "rollout/calls/<agent>": "the agent's model calls (decisions) per episode",
     "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward, timed out or passed a bound",
     "rollout/episodes_dropped": "failed episodes left out of the update (agent programs' on_error='drop'; transcripts in program_errors.jsonl)",

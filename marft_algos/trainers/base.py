@@ -52,7 +52,7 @@ from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
 from marft_algos.trainers.sharding import generating, own_share, shard_run
-from marft_algos.trainers.stats import device_peak_gib, peak_metrics, prefill_metrics
+from marft_algos.trainers.stats import device_peak_gib, peak_metrics, token_count_metrics
 from marft_algos.trainers.stepping import PolicySteps
 
 __all__ = ["ConfigMismatchError", "Trainer", "TrainerConfig", "TrainingDiverged"]
@@ -230,7 +230,9 @@ class Trainer(PolicySteps, BackendSync, ABC):
         metrics = summarize(episodes, "rollout", self.dist)
         metrics["rollout/episodes"] = int(self.dist.sum([len(episodes)])[0])
         metrics.update(sampling_stats)
-        metrics.update(prefill_metrics([self.policy, self.rollout_backend], self.dist))
+        generators = (self.policy, self.rollout_backend)
+        counters = [getattr(g, "prefill", None) for g in generators]
+        metrics.update(token_count_metrics(counters, self.dist, "rollout/prefill_tokens"))
         folder = self.run_dir.path if self.run_dir is not None else None
         episodes, dropped = set_aside_failures(episodes, self.iteration, folder, self.dist)
         metrics.update(dropped)
@@ -241,6 +243,8 @@ class Trainer(PolicySteps, BackendSync, ABC):
         self._phase("update")
         self.guards.start_update()
         metrics.update(self.update(episodes))
+        update_counter = [getattr(self.policy, "update_prefill", None)]
+        metrics.update(token_count_metrics(update_counter, self.dist, "train/prompt_tokens"))
         metrics["time/rollout_s"] = rollout_time
         metrics["time/update_s"] = time.perf_counter() - start_update
         metrics.update(

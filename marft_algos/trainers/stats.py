@@ -173,19 +173,19 @@ def peak_metrics(dist: DistributedContext, **peaks: float | None) -> dict[str, f
     return {f"memory/{phase}_peak_gib": value for phase, value in zip(phases, largest, strict=True)}
 
 
-def prefill_metrics(generators: Sequence[Any], dist: DistributedContext) -> dict[str, int]:
-    """``rollout/prefill_tokens`` and ``rollout/prefill_tokens_saved`` since the last call: the
-    prompt tokens the generators (the policy, a vLLM backend: each with a ``prefill``
-    :class:`~marft_algos.policy.prefix_cache.PrefillCounter`) ran through their model, and those
-    they did not (repeated prompts, shared beginnings, a prefix cache), summed over the
-    processes. ``{}`` when none of them generated (an asynchronous worker did)."""
+def token_count_metrics(
+    counters: Sequence[Any], dist: DistributedContext, name: str
+) -> dict[str, int]:
+    """``<name>`` and ``<name>_saved`` since the last call: the prompt tokens the counters
+    (:class:`~marft_algos.policy.prefix_cache.PrefillCounter`; None skipped) saw run through a
+    model and not run (repeated prompts, shared beginnings, a prefix cache), summed over the
+    processes. ``{}`` when nothing was counted (an engine or worker without counters generated)."""
     tokens = saved = 0
-    for generator in generators:
-        counter = getattr(generator, "prefill", None)
+    for counter in counters:
         if counter is not None:
             more, spared = counter.take()
             tokens, saved = tokens + more, saved + spared
     tokens, saved = (int(v) for v in dist.sum([tokens, saved]))
     if tokens + saved == 0:
         return {}
-    return {"rollout/prefill_tokens": tokens, "rollout/prefill_tokens_saved": saved}
+    return {name: tokens, f"{name}_saved": saved}

@@ -268,15 +268,18 @@ def test_a_backend_built_before_its_base_is_filled_is_served_by_the_trainer(fake
 
 def test_the_engines_prefix_cache_hits_are_counted(fake_vllm, policy):
     from marft_algos.distributed import DistributedContext
-    from marft_algos.trainers.stats import prefill_metrics
+    from marft_algos.trainers.stats import token_count_metrics
 
     backend = VLLMRolloutBackend(policy, VLLMSettings(probe_tokens=0))
     gens = backend.generate("agent", OBS, GenerationSettings(max_new_tokens=4, seed=1))
     width = len(gens[0].prompt_ids)
     policy.prefill.take()  # what the policy itself generated (nothing here) is its own count
-    metrics = prefill_metrics([policy, backend], DistributedContext())
+    metrics = token_count_metrics(
+        [policy.prefill, backend.prefill], DistributedContext(), "rollout/prefill_tokens"
+    )
     assert metrics == {
         "rollout/prefill_tokens": len(OBS),
         "rollout/prefill_tokens_saved": len(OBS) * (width - 1),
     }
-    assert prefill_metrics([policy, backend], DistributedContext()) == {}  # taken: counts restart
+    again = token_count_metrics([backend.prefill], DistributedContext(), "rollout/prefill_tokens")
+    assert again == {}  # taken: the counts start again

@@ -150,6 +150,7 @@ def test_rollout_and_update_log_probs_agree_before_the_first_step(kind, tiny_pat
     (record,) = [r for r in trainer.train() if r["iteration"] == 1]
     # The rollouts' prompt tokens, run and saved (every trainer generates through the policy).
     assert record["rollout/prefill_tokens"] > 0 and record["rollout/prefill_tokens_saved"] >= 0
+    assert record["train/prompt_tokens"] > 0 and record["train/prompt_tokens_saved"] >= 0
     # Measured on the first minibatch of the first epoch, before its optimizer step: ratio 1.
     assert record["train/approx_kl"] < 1e-8
     assert record["train/clip_fraction"] == 0.0
