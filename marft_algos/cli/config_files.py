@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -87,13 +88,18 @@ def check_config_values(
         UsageError: A value of the wrong type, naming the field, the value and an example.
     """
     hints: dict[str, Any] = {}
+    readers: dict[str, Any] = {}  # a field's own syntax (metadata "type"), e.g. branch: router=3x4
     for klass in dataclass_types:
         hints.update(typing.get_type_hints(klass))
+        readers.update({f.name: f.metadata["type"] for f in fields(klass) if "type" in f.metadata})
     out = dict(values)
     for name, value in values.items():
         if name not in hints:
             continue
         try:
+            if name in readers and isinstance(value, str):
+                out[name] = readers[name](value)
+                continue
             out[name] = _convert(hints[name], value)
         except (TypeError, ValueError) as exc:
             raise UsageError(
