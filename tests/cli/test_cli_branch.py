@@ -41,3 +41,12 @@ def test_a_branched_run_prints_its_cost_and_logs_branch_metrics(tiny_path, tmp_p
     assert json.loads((run / "config.json").read_text())["branch"] == {
         "actor": {"width": 2, "rollouts": 2}
     }
+
+
+def test_a_config_file_takes_either_form(tmp_path):
+    for text in ("branch: actor=2x3\n", "branch: {actor: {width: 2, rollouts: 3}}\n"):
+        (tmp_path / "run.yaml").write_text(text)
+        _, _, values, _ = parse_train_args(
+            ["--algo", "grpo", "--config", str(tmp_path / "run.yaml")]
+        )
+        assert values["branch"] == {"actor": {"width": 2, "rollouts": 3}}
