@@ -204,7 +204,6 @@ class ActorCriticTrainer(BranchedActorCritic, Trainer):
             list(critic.parameters()), lr=config.critic_learning_rate, eps=config.adam_eps
         )
         self._rerender = self._agents_needing_rerender()
-        self.branch_collector()
 
     @classmethod
     def level_of(cls, config: ActorCriticConfig) -> str:

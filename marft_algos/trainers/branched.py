@@ -33,6 +33,7 @@ from marft_algos.rollout.branching import BranchingCollector
 from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 
 __all__ = [
+    "BranchCollecting",
     "BranchedActorCritic",
     "batch_branch_advantages",
     "check_branch",
@@ -63,12 +64,12 @@ def check_branch(config: Any) -> None:
             f"Branching trains with GRPO, RLOO (beta=0), MARFT and PPO; drop branch or switch "
             f"trainers."
         )
-    per_tree = tree_size(config.branch)
-    if not hasattr(config, "num_generations") and config.episodes_per_iteration % per_tree:
+    per_task = getattr(config, "num_generations", 1) * tree_size(config.branch)
+    if config.episodes_per_iteration % per_task:
         raise ValueError(
             f"episodes_per_iteration={config.episodes_per_iteration} must be a multiple of the "
-            f"episodes of one branch tree, {per_tree} (width × rollouts of every level); e.g. set "
-            f"episodes_per_iteration={per_tree}."
+            f"episodes of one task with branch, {per_task} (num_generations, if the trainer has "
+            f"it, × width × rollouts of every level); e.g. set episodes_per_iteration={per_task}."
         )
     if config.max_staleness:
         raise ValueError(
@@ -183,21 +184,26 @@ def monte_carlo_decision_values(episodes: Sequence[Episode]) -> Tensor:
     return torch.tensor(out, dtype=torch.float32)
 
 
-class BranchedActorCritic:
-    """What the actor-critic trainers do with ``branch``: a request is a tree, the critic's values
-    at branched states are replaced by the tree's before GAE (VinePPO), and the copies of a shared
-    prefix, which GAE reads along each episode, are then left out of the update."""
+class BranchCollecting:
+    """Trainer mixin: with ``branch`` set, the collector grows a branch tree per request (and the
+    task's cost is logged), once the trainer is built."""
 
     config: Any
     collector: Any
-    granularity: Any
 
-    def branch_collector(self) -> None:
-        """Grow trees instead of episodes when ``branch`` is set (after the collector is built)."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         c = self.config
         if c.branch is not None:
             self.collector = BranchingCollector.around(self.collector, c.branch)
-            logger.info(describe_branching(c.branch, 1, c.episodes_per_iteration))
+            generations = getattr(c, "num_generations", 1)
+            logger.info(describe_branching(c.branch, generations, c.episodes_per_iteration))
+
+
+class BranchedActorCritic(BranchCollecting):
+    """What the actor-critic trainers do with ``branch``: a request is a tree, the critic's values
+    at branched states are replaced by the tree's before GAE (VinePPO), and the copies of a shared
+    prefix, which GAE reads along each episode, are then left out of the update."""
 
     def shards_per_iteration(self) -> int:
         c = self.config

@@ -26,10 +26,9 @@ from torch import Tensor
 from marft_algos.common.advantages import zero_std_group_mask
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.losses import KLEstimator, Normalizer, kl_penalty
-from marft_algos.rollout.branching import BranchingCollector
 from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 from marft_algos.trainers.base import Trainer
-from marft_algos.trainers.branched import describe_branching, tree_size, without_copies
+from marft_algos.trainers.branched import BranchCollecting, tree_size, without_copies
 from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
 from marft_algos.trainers.policy_gradient import Objective
 from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean, agent_advantages
@@ -107,13 +106,6 @@ class CriticFreeConfig(TrainerConfig):
             raise ValueError(
                 f"num_generations must be >= {self.min_generations} (a group needs a baseline), got "
                 f"{self.num_generations}."
-            )
-        if self.branch and self.episodes_per_iteration % self.episodes_per_task:
-            raise ValueError(
-                f"episodes_per_iteration={self.episodes_per_iteration} must be a multiple of the "
-                f"episodes per task with branch, {self.episodes_per_task} (num_generations × "
-                f"width × rollouts of every level); e.g. set episodes_per_iteration="
-                f"{self.episodes_per_task}."
             )
         if self.episodes_per_iteration % self.num_generations:
             raise ValueError(
@@ -194,17 +186,10 @@ def check_level_options(config: Any) -> None:
         )
 
 
-class CriticFreeTrainer(Trainer):
+class CriticFreeTrainer(BranchCollecting, Trainer):
     """Base of the trainers that learn from group or batch statistics of rewards (no critic)."""
 
     config: CriticFreeConfig
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        c = self.config
-        if c.branch is not None:  # every requested episode grows into a branch tree
-            self.collector = BranchingCollector.around(self.collector, c.branch)
-            logger.info(describe_branching(c.branch, c.num_generations, c.episodes_per_iteration))
 
     def shards_per_iteration(self) -> int:
         return self.config.groups_per_iteration

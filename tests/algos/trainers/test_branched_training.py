@@ -150,7 +150,10 @@ def test_an_env_that_cannot_be_copied_is_refused(tiny_path):
     [
         (lambda b: RLOOConfig(branch=b), "set beta=0 with branch"),
         (lambda b: REINFORCEPPConfig(branch=b), "Branching trains with GRPO, RLOO"),
-        (lambda b: ActionMARFTConfig(branch=b, episodes_per_iteration=6), "one branch tree, 4"),
+        (
+            lambda b: ActionMARFTConfig(branch=b, episodes_per_iteration=6),
+            "one task with branch, 4",
+        ),
         (
             lambda b: GRPOConfig(branch=b, episodes_per_iteration=6, num_generations=1),
             "multiple of",
