@@ -64,7 +64,7 @@ def check_branch(config: Any) -> None:
             f"Branching trains with GRPO, RLOO (beta=0), MARFT and PPO; drop branch or switch "
             f"trainers."
         )
-    per_task = getattr(config, "num_generations", 1) * tree_size(config.branch)
+    per_task = max(1, getattr(config, "num_generations", 1)) * tree_size(config.branch)
     if config.episodes_per_iteration % per_task:
         raise ValueError(
             f"episodes_per_iteration={config.episodes_per_iteration} must be a multiple of the "
