@@ -102,9 +102,10 @@ class CriticFreeConfig(TrainerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_clip_range(self.epsilon, self.epsilon_high)
-        if self.num_generations < (1 if self.branch else self.min_generations):
+        least = 1 if self.branch else self.min_generations  # a tree holds its own baselines
+        if self.num_generations < least:
             raise ValueError(
-                f"num_generations must be >= {self.min_generations} (a group needs a baseline), got "
+                f"num_generations must be >= {least} (a group needs a baseline), got "
                 f"{self.num_generations}."
             )
         if self.episodes_per_iteration % self.num_generations:
