@@ -256,25 +256,34 @@ class RolloutCollector:
         running: dict[int, int] = {}  # env index -> episode index
         round_buffer: dict[int, list[_Pending]] = defaultdict(list)
 
-        def start(env_index: int) -> None:
-            while queue:
-                episode_index, request = queue.popleft()
-                env = self.envs[env_index]
-                env.reset(seed=request.seed, options=dict(request.options or {}))
-                if not _over_at_reset(env):
-                    running[env_index] = episode_index
-                    return
-                # Nothing to decide (e.g. a program that ended before its first call).
-                results[episode_index].info = dict(env.infos[env.agent_selection])
-                while env.agents:
-                    env.step(None)
-                if self.on_episode is not None:
-                    self.on_episode(results[episode_index])
+        def begin(env_index: int, episode_index: int, request: EpisodeRequest) -> bool:
+            env = self.envs[env_index]
+            env.reset(seed=request.seed, options=dict(request.options or {}))
+            if not _over_at_reset(env):
+                running[env_index] = episode_index
+                return True
+            # Nothing to decide (e.g. a program that ended before its first call).
+            results[episode_index].info = dict(env.infos[env.agent_selection])
+            while env.agents:
+                env.step(None)
+            if self.on_episode is not None:
+                self.on_episode(results[episode_index])
+            return False
 
-        for env_index in range(len(self.envs)):
-            start(env_index)
+        def restart(idle: Sequence[int]) -> None:
+            """Give the idle copies the next episodes; slow resets (agent programs up to their
+            first call) of all of them run at once."""
+            while idle and queue:
+                given = [(i, *queue.popleft()) for i in idle[: len(queue)]]
+                for env_index, _, request in given:
+                    prepare = getattr(_unwrapped(self.envs[env_index]), "prepare_reset", None)
+                    if prepare is not None:
+                        prepare(request.seed, dict(request.options or {}))
+                idle = [i for i, episode, request in given if not begin(i, episode, request)]
 
+        restart(list(range(len(self.envs))))
         while running:
+            ended: list[int] = []
             waiting: dict[str, list[int]] = defaultdict(list)
             for env_index in running:
                 waiting[self.envs[env_index].agent_selection].append(env_index)
@@ -306,7 +315,8 @@ class RolloutCollector:
                         if self.on_episode is not None:
                             self.on_episode(results[running[env_index]])
                         del running[env_index]
-                        start(env_index)
+                        ended.append(env_index)
+            restart(ended)
         self._check_failures(results)
         return results
 

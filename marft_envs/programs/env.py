@@ -17,8 +17,9 @@ Version history     programs are versioned by the id they are registered under
 ==================  ===========================================================================
 
 Each call is one AEC step of the agent named by ``model``. Between steps the program runs, in
-its own thread, until its next call or its end; the env waits for it at most ``episode_timeout``
-seconds in total per episode (model time not counted). A program that raises, or returns a reward
+its own thread, until its next call or its end; its clock runs from the episode's start, whatever
+the env is doing, except while a call waits for the model, and past ``episode_timeout`` seconds
+the episode fails. A program that raises, or returns a reward
 that is not a finite number (or a mapping of them), ends its episode with ``error_reward`` and the
 error in ``info["program_error"]``; the run goes on. The task comes from the env's seeded rng and
 the program's own randomness from ``client.rng``, so a seeded episode repeats.
@@ -29,9 +30,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
+from gymnasium.utils import seeding
 
 from marft_envs.core.dependency import DependencyFunction, RoundState, Turn
 from marft_envs.core.env import FlexPOMDPEnv, Transition
@@ -47,6 +49,17 @@ from marft_envs.programs.transport import Transport
 __all__ = ["ProgramEnv", "ProgramTurns", "split_tasks"]
 
 logger = logging.getLogger(__name__)
+
+
+class _Prepared(NamedTuple):
+    """A program started ahead of its reset (:meth:`ProgramEnv.prepare_reset`)."""
+
+    seed: int
+    options: dict[str, Any]
+    rng: np.random.Generator
+    task: Any
+    run: ProgramRun
+    started: float
 
 
 class ProgramTurns(DependencyFunction):
@@ -122,6 +135,8 @@ class ProgramEnv(FlexPOMDPEnv):
         self.failures = FailureRule(s)
         self._transport = Transport(s, tuple(self.possible_agents))
         self._run: ProgramRun | None = None
+        self._prepared: _Prepared | None = None
+        self._reset_seed: int | None = None
         self._event: Event | None = None
         self._started = 0.0
         self.task: Any = None
@@ -138,14 +153,45 @@ class ProgramEnv(FlexPOMDPEnv):
         return self.settings.error_reward
 
     # ------------------------------------------------------------------ task hooks
-    def _reset_task(self, options: Mapping[str, Any] | None) -> None:
+    def prepare_reset(self, seed: int | None, options: Mapping[str, Any] | None = None) -> None:
+        """Start the program of the episode that ``reset(seed=seed, options=options)`` will
+        begin, without waiting for it. Collectors call it on every env copy before resetting
+        them one after another (each reset waits for its program's first call), so that the
+        programs of all copies start, and run out of ``episode_timeout``, at once. A reset
+        with other arguments discards it."""
+        if seed is None:
+            return
+        self._discard_prepared()
         self._stop()
-        self.task = self.tasks.pick(self.np_random, options or {})
-        program_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
+        rng, _ = seeding.np_random(seed)
+        task, run = self._start_program(rng, options)
+        self._prepared = _Prepared(seed, dict(options or {}), rng, task, run, time.monotonic())
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self._reset_seed = seed
+        super().reset(seed=seed, options=options)
+
+    def _reset_task(self, options: Mapping[str, Any] | None) -> None:
+        prepared, self._prepared = self._prepared, None
         self._clear_calls()
-        self._started = time.monotonic()
-        self._run = self._transport.start(self.program, self.task, program_rng)
+        if prepared is not None and (self._reset_seed, dict(options or {})) == prepared[:2]:
+            self.np_random, self.task, self._run = prepared.rng, prepared.task, prepared.run
+            self._started = prepared.started
+        else:
+            if prepared is not None:
+                prepared.run.close()  # its URL, the transport's latest, is released by _stop
+            self._stop()
+            self._started = time.monotonic()
+            self.task, self._run = self._start_program(self.np_random, options)
         self._event = self._run.next_event()
+
+    def _start_program(
+        self, rng: np.random.Generator, options: Mapping[str, Any] | None
+    ) -> tuple[Any, ProgramRun]:
+        """Draw the episode's task from ``rng`` and start its program."""
+        task = self.tasks.pick(rng, options or {})
+        program_rng = np.random.default_rng(int(rng.integers(2**63)))
+        return task, self._transport.start(self.program, task, program_rng)
 
     def _clear_calls(self) -> None:
         """Forget the calls, the announced reply and the token usage of the last episode."""
@@ -281,6 +327,11 @@ class ProgramEnv(FlexPOMDPEnv):
             return self._event.call
         return self._run.last_call if self._run is not None else None
 
+    def _discard_prepared(self) -> None:
+        if self._prepared is not None:
+            self._prepared.run.close()
+            self._prepared = None
+
     def _stop(self) -> None:
         if self._run is not None:
             self._run.close()
@@ -288,6 +339,7 @@ class ProgramEnv(FlexPOMDPEnv):
 
     def close(self) -> None:
         """End the episode in progress; the last env using the endpoint stops it."""
+        self._discard_prepared()
         self._stop()
         self._transport.close()
         super().close()

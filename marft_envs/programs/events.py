@@ -22,6 +22,8 @@ class Event:
     value: Any = None
     error: BaseException | None = None
     traceback: str = ""
+    at: float = 0.0
+    """The program's own time (seconds, model time excluded) when it happened."""
 
 
 def run_program(program: Callable[..., Any], task: Any, client: Any) -> Any:

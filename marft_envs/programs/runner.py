@@ -5,6 +5,12 @@ named agent and the policy generates; :meth:`ProgramRun.answer` hands the text b
 runs on to its next call or its end. The env only ever waits for the program's next *event* (a
 call, a return, an exception), and never longer than the episode's time budget.
 
+The time budget is the program's own time, kept by the run itself: a clock that starts with the
+episode and runs, whatever the env is doing, whenever none of the program's calls waits for its
+reply (model time is not counted). Every event is stamped with that clock, so an episode whose
+program went past its budget fails even when the env looked at it late, and the env never waits
+longer than the budget left: k programs that hang at once cost one budget, not k.
+
 A call is queued with :meth:`ProgramRun.submit`, which never blocks: the reply is delivered to a
 callback. The in-process client waits for it on a queue; the HTTP endpoint awaits it on its event
 loop, so a waiting call holds no thread and any number of episodes can wait at once.
@@ -71,6 +77,8 @@ class ProgramRun:
         self._lock = threading.Lock()
         self._closed = False
         self._budget = float(time_budget)
+        self._used = 0.0  # program time of the spans that ended (no call waiting)
+        self._running_since: float | None = time.monotonic()  # None while a call waits
         self._max_pending = max_pending
         self.finished = False
         self.last_call: CallRecord | None = None
@@ -96,7 +104,15 @@ class ProgramRun:
 
     def ended(self, event: Event) -> None:
         """The program returned or failed (called from wherever it runs)."""
+        with self._lock:
+            event.at = self._program_time()
+            self._running_since = None
         self._events.put(event)
+
+    def _program_time(self) -> float:
+        """Seconds the program has run this episode with no call waiting (under the lock)."""
+        since = self._running_since
+        return self._used + (time.monotonic() - since if since is not None else 0.0)
 
     def refused(self, kind: str, message: str) -> None:
         """A request of the program passed a bound (:class:`~marft_envs.wire.RequestLimits`)."""
@@ -128,8 +144,11 @@ class ProgramRun:
                 )
                 self.refusals.append(("TooManyCalls", str(refusal)))
                 raise refusal
+            at = self._program_time()
+            if self._running_since is not None:  # the clock stops while a call waits
+                self._used, self._running_since = at, None
             self._pending.append(_Pending(call, deliver))
-        self._events.put(Event("call", call=call))
+        self._events.put(Event("call", call=call, at=at))
 
     def send(self, call: CallRecord) -> Any:
         """Queue a call and wait for its reply (the in-process client's path)."""
@@ -142,13 +161,16 @@ class ProgramRun:
 
     # ------------------------------------------------------------------ env side
     def next_event(self) -> Event:
-        """Wait for the program's next call, return or exception (a timeout past the budget)."""
-        start = time.perf_counter()
+        """The program's next call, return or exception; a timeout when the program's time went
+        past the budget before it (waiting at most the budget it has left)."""
+        with self._lock:
+            left = self._budget - self._program_time()
         try:
-            event = self._events.get(timeout=max(self._budget, 0.0))
+            event = self._events.get(timeout=max(left, 0.0))
         except queue.Empty:
             event = Event("timeout")
-        self._budget -= time.perf_counter() - start
+        if event.at > self._budget:  # the program passed its budget before this event
+            event = Event("timeout")
         if event.kind == "call":
             self.last_call = event.call
         else:
@@ -159,6 +181,8 @@ class ProgramRun:
         """Hand the reply to the oldest waiting call."""
         with self._lock:
             pending = self._pending.popleft()
+            if not self._pending and not self._closed:  # the program runs again: its clock too
+                self._running_since = time.monotonic()
         pending.deliver(reply)
 
     def close(self) -> None:

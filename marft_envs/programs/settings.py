@@ -34,8 +34,9 @@ class ProgramSettings:
     max_calls: int = 32
     """Model calls per episode before it is truncated (and fails)."""
     episode_timeout: float = 60.0
-    """Seconds the env waits, in total per episode, for the program between its calls (model
-    time excluded); past it the episode fails (``Timeout``)."""
+    """Seconds the program may run per episode: a wall clock from the episode's start that stops
+    only while one of its calls waits for the model, kept whatever the env is doing (so hung
+    episodes time out together, not one after another); past it the episode fails (``Timeout``)."""
     max_episode_seconds: float | None = 3600.0
     """Wall-clock seconds of one episode, model time included, checked at each call; past it the
     episode fails (``Timeout``). None: no limit."""
