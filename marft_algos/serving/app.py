@@ -6,8 +6,14 @@ Routes (Starlette):
   in the run's held-out evaluation (greedy, the agent's ``max_new_tokens``); with ``tools``, the
   reply is parsed into ``tool_calls`` by the env's parser. An unknown ``model`` is 404
   (``model_not_found``) naming the agents; a request marft cannot serve is 400 with what to do.
-- ``GET /v1/models``: the agents.
+- ``POST /v1/responses``: the same call in the Responses API (what the OpenAI Agents SDK sends by
+  default), translated by :mod:`marft_envs.wire.responses`.
+- ``GET /v1/models`` and ``GET /v1/models/<agent>``: the agents.
 - ``GET /health``: ``{"status": "ok"}`` (no key needed; for load balancers).
+
+``stream=true`` on either call sends the reply, generated whole, as server-sent events
+(:mod:`marft_envs.wire.streaming`). Every other route or method is a JSON error in the OpenAI error
+shape (:mod:`marft_envs.wire.routes`).
 
 Sampling fields: ``temperature`` > 0 samples at that temperature (with ``top_p`` and ``seed``),
 otherwise decoding is greedy; ``max_tokens`` / ``max_completion_tokens`` lower the agent's budget
@@ -32,12 +38,16 @@ from marft_algos.serving.team import ServedTeam
 from marft_envs.wire.checks import check_request, finite_number
 from marft_envs.wire.http import error_response as error
 from marft_envs.wire.protocol import (
+    Reply,
     RequestLimits,
     RequestRefused,
     UnknownAgentError,
     completion,
     without_none,
 )
+from marft_envs.wire.responses import response_object, responses_request
+from marft_envs.wire.routes import model_card, model_list, route_errors
+from marft_envs.wire.streaming import chat_events, response_events, streaming_response
 
 __all__ = ["build_app", "request_settings"]
 
@@ -126,27 +136,28 @@ def build_app(
         refusal = guard(request)
         if refusal is not None:
             return refusal
-        data = [{"id": a, "object": "model", "created": 0, "owned_by": "marft"} for a in agents]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse(model_list(agents))
+
+    async def model(request: Any) -> Any:
+        refusal = guard(request)
+        if refusal is not None:
+            return refusal
+        name = request.path_params["model"]
+        if name not in agents:
+            message = f"model {name!r} is not an agent of this team; the agents are {list(agents)}."
+            return error(404, message, "invalid_request_error", "model_not_found")
+        return JSONResponse(model_card(name))
 
     async def health(request: Any) -> Any:
         return JSONResponse({"status": "ok" if batcher.running else "stopping"})
 
-    async def chat(request: Any) -> Any:
-        refusal = guard(request)
-        if refusal is not None:
-            return refusal
-        body, refusal = await read_body(request, limits)
-        if refusal is not None:
-            return refusal
-        fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
+    async def answer(model: Any, messages: Any, fields: dict[str, Any]) -> Any:
+        """The :class:`Reply` of one call of the agent ``model``, or the response refusing it."""
         try:
-            messages, tools = check_request(
-                agents, body.get("model"), body.get("messages"), fields, limits
-            )
-            agent = str(body["model"])
+            plain, tools = check_request(agents, model, messages, fields, limits)
+            agent = str(model)
             settings = request_settings(team.settings, agent, fields)
-            observation = team.observation(messages, tools)
+            observation = team.observation(plain, tools)
             prompt = await asyncio.to_thread(render, agent, observation)
         except UnknownAgentError as err:
             return error(404, str(err), "invalid_request_error", "model_not_found")
@@ -162,13 +173,51 @@ def build_app(
         except Exception as err:
             logger.exception("call of %r failed", agent)
             return error(500, f"generation failed: {type(err).__name__}: {err}", "server_error")
-        reply = team.reply(generation, bool(tools), next(calls))
-        return JSONResponse(without_none(dataclasses.asdict(completion(agent, reply))))
+        return team.reply(generation, bool(tools), next(calls))
+
+    async def chat(request: Any) -> Any:
+        refusal = guard(request)
+        if refusal is not None:
+            return refusal
+        body, refusal = await read_body(request, limits)
+        if refusal is not None:
+            return refusal
+        stream, options = bool(body.get("stream")), body.get("stream_options") or {}
+        skipped = ("model", "messages", "stream", "stream_options")
+        fields = {k: v for k, v in body.items() if k not in skipped}
+        reply = await answer(body.get("model"), body.get("messages"), fields)
+        if not isinstance(reply, Reply):
+            return reply
+        data = without_none(dataclasses.asdict(completion(str(body["model"]), reply)))
+        if stream:
+            usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            return streaming_response(chat_events(data, usage))
+        return JSONResponse(data)
+
+    async def responses(request: Any) -> Any:
+        refusal = guard(request)
+        if refusal is not None:
+            return refusal
+        body, refusal = await read_body(request, limits)
+        if refusal is not None:
+            return refusal
+        try:
+            call = responses_request(body)
+        except (TypeError, ValueError) as err:
+            return error(400, str(err), "invalid_request_error")
+        reply = await answer(call.model, call.messages, call.fields)
+        if not isinstance(reply, Reply):
+            return reply
+        data = response_object(str(call.model), reply, call.echo)
+        return streaming_response(response_events(data)) if call.stream else JSONResponse(data)
 
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/models/{model:path}", model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
-        ]
+        ],
+        exception_handlers=route_errors(),
     )

@@ -9,7 +9,13 @@ Agents SDK's ``AsyncOpenAI``). Served:
 - ``POST /episodes/<secret>/v1/chat/completions``: one model call; ``model`` names the agent (404
   naming the agents for any other). It waits while the env schedules the agent and the policy
   generates, holding no thread: any number of episodes may wait at once.
-- ``GET /episodes/<secret>/v1/models``: the team's agents.
+- ``POST /episodes/<secret>/v1/responses``: the same call in the Responses API (what the OpenAI
+  Agents SDK sends by default), translated by :mod:`marft_envs.wire.responses`.
+- ``GET /episodes/<secret>/v1/models`` (and ``/models/<agent>``): the team's agents.
+
+``stream=true`` is served on both calls: the reply is generated whole (the ids trained on are the
+ids sampled), then sent as server-sent events (:mod:`marft_envs.wire.streaming`). Any other route
+is a JSON error in the OpenAI error shape.
 
 Who may call (docs/programs.md, "Threat model"): the server binds 127.0.0.1 only; an episode's URL
 holds an unguessable secret (``secrets.token_urlsafe(32)``), known only to the program it was
@@ -40,12 +46,16 @@ from marft_envs.programs.runner import ProgramRun
 from marft_envs.wire.checks import check_request
 from marft_envs.wire.http import allowed_host, error_response, read_json
 from marft_envs.wire.protocol import (
+    Reply,
     RequestLimits,
     RequestRefused,
     UnknownAgentError,
     completion,
     without_none,
 )
+from marft_envs.wire.responses import response_object, responses_request
+from marft_envs.wire.routes import model_card, model_list, route_errors
+from marft_envs.wire.streaming import chat_events, response_events, streaming_response
 
 # The HTTP checks are re-exported: they were defined here before marft_envs.wire.http held them.
 __all__ = [
@@ -91,8 +101,11 @@ class EpisodeServer:
         app = Starlette(
             routes=[
                 Route("/episodes/{episode}/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/episodes/{episode}/v1/responses", self._responses, methods=["POST"]),
                 Route("/episodes/{episode}/v1/models", self._models, methods=["GET"]),
-            ]
+                Route("/episodes/{episode}/v1/models/{model:path}", self._model, methods=["GET"]),
+            ],
+            exception_handlers=route_errors(),
         )
         config = uvicorn.Config(
             app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", access_log=False
@@ -165,25 +178,73 @@ class EpisodeServer:
         episode, refused = self._find(request)
         if episode is None:
             return refused
-        data = [
-            {"id": a, "object": "model", "created": 0, "owned_by": "marft"} for a in episode.agents
-        ]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse(model_list(episode.agents))
 
-    async def _chat(self, request: Any) -> Any:
+    async def _model(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
 
         episode, refused = self._find(request)
         if episode is None:
             return refused
+        name = request.path_params["model"]
+        if name not in episode.agents:
+            message = f"model {name!r} is not an agent of this team; the agents are {list(episode.agents)}."
+            return error_response(404, message, "invalid_request_error", "model_not_found")
+        return JSONResponse(model_card(name))
+
+    async def _body(self, request: Any) -> tuple[_Episode | None, Any]:
+        """The request's episode and JSON object body, or (None, the response refusing it)."""
+        episode, refused = self._find(request)
+        if episode is None:
+            return None, refused
         try:
             body = await read_json(request, episode.limits.max_request_bytes)
             if not isinstance(body, dict):
                 raise RequestRefused("the request body must be a JSON object.", status=400)
-            fields = {k: v for k, v in body.items() if k not in ("model", "messages")}
-            messages, tools = check_request(
-                episode.agents, body.get("model"), body.get("messages"), fields, episode.limits
-            )
+        except RequestRefused as err:
+            if err.kind is not None:
+                episode.run.refused(err.kind, str(err))
+            return None, error_response(err.status, str(err), err.error_type, err.code)
+        return episode, body
+
+    async def _chat(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        episode, body = await self._body(request)
+        if episode is None:
+            return body
+        options = body.get("stream_options") or {}
+        skipped = ("model", "messages", "stream", "stream_options")
+        fields = {k: v for k, v in body.items() if k not in skipped}
+        reply = await self._answer(episode, body.get("model"), body.get("messages"), fields)
+        if not isinstance(reply, Reply):
+            return reply
+        data = without_none(asdict(completion(str(body["model"]), reply)))
+        if body.get("stream"):
+            usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            return streaming_response(chat_events(data, usage))
+        return JSONResponse(data)
+
+    async def _responses(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        episode, body = await self._body(request)
+        if episode is None:
+            return body
+        try:
+            call = responses_request(body)
+        except (TypeError, ValueError) as err:
+            return error_response(400, str(err), "invalid_request_error")
+        reply = await self._answer(episode, call.model, call.messages, call.fields)
+        if not isinstance(reply, Reply):
+            return reply
+        data = response_object(str(call.model), reply, call.echo)
+        return streaming_response(response_events(data)) if call.stream else JSONResponse(data)
+
+    async def _answer(self, episode: _Episode, model: Any, messages: Any, fields: Any) -> Any:
+        """The :class:`Reply` to one call of the agent ``model``, or the response refusing it."""
+        try:
+            messages, tools = check_request(episode.agents, model, messages, fields, episode.limits)
         except UnknownAgentError as err:
             return error_response(404, str(err), "invalid_request_error", "model_not_found")
         except RequestRefused as err:
@@ -192,7 +253,7 @@ class EpisodeServer:
             return error_response(err.status, str(err), err.error_type, err.code)
         except (TypeError, ValueError) as err:
             return error_response(400, str(err), "invalid_request_error")
-        agent = str(body["model"])
+        agent = str(model)
         call = CallRecord(agent, messages, next(episode.calls), tools)
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
@@ -211,7 +272,7 @@ class EpisodeServer:
         except RequestRefused as err:
             return error_response(err.status, str(err), err.error_type, err.code)
         episode.counts.add(agent, answer.prompt_tokens, answer.completion_tokens)
-        return JSONResponse(without_none(asdict(completion(agent, answer))))
+        return answer
 
 
 def _settle(future: asyncio.Future[Any], answer: Any) -> None:
