@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from marft_envs.math.grading.forms import drop_spelled_out, number_forms, tex_over
+
 __all__ = [
     "FILLER_PHRASES",
     "UNIT_WORDS",
@@ -120,7 +122,11 @@ _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d
 _MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*(?:\{(\d+)\}|(\d))\s*(?:\{(\d+)\}|(\d))")
 # 1 000, 1\ 000, 12~345: digits grouped by threes with a space are one number (a space between
 # two numbers means nothing else in an answer).
-_SPACE_GROUPS_RE = re.compile(r"(?<![\w.,^_])\d{1,3}(?:(?:\\[ ,;:]|~|\s)\d{3})+(?![\d.]?\d)")
+# Every group after the first has three digits: "1 000 0000" and "12 1 000" are left alone.
+_SEP = r"(?:\\[ ,;:]|~|\s)"
+_SPACE_GROUPS_RE = re.compile(
+    rf"(?<![\w.,^_])(?<!\d\s)(?<!\d~)(?<!\d\\[ ,;:])\d{{1,3}}(?:{_SEP}\d{{3}})+(?![\d.]?\d|{_SEP}\d)"
+)
 # USD 5, EUR 5: a currency code before a number is presentation, like a dollar sign.
 _CURRENCY_CODE_RE = re.compile(r"^\s*(?:USD|US\$|EUR|GBP|JPY|CAD|AUD)\s*(?=[-+]?\.?\d)")
 # An answer that is one number word, alone ("five"), is that number.
@@ -320,6 +326,7 @@ def normalize_answer(text: str) -> str:
         The normalised answer (possibly empty).
     """
     s = text.strip()
+    s = number_forms(s)  # ½, 10², 1'000, 3.9 x 10^2 (marft_envs.math.grading.forms)
     for src, dst in _UNICODE.items():
         s = s.replace(src, dst)
     s = s.replace("\\$", " ").replace("$", " ")
@@ -333,6 +340,7 @@ def normalize_answer(text: str) -> str:
     s = _SPACE_GROUPS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)
     s = _CURRENCY_CODE_RE.sub("", s)
     s = _SPACING_RE.sub(" ", s)
+    s = tex_over(s)  # {1 \\over 2}
     while True:  # \text{\text{}} is empty too once the inner block is gone
         s, dropped = _EMPTY_TEXT_RE.subn(" ", s)
         if not dropped:
@@ -351,7 +359,7 @@ def normalize_answer(text: str) -> str:
     s = _PERCENT_RE.sub(" ", s)
     s = _BASE_SUBSCRIPT_RE.sub(_base_numeral, s)
     s = _LEADING_ZERO_RE.sub(r"0.\1", s)
-    s = strip_text_units(s)
+    s = drop_spelled_out(strip_text_units(s))  # 5 (five)
     s = re.sub(r"\s+", " ", s).strip()
     # Spaces inside brackets never matter; a space after a comma is kept because "1, 500" reads
     # as a list where "1,500" reads as fifteen hundred.
