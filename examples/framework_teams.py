@@ -10,6 +10,9 @@ reward: success minus 0.02 per call), three times more, as the frameworks' users
 
 - ``helpdesk-langgraph-v0``: a LangGraph graph whose nodes call ``ChatOpenAI``;
 - ``helpdesk-agents-sdk-v0``: OpenAI Agents SDK agents run one after the other by ``Runner``;
+- ``helpdesk-responses-v0``: the same hand-off with the Agents SDK as it comes (its default model,
+  ``OpenAIResponsesModel``, which calls ``/v1/responses``), the math specialist with a
+  ``calculate`` function tool;
 - ``helpdesk-handoff-v0``: an Agents SDK triage agent that *hands off* to the specialist, with the
   SDK's handoff tools (``transfer_to_math``, ``transfer_to_writer``). The planner's reply is parsed
   into tool calls (``<tool_call>`` blocks); a reply that hands off to no one, or to a tool that
@@ -172,6 +175,83 @@ async def agents_sdk_handoff_team(task: dict[str, Any], client: Any) -> dict[str
     }
 
 
+def calculate_expression(expression: str) -> str:
+    """The value of an arithmetic expression (numbers, + - * / ** and brackets), as text."""
+    import ast
+    import operator
+
+    operations = {
+        ast.Add: operator.add,
+        ast.Sub: operator.sub,
+        ast.Mult: operator.mul,
+        ast.Div: operator.truediv,
+        ast.Pow: operator.pow,
+        ast.USub: operator.neg,
+    }
+
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in operations:
+            if isinstance(node.op, ast.Pow) and abs(value(node.right)) > 64:
+                raise ValueError("exponent too large")
+            return operations[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in operations:
+            return operations[type(node.op)](value(node.operand))
+        raise ValueError(f"not arithmetic: {ast.dump(node)[:40]}")
+
+    try:
+        return str(value(ast.parse(expression, mode="eval").body))
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError) as err:
+        return f"error: {err}"
+
+
+async def agents_sdk_responses_team(task: dict[str, Any], client: Any) -> dict[str, float]:
+    """The hand-off help desk with the Agents SDK in its default configuration: agents name their
+    model by the agent's name, and the run's provider is the SDK's own ``OpenAIProvider`` on the
+    episode's URL, so every call goes through the Responses API. The math specialist may call
+    ``calculate``."""
+    from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+    from agents.exceptions import AgentsException
+    from agents.models.openai_provider import OpenAIProvider
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    api = AsyncOpenAI(base_url=str(client.base_url), api_key="marft", max_retries=0)
+    config = RunConfig(model_provider=OpenAIProvider(openai_client=api))
+
+    @function_tool
+    def calculate(expression: str) -> str:
+        """Evaluate an arithmetic expression such as (3 + 4) * 2."""
+        return calculate_expression(expression)
+
+    math = Agent(
+        name="math",
+        instructions=SPECIALISTS["math"],
+        model="math",
+        tools=[calculate],
+        handoff_description="Computes the answer to a calculation.",
+    )
+    writer = Agent(
+        name="writer",
+        instructions=SPECIALISTS["writer"],
+        model="writer",
+        handoff_description="Answers requests that are not calculations.",
+    )
+    triage = Agent(name="planner", instructions=TRIAGE, model="planner", handoffs=[math, writer])
+    try:
+        result = await Runner.run(triage, task["request"], max_turns=4, run_config=config)
+    except AgentsException:  # a tool that does not exist, or no end in four turns
+        return {"success": 0.0, "handoff": 0.0, "cost": -0.02 * sum(client.counts.calls.values())}
+    handed_to = result.last_agent.name
+    answer = str(result.final_output) if handed_to != "planner" else ""
+    return {
+        "success": float(bool(answer) and grade_answer(answer, task["answer"])),
+        "handoff": float(handed_to != "planner"),
+        "cost": -0.02 * sum(client.counts.calls.values()),
+    }
+
+
 for env_id, program, framework, extra in (
     ("helpdesk-langgraph-v0", langgraph_team, "LangGraph", {}),
     ("helpdesk-agents-sdk-v0", agents_sdk_team, "OpenAI Agents SDK", {}),
@@ -179,6 +259,12 @@ for env_id, program, framework, extra in (
         "helpdesk-handoff-v0",
         agents_sdk_handoff_team,
         "OpenAI Agents SDK and its handoffs",
+        {"tool_prompt": "hermes", "reward_weights": {"handoff": 0.0}},
+    ),
+    (
+        "helpdesk-responses-v0",
+        agents_sdk_responses_team,
+        "OpenAI Agents SDK in its default configuration (the Responses API), a tool and handoffs",
         {"tool_prompt": "hermes", "reward_weights": {"handoff": 0.0}},
     ),
 ):
