@@ -64,8 +64,8 @@ def copy_env(env: AECEnv) -> AECEnv:
     if isinstance(base, ProgramEnv):
         raise EnvNotCopyable(
             f"branch cannot copy {name}: an agent program's state lives in its running code, so "
-            f"it branches by replaying the program, which is not supported yet. Train it without "
-            f"branch."
+            f"it branches by replaying the program (ReplayBranchingCollector in "
+            f"marft_algos.rollout.replay_branching, which the trainers pick for program envs)."
         )
     clone = getattr(base, "clone", None)
     try:
@@ -135,6 +135,10 @@ class BranchingCollector(RolloutCollector):
                 f"branch names agent(s) {missing} that the env does not have; its agents are "
                 f"{list(self.envs[0].possible_agents)}."
             )
+        self._check_copies()
+
+    def _check_copies(self) -> None:
+        """Refuse an env that cannot be copied (checked once, on a reset copy)."""
         probe = copy_env(self.envs[0])
         probe.reset(seed=0)
         copy_env(probe)  # the state the branch points will copy: after a reset

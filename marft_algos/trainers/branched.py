@@ -29,8 +29,8 @@ from marft_algos.common.branching import (
     tree_values,
 )
 from marft_algos.rollout.branch_settings import branch_levels, episodes_per_tree
-from marft_algos.rollout.branching import BranchingCollector
 from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
+from marft_algos.rollout.replay_branching import branching_around
 
 __all__ = [
     "BranchCollecting",
@@ -195,7 +195,8 @@ class BranchCollecting:
         super().__init__(*args, **kwargs)
         c = self.config
         if c.branch is not None:
-            self.collector = BranchingCollector.around(self.collector, c.branch)
+            make_env = getattr(self, "env_fn", None)  # agent programs replay in more copies
+            self.collector = branching_around(self.collector, c.branch, make_env)
             generations = getattr(c, "num_generations", 1)
             logger.info(describe_branching(c.branch, generations, c.episodes_per_iteration))
 
