@@ -21,31 +21,37 @@ register(
     "marft_envs.toy.dispatch:DispatchEnv",
     description="Orchestrator routes a request to the calculator or the speller (dynamic D).",
 )
+register(
+    "choice-team-v0",
+    "marft_envs.choice.env:ChoiceEnv",
+    description="Planner picks +, - or \\times for a request in words; only the right one lets the "
+    "graded solver compute the answer.",
+)
 
 # --- math teams (paper §5): built-in problems by default; dataset=... loads MATH/GSM8K/tables --
 # Earlier versions' graders paid some wrong answers (see marft_envs/math/env.py); they are not kept,
-# since a copy would keep the holes. make("math-dual-v0") ... make("math-dual-v4") still make an
-# env, as in gymnasium: math-dual-v5, with a warning that says so.
+# since a copy would keep the holes. make("math-dual-v0") ... make("math-dual-v5") still make an
+# env, as in gymnasium: math-dual-v6, with a warning that says so.
 register(
-    "math-single-v5",
+    "math-single-v6",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor solves a math problem; reward 1 for an equivalent \\boxed{} answer.",
 )
 register(
-    "math-dual-v5",
+    "math-dual-v6",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual"},
     description="Reasoner -> actor (the paper's dual team); the actor's \\boxed{} answer is graded.",
 )
 register(
-    "math-trio-v5",
+    "math-trio-v6",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "trio"},
     description="Reasoner -> actor -> verifier; the verifier's \\boxed{} answer is graded.",
 )
 register(
-    "math-dual-retry-v5",
+    "math-dual-retry-v6",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual team with up to 3 attempts; wrong answers come back as feedback.",
@@ -88,26 +94,38 @@ GRADER_FIX_V5 = (
     "problem to the grader, which refuses a computation only when it restates the problem "
     "(6 \\times 8 - 9 for 'Compute 6 \\times 8 - 9.'), and the old graders are not kept."
 )
+#: What the grader of v6 changed, for every env that grades math answers.
+GRADER_FIX_V6 = (
+    "its grader refused right answers written in edge forms: vulgar fractions (½, 1½), digits grouped by apostrophes (1'000), a number "
+    "followed by its words (5 (five)), TeX's {1 \\over 2} and {n \\choose k}, and scientific "
+    "notation with x, * or a superscript exponent (3.9 x 10^2). The newest version has the same "
+    "prompts and data; no wrong answer is paid (5 (six), 1'00 and 1 000 0000 stay unreadable), "
+    "and the old graders are not kept."
+)
+_V6 = f"; then, {GRADER_FIX_V6}"
 for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
+    deprecate(f"{_name}-v5", f"{_name}-v6", GRADER_FIX_V6)
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v5",
+        f"{_name}-v6",
         f"{_GRADER_FIX_V1[:-1]}; later, {GRADER_FIX_V2[:-1]}; later still, {GRADER_FIX_V3[:-1]}; "
-        f"then, {GRADER_FIX_V4[:-1]}; last, {GRADER_FIX_V5}",
+        f"then, {GRADER_FIX_V4[:-1]}; last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v1",
-        f"{_name}-v5",
+        f"{_name}-v6",
         f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
-        f"last, {GRADER_FIX_V5}",
+        f"last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v2",
-        f"{_name}-v5",
-        f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; later still, {GRADER_FIX_V5}",
+        f"{_name}-v6",
+        f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; later still, {GRADER_FIX_V5[:-1]}{_V6}",
     )
-    deprecate(f"{_name}-v3", f"{_name}-v5", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5}")
-    deprecate(f"{_name}-v4", f"{_name}-v5", GRADER_FIX_V5)
+    deprecate(
+        f"{_name}-v3", f"{_name}-v6", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5[:-1]}{_V6}"
+    )
+    deprecate(f"{_name}-v4", f"{_name}-v6", GRADER_FIX_V5[:-1] + _V6)
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.sandbox.runner) -----
 register(
@@ -188,13 +206,13 @@ for _name in ("planpath-single", "planpath-dual"):
 
 # --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
 register(
-    "tool-math-single-v5",
+    "tool-math-single-v6",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
 )
 register(
-    "tool-math-dual-v5",
+    "tool-math-dual-v6",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
@@ -208,51 +226,57 @@ _TOOL_SANDBOX_FIX_V4 = (
     "refused, and no host path reaches the output."
 )
 for _name in ("tool-math-single", "tool-math-dual"):
+    deprecate(f"{_name}-v5", f"{_name}-v6", GRADER_FIX_V6)
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v5",
+        f"{_name}-v6",
         f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
-        f"then, {_TOOL_SANDBOX_FIX_V4[:-1]}; last, {GRADER_FIX_V5}",
+        f"then, {_TOOL_SANDBOX_FIX_V4[:-1]}; last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v1",
-        f"{_name}-v5",
+        f"{_name}-v6",
         f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; then, {_TOOL_SANDBOX_FIX_V4[:-1]}; "
-        f"last, {GRADER_FIX_V5}",
+        f"last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v2",
-        f"{_name}-v5",
+        f"{_name}-v6",
         f"{GRADER_FIX_V4[:-1]}; and {_TIMEOUT_WORDS[:-1]}; later, {_TOOL_SANDBOX_FIX_V4[:-1]}; "
-        f"last, {GRADER_FIX_V5}",
+        f"last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
-    deprecate(f"{_name}-v3", f"{_name}-v5", f"{_TOOL_SANDBOX_FIX_V4[:-1]}; later, {GRADER_FIX_V5}")
-    deprecate(f"{_name}-v4", f"{_name}-v5", GRADER_FIX_V5)
+    deprecate(
+        f"{_name}-v3",
+        f"{_name}-v6",
+        f"{_TOOL_SANDBOX_FIX_V4[:-1]}; later, {GRADER_FIX_V5[:-1]}{_V6}",
+    )
+    deprecate(f"{_name}-v4", f"{_name}-v6", GRADER_FIX_V5[:-1] + _V6)
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(
-    "debate-v5",
+    "debate-v6",
     "marft_envs.debate.env:DebateEnv",
     kwargs={"profiles": "debate"},
     description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
 )
-deprecate("debate-v4", "debate-v5", GRADER_FIX_V5)
-deprecate("debate-v3", "debate-v5", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5}")
+deprecate("debate-v5", "debate-v6", GRADER_FIX_V6)
+deprecate("debate-v4", "debate-v6", GRADER_FIX_V5[:-1] + _V6)
+deprecate("debate-v3", "debate-v6", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5[:-1]}{_V6}")
 deprecate(
     "debate-v2",
-    "debate-v5",
-    f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; later still, {GRADER_FIX_V5}",
+    "debate-v6",
+    f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; later still, {GRADER_FIX_V5[:-1]}{_V6}",
 )
 deprecate(
     "debate-v1",
-    "debate-v5",
+    "debate-v6",
     f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
-    f"last, {GRADER_FIX_V5}",
+    f"last, {GRADER_FIX_V5[:-1]}{_V6}",
 )
 deprecate(
     "debate-v0",
-    "debate-v5",
+    "debate-v6",
     "v0 paid only the final round's agents; later versions also pay a solver idle in the final "
     f"round (pass credit_scope='round' for v0's rule). Also, {GRADER_FIX_V2[:-1]}; later, "
-    f"{GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; last, {GRADER_FIX_V5}",
+    f"{GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; last, {GRADER_FIX_V5[:-1]}{_V6}",
 )

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 class TrainArguments:
     """What to train, on what, and where: the settings outside the trainer's config."""
 
-    env: str = "math-dual-v5"
+    env: str = "math-dual-v6"
     """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
     algo: str = "action-marft"
     """Training algorithm (the choices: every registered trainer)."""

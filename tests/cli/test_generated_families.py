@@ -18,7 +18,7 @@ FAMILY_IDS = [
     "planpath-dual-v1",
 ]
 #: Families whose problems come from the math data family (--dataset as for math envs).
-MATH_DATA_IDS = ["tool-math-single-v5", "tool-math-dual-v5", "debate-v5"]
+MATH_DATA_IDS = ["tool-math-single-v6", "tool-math-dual-v6", "debate-v6"]
 REAL = [
     *["--iterations", "1", "--max-new-tokens", "4", "--eval-episodes", "2"],
     *["--episodes-per-iteration", "2", "--rollout-threads", "2", "--eval-every", "1"],
@@ -50,7 +50,7 @@ def test_trains_one_iteration_with_the_builtin_model(env_id, tiny_path, tmp_path
 #: With the real model in the fast suite: rounds of messages between agents (debate). The other
 #: families and the single-agent ids run with -m slow, to keep the suite within its time budget;
 #: every id trains with the built-in model above.
-REAL_FAST = {"debate-v5"}
+REAL_FAST = {"debate-v6"}
 
 
 @pytest.mark.parametrize(
@@ -96,9 +96,9 @@ def test_marft_envs_lists_the_new_ids_with_their_dependency_functions():
         "sudoku-dual-v1": (["planner", "executor"], "Chain"),
         "planpath-single-v1": (["navigator"], "Chain"),
         "planpath-dual-v1": (["planner", "executor"], "Chain"),
-        "tool-math-single-v5": (["actor"], "Chain"),
-        "tool-math-dual-v5": (["caller", "answerer"], "ToolRouter"),
-        "debate-v5": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
+        "tool-math-single-v6": (["actor"], "Chain"),
+        "tool-math-dual-v6": (["caller", "answerer"], "ToolRouter"),
+        "debate-v6": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
     }
     for env_id, (agents, dependency) in expected.items():
         assert "error" not in rows[env_id], rows[env_id]

@@ -182,18 +182,19 @@ def test_installed_plugins_register_through_the_entry_point_group(monkeypatch, s
 
 @pytest.mark.parametrize("name", ["math-single", "math-dual", "math-trio", "math-dual-retry"])
 @pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3", "v4"])
-def test_out_of_date_math_ids_still_make_with_a_warning_naming_v5_and_what_changed(name, old):
+def test_out_of_date_math_ids_still_make_with_a_warning_naming_v6_and_what_changed(name, old):
     # Gymnasium's convention: an old version makes, and warns with the newest one.
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v5'.*"
+        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v6'.*"
         rf"What changed: its grader .*refused right answers.*2\^\{{10\}} for 1024.*"
         rf"refuses a computation only when it restates the problem.*"
-        rf"make\('{name}-{old}'\) now builds '{name}-v5'",
+        rf"refused right answers written in edge forms.*"
+        rf"make\('{name}-{old}'\) now builds '{name}-v6'",
     ):
         env = marft_envs.make(f"{name}-{old}")
-    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v5")  # what was built, recorded as such
-    assert marft_envs.spec(f"{name}-v5").kwargs["profiles"] in ("single", "dual", "trio")
+    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v6")  # what was built, recorded as such
+    assert marft_envs.spec(f"{name}-v6").kwargs["profiles"] in ("single", "dual", "trio")
     assert f"{name}-{old}" not in marft_envs.registry  # listed once, under its newest id
 
 
@@ -217,16 +218,16 @@ def test_ids_older_than_v3_also_name_v3s_fix(old):
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("tool-math-single-v0", "tool-math-single-v5"),
-        ("tool-math-single-v1", "tool-math-single-v5"),
-        ("tool-math-single-v2", "tool-math-single-v5"),
-        ("tool-math-dual-v0", "tool-math-dual-v5"),
-        ("tool-math-dual-v1", "tool-math-dual-v5"),
-        ("tool-math-dual-v2", "tool-math-dual-v5"),
-        ("debate-v0", "debate-v5"),
-        ("debate-v1", "debate-v5"),
-        ("debate-v2", "debate-v5"),
-        ("debate-v3", "debate-v5"),
+        ("tool-math-single-v0", "tool-math-single-v6"),
+        ("tool-math-single-v1", "tool-math-single-v6"),
+        ("tool-math-single-v2", "tool-math-single-v6"),
+        ("tool-math-dual-v0", "tool-math-dual-v6"),
+        ("tool-math-dual-v1", "tool-math-dual-v6"),
+        ("tool-math-dual-v2", "tool-math-dual-v6"),
+        ("debate-v0", "debate-v6"),
+        ("debate-v1", "debate-v6"),
+        ("debate-v2", "debate-v6"),
+        ("debate-v3", "debate-v6"),
     ],
 )
 def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old, new):
@@ -240,24 +241,47 @@ def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old
 
 
 @pytest.mark.parametrize("old", ["tool-math-single-v4", "tool-math-dual-v4", "debate-v4"])
-def test_the_v4_ids_of_tool_math_and_debate_name_the_fix_of_v5(old):
-    new = old[:-1] + "5"
+def test_the_v4_ids_of_tool_math_and_debate_name_the_fixes_of_v5_and_v6(old):
+    new = old[:-1] + "6"
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"newest version is '{new}'.*3\\frac12 as 3/2.*restates the problem",
+        match=rf"newest version is '{new}'.*3\\frac12 as 3/2.*restates the problem.*edge forms",
     ):
         env = marft_envs.make(old)
     assert env.unwrapped.spec == marft_envs.spec(new)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "math-single",
+        "math-dual",
+        "math-trio",
+        "math-dual-retry",
+        "tool-math-single",
+        "tool-math-dual",
+        "debate",
+    ],
+)
+def test_the_v5_ids_make_v6_and_name_the_edge_forms_of_its_grader(name):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning,
+        match=rf"newest version is '{name}-v6'.*edge forms: vulgar fractions \(½, 1½\).*1'000"
+        r".*5 \(five\).*no wrong answer is paid",
+    ):
+        env = marft_envs.make(f"{name}-v5")
+    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v6")
+    assert f"{name}-v5" not in marft_envs.registry
 
 
 @pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3"])
 def test_tool_math_ids_name_the_sandbox_fix_of_v4(old):
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=r"newest version is 'tool-math-dual-v5'.*killed by signal 9.*no host path",
+        match=r"newest version is 'tool-math-dual-v6'.*killed by signal 9.*no host path",
     ):
         env = marft_envs.make(f"tool-math-dual-{old}")
-    assert env.unwrapped.spec == marft_envs.spec("tool-math-dual-v5")
+    assert env.unwrapped.spec == marft_envs.spec("tool-math-dual-v6")
 
 
 def test_the_design_cards_first_line_makes_an_env_that_passes_the_api_test():

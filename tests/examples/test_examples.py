@@ -94,14 +94,14 @@ SLOW = pytest.mark.slow
 @pytest.mark.parametrize(
     ("algo", "env", "extra"),
     [
-        ("action-marft", "math-dual-v5", []),
-        pytest.param("token-marft", "math-dual-v5", [], marks=SLOW),
-        pytest.param("ppo", "math-single-v5", ["--level", "token"], marks=SLOW),
-        ("grpo", "math-dual-v5", ["--num-generations", "2"]),
+        ("action-marft", "math-dual-v6", []),
+        pytest.param("token-marft", "math-dual-v6", [], marks=SLOW),
+        pytest.param("ppo", "math-single-v6", ["--level", "token"], marks=SLOW),
+        ("grpo", "math-dual-v6", ["--num-generations", "2"]),
         pytest.param(
-            "rloo", "math-dual-v5", ["--num-generations", "2", "--level", "token"], marks=SLOW
+            "rloo", "math-dual-v6", ["--num-generations", "2", "--level", "token"], marks=SLOW
         ),
-        pytest.param("reinforce-pp", "math-dual-v5", [], marks=SLOW),
+        pytest.param("reinforce-pp", "math-dual-v6", [], marks=SLOW),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
@@ -150,12 +150,12 @@ def test_stop_resume_and_evaluate(model_path, tmp_path):
 
 def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     out = tmp_path / "single"
-    run_once("train_math.py", model_path, out, "--env", "math-single-v5")
+    run_once("train_math.py", model_path, out, "--env", "math-single-v6")
     result = launch(
         str(ROOT / "examples" / "evaluate.py"),
         str(out / "checkpoint-1"),
         "--env",
-        "math-dual-v5",
+        "math-dual-v6",
         "--episodes",
         "2",
     )

@@ -228,13 +228,13 @@ def play(env_id: str, problem: MathProblem, answer: str) -> float:
 
 
 GRADED_ENVS = [
-    "math-single-v5",
-    "math-dual-v5",
-    "math-trio-v5",
-    "math-dual-retry-v5",
-    "tool-math-single-v5",
-    "tool-math-dual-v5",
-    "debate-v5",
+    "math-single-v6",
+    "math-dual-v6",
+    "math-trio-v6",
+    "math-dual-retry-v6",
+    "tool-math-single-v6",
+    "tool-math-dual-v6",
+    "debate-v6",
 ]
 
 
