@@ -50,6 +50,11 @@ def summarize(console: Any, evals: list[dict[str, Any]], config: Any) -> dict[st
     parts = sorted({k for r in evals for k in r if k.startswith("eval/reward/")})
     for key in parts:
         table.add_column(key.removeprefix("eval/"), justify="right")
+    # Agent programs: the mean return of the finished episodes, and the failed ones beside it.
+    failures = any("eval/episodes_failed" in r for r in evals)
+    if failures:
+        table.add_column("reward_mean (finished)", justify="right")
+        table.add_column("failed", justify="right")
 
     def cell(record: dict[str, Any], prefix: str) -> str:
         value = record.get(f"{prefix}/accuracy")
@@ -62,6 +67,9 @@ def summarize(console: Any, evals: list[dict[str, Any]], config: Any) -> dict[st
         if sampled:
             row.append(cell(r, "eval_sampled"))
         row += [f"{r[k]:.3f}" if isinstance(r.get(k), int | float) else "" for k in parts]
+        if failures:
+            reward = r.get("eval/reward_mean")
+            row += [f"{reward:.3f}" if isinstance(reward, int | float) else "", _failed_cell(r)]
         table.add_row(*row)
     console.print(table)
     paired: dict[str, Any] = {}
@@ -82,6 +90,18 @@ def summarize(console: Any, evals: list[dict[str, Any]], config: Any) -> dict[st
                     paired[prefix] = comparison.as_dict(prefix)
                     console.print(f"  same episodes: {format_paired(comparison)}")
     return paired
+
+
+def _failed_cell(record: dict[str, Any]) -> str:
+    """``3 of 40 (Timeout 2, ValueError 1)``: the evaluation's failed episodes by kind."""
+    failed, n = record.get("eval/program_errors"), record.get("eval/episodes")
+    if not isinstance(failed, int | float) or not isinstance(n, int | float):
+        return ""
+    kinds = [
+        (k.rsplit("/", 1)[1], v) for k, v in record.items() if k.startswith("eval/program_errors/")
+    ]
+    detail = ", ".join(f"{kind} {count:g}" for kind, count in sorted(kinds, key=lambda kv: -kv[1]))
+    return f"{failed:g} of {n:g}" + (f" ({detail})" if detail else "")
 
 
 def show_samples(console: Any, output_dir: str, count: int) -> None:

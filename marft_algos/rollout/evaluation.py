@@ -18,6 +18,7 @@ import torch
 
 from marft_algos.protocols import GenerationSettings, Messages
 from marft_algos.rollout.collector import Episode, EpisodeRequest, RolloutCollector
+from marft_algos.rollout.failures import failure_kind, failure_metrics, finished_episodes
 
 __all__ = [
     "EVAL_SEED_OFFSET",
@@ -49,7 +50,10 @@ def evaluation_requests(collector: RolloutCollector, num_episodes: int) -> list[
 
 
 def episode_correct(episode: Episode) -> bool:
-    """Whether the team succeeded: the final round's ``info["correct"]``, else a positive return."""
+    """Whether the team succeeded: never for a failed episode (whatever it was paid), else the
+    final round's ``info["correct"]``, else a positive return."""
+    if failure_kind(episode) is not None:
+        return False
     if "correct" in episode.info:
         return bool(episode.info["correct"])
     return episode.team_return > 0
@@ -93,7 +97,10 @@ def format_change(before: float, n_before: int | None, after: float, n_after: in
 
 
 def no_signal_reason(
-    reward_range: tuple[float, float], metrics: Mapping[str, Any], iteration: int
+    reward_range: tuple[float, float],
+    metrics: Mapping[str, Any],
+    iteration: int,
+    episodes: int | None = None,
 ) -> str | None:
     """Why an iteration has nothing to learn from, or None when its rewards carry a signal.
 
@@ -102,8 +109,10 @@ def no_signal_reason(
         metrics: The iteration's metrics (``rollout/zero_std_fraction`` from GRPO,
             ``rollout/episodes``).
         iteration: The iteration's number, for the message.
+        episodes: The episodes whose rewards were considered (default ``rollout/episodes``;
+            fewer when failed episodes were left out of the update).
     """
-    n = metrics.get("rollout/episodes")
+    n = metrics.get("rollout/episodes") if episodes is None else episodes
     count = "" if n is None else f"{n} "  # "of its 96 episodes", "of all 96 episodes"
     if metrics.get("rollout/zero_std_fraction") == 1.0:
         why = (
@@ -176,8 +185,10 @@ def unpaid_agents_reason(
 
 
 def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:
-    """Accuracy overall (with its episode count and binomial standard error) and per graded
-    agent, mean team return and action length."""
+    """Accuracy overall (with its episode count and binomial standard error; a failed episode
+    counts as wrong) and per graded agent, mean team return over the finished episodes (absent
+    when none finished), the failures (:func:`~marft_algos.rollout.failures.failure_metrics`) and
+    action length."""
     if not episodes:
         return {}
     n = len(episodes)
@@ -186,8 +197,10 @@ def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, An
         f"{prefix}/accuracy": accuracy,
         f"{prefix}/accuracy_se": standard_error(accuracy, n),
         f"{prefix}/episodes": n,
-        f"{prefix}/reward_mean": sum(e.team_return for e in episodes) / n,
     }
+    finished = finished_episodes(episodes)
+    if finished:
+        metrics[f"{prefix}/reward_mean"] = sum(e.team_return for e in finished) / len(finished)
     per_agent: dict[str, list[bool]] = {}
     for e in episodes:
         for agent, ok in e.info.get("graded", {}).items():
@@ -209,8 +222,8 @@ def summarize_episodes(episodes: Sequence[Episode], prefix: str) -> dict[str, An
 
 
 def agent_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
-    """Per agent: reward received per episode, generated tokens per decision, share of its
-    decisions cut at the token cap, and model calls (decisions) per episode."""
+    """Per agent: reward received per finished episode, generated tokens per decision, share of
+    its decisions cut at the token cap, and model calls (decisions) per episode."""
     n = len(episodes)
     if not n:
         return {}
@@ -218,10 +231,12 @@ def agent_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
     for e in episodes:
         for d in e.decisions:
             rows.setdefault(d.agent, []).append(d)
-    received = {a: sum(e.agent_returns.get(a, 0.0) for e in episodes) / n for a in rows}
+    finished = finished_episodes(episodes)
     metrics: dict[str, float] = {}
     for agent, decisions in sorted(rows.items()):
-        metrics[f"{prefix}/reward_mean/{agent}"] = received[agent]
+        if finished:
+            received = sum(e.agent_returns.get(agent, 0.0) for e in finished)
+            metrics[f"{prefix}/reward_mean/{agent}"] = received / len(finished)
         metrics[f"{prefix}/action_tokens_mean/{agent}"] = sum(
             len(d.action_ids) for d in decisions
         ) / len(decisions)
@@ -233,7 +248,9 @@ def agent_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
 
 
 #: Final-info keys that have metrics of their own (not aggregated as counters).
-_OWN_METRICS = frozenset({"correct", "graded", "reward_parts", "calls", "program_error"})
+_OWN_METRICS = frozenset(
+    {"correct", "graded", "reward_parts", "calls", "program_error", "program_failure", "drop"}
+)
 
 
 def _info_counters(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
@@ -251,20 +268,20 @@ def _info_counters(episodes: Sequence[Episode], prefix: str) -> dict[str, float]
 
 
 def _program_metrics(episodes: Sequence[Episode], prefix: str) -> dict[str, Any]:
-    """Named reward parts (mean per episode), model calls per agent and program errors, for envs
-    that report them (agent programs: ``info["reward_parts"]``, ``info["calls"]``)."""
+    """Named reward parts (mean per finished episode), model calls per agent and failures, for
+    envs that report them (agent programs: ``info["reward_parts"]``, ``info["calls"]``)."""
     n = len(episodes)
     metrics: dict[str, Any] = {}
-    parts = sorted({k for e in episodes for k in e.info.get("reward_parts", {})})
+    finished = finished_episodes(episodes)
+    parts = sorted({k for e in finished for k in e.info.get("reward_parts", {})})
     for part in parts:
-        total = sum(e.info.get("reward_parts", {}).get(part, 0.0) for e in episodes)
-        metrics[f"{prefix}/reward/{part}"] = total / n
-    if any("calls" in e.info or "program_error" in e.info for e in episodes):
-        agents = sorted({a for e in episodes for a in e.info.get("calls", {})})
-        for agent in agents:
-            calls = sum(e.info.get("calls", {}).get(agent, 0) for e in episodes)
-            metrics[f"{prefix}/calls/{agent}"] = calls / n
-        metrics[f"{prefix}/program_errors"] = sum("program_error" in e.info for e in episodes)
+        total = sum(e.info.get("reward_parts", {}).get(part, 0.0) for e in finished)
+        metrics[f"{prefix}/reward/{part}"] = total / len(finished)
+    agents = sorted({a for e in episodes for a in e.info.get("calls", {})})
+    for agent in agents:
+        calls = sum(e.info.get("calls", {}).get(agent, 0) for e in episodes)
+        metrics[f"{prefix}/calls/{agent}"] = calls / n
+    metrics.update(failure_metrics(episodes, prefix))
     return metrics
 
 

@@ -26,21 +26,23 @@ logger = logging.getLogger(__name__)
 METRICS: dict[str, str] = {
     "iteration": "the iteration the record follows (0: the evaluation before training)",
     "iteration_kind": "`initial_eval` on the record of the evaluation before training",
-    "rollout/episodes": "episodes the iteration trained on (every process's)",
-    "rollout/reward_mean": "mean team return (the sum of the round rewards) of those episodes",
-    "rollout/accuracy": "share of those episodes the team solved",
+    "rollout/episodes": "episodes the iteration ran (every process's), failed ones included",
+    "rollout/reward_mean": "mean team return (the sum of the round rewards) of those episodes "
+    "that finished (failed ones, `rollout/episodes_failed`, are left out; absent when none "
+    "finished)",
+    "rollout/accuracy": "share of those episodes the team solved (a failed one counts as wrong)",
     "rollout/accuracy_se": "binomial standard error of `rollout/accuracy`, √(p(1−p)/n)",
     "rollout/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
     "rollout/action_tokens_mean": "generated tokens per decision, mean over the decisions",
     "rollout/action_cut_fraction": "share of decisions cut at their token cap (`max_new_tokens`)",
     "rollout/reward_mean/<agent>": "reward the agent received per episode (the sum of its "
-    "decisions' rewards), mean over those episodes",
+    "decisions' rewards), mean over the finished episodes",
     "rollout/action_tokens_mean/<agent>": "the agent's generated tokens per decision",
     "rollout/action_cut_fraction/<agent>": "share of the agent's decisions cut at their token cap",
     "rollout/info/<name>": "mean of the numeric or boolean value `info[<name>]` of the episodes' "
     "final info, over the episodes that report it (an env's own counters)",
     "rollout/reward/<name>": 'mean of the named reward part (`info["reward_parts"]` of an env or '
-    "agent program; a program's before its weight) over those episodes",
+    "agent program; a program's before its weight) over the finished episodes",
     "rollout/prefill_tokens": "prompt tokens the rollouts ran through the model (the policy's own "
     "generation; absent when a vLLM engine or an asynchronous worker generated)",
     "rollout/prefill_tokens_saved": "prompt tokens of the rollouts' calls not run: repeated "
@@ -51,7 +53,12 @@ METRICS: dict[str, str] = {
     "train/prompt_tokens_saved": "prompt tokens of the update's rows not run: repeated prompts "
     "and beginnings shared within a chunk (`shared_prefix_tokens`)",
     "rollout/calls/<agent>": "the agent's model calls (decisions) per episode",
-    "rollout/program_errors": "agent programs: episodes whose program raised, returned no reward, timed out or passed a bound",
+    "rollout/episodes_failed": "agent programs: share of the iteration's episodes that failed "
+    "(the program raised, returned no finite reward, timed out, passed a bound or used up "
+    "`max_calls`)",
+    "rollout/program_errors": "agent programs: how many episodes failed (as `rollout/episodes_failed`)",
+    "rollout/program_errors/<name>": "agent programs: how many failed of the kind `<name>` "
+    "(`Timeout`, `ValueError`, `PromptTooLong`, `max_calls`, ...)",
     "rollout/episodes_dropped": "failed episodes left out of the update (agent programs' on_error='drop'; transcripts in program_errors.jsonl)",
     "rollout/nothing_to_learn": "1 when the rewards carry no signal (every critic-free group "
     "flat, or every decision rewarded alike); a warning says so",
@@ -84,12 +91,16 @@ METRICS: dict[str, str] = {
     "rollout/logprob_mismatch_max/<agent>": "as `rollout/logprob_mismatch_max`, the agent's tokens",
     "eval/episodes": "held-out episodes of the greedy evaluation (before training, every "
     "`eval_every`, at the end)",
-    "eval/reward_mean": "mean team return of those episodes",
-    "eval/accuracy": "share of those episodes the team solved",
+    "eval/reward_mean": "mean team return of those episodes that finished (failed ones left out)",
+    "eval/accuracy": "share of those episodes the team solved (a failed one counts as wrong)",
     "eval/accuracy_se": "binomial standard error of `eval/accuracy`, √(p(1−p)/n)",
     "eval/reward/<name>": "as `rollout/reward/<name>`, on the held-out episodes",
     "eval/calls/<agent>": "as `rollout/calls/<agent>`, on the held-out episodes",
+    "eval/episodes_failed": "agent programs: as `rollout/episodes_failed`, on the held-out "
+    "episodes (each has a console line and its transcript in program_errors.jsonl)",
     "eval/program_errors": "agent programs: as `rollout/program_errors`, on the held-out episodes",
+    "eval/program_errors/<name>": "agent programs: as `rollout/program_errors/<name>`, on the "
+    "held-out episodes",
     "eval/accuracy/<agent>": "share of those episodes in which the agent's graded answer was right",
     "eval/action_tokens_mean": "generated tokens per decision of those episodes",
     "eval/action_cut_fraction": "share of their decisions cut at the token cap",

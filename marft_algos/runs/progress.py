@@ -269,7 +269,7 @@ class TrainingProgress:
             self._started = self._clock()
             self._eval_since_start = 0.0
         eta = self.eta_seconds()
-        timing = ""
+        timing = _failed(metrics)
         if advance and math.isfinite(self._rollout_rate):
             timing += f" | rollout {self._rollout_rate:.0f} tokens/s"
         timing += _split(metrics) if advance else ""
@@ -291,6 +291,27 @@ class TrainingProgress:
             n = metrics.get(key.rsplit("/", 1)[0] + "/episodes")
             return f"{name}={format_accuracy(value, n if isinstance(n, int) else None)}"
         return f"{name}={value:.3f}"
+
+
+def _failed(metrics: Mapping[str, Any]) -> str:
+    """`` | failed: rollout 12 of 64 (Timeout 9, ValueError 3), eval 3 of 40 (Timeout 3)``: the
+    failed episodes, which the reward means leave out."""
+    parts = []
+    for prefix in ("rollout", "eval", "eval_sampled"):
+        failed, n = metrics.get(f"{prefix}/program_errors"), metrics.get(f"{prefix}/episodes")
+        if not isinstance(failed, int | float) or not failed or not isinstance(n, int | float):
+            continue
+        kinds = sorted(
+            (
+                (k.rsplit("/", 1)[1], v)
+                for k, v in metrics.items()
+                if k.startswith(f"{prefix}/program_errors/")
+            ),
+            key=lambda kv: -kv[1],
+        )
+        detail = ", ".join(f"{kind} {count:g}" for kind, count in kinds)
+        parts.append(f"{prefix} {failed:g} of {n:g}" + (f" ({detail})" if detail else ""))
+    return f" | failed: {', '.join(parts)}" if parts else ""
 
 
 def _split(metrics: Mapping[str, Any]) -> str:

@@ -22,6 +22,7 @@ from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.runs.outcomes import write_outcomes
 from marft_algos.runs.samples import transcripts_markdown, write_samples
 from marft_algos.trainers.config import TrainerConfig
+from marft_algos.trainers.failures import report_failures
 
 __all__ = ["Evaluator", "flag_no_signal", "summarize", "warn_unpaid_agents"]
 
@@ -61,7 +62,8 @@ def flag_no_signal(
     if dist.enabled:
         parts = dist.gather(spread)
         spread = (min(p[0] for p in parts), max(p[1] for p in parts))
-    why = no_signal_reason(spread, metrics, iteration)
+    considered = int(dist.sum([len(episodes)])[0])  # the episodes trained on, failed ones left out
+    why = no_signal_reason(spread, metrics, iteration, considered)
     metrics["rollout/nothing_to_learn"] = int(why is not None)
     if why is not None:
         logger.warning(why + (PROMPT_HINT if hint else ""))
@@ -116,6 +118,7 @@ class Evaluator:
         phase("eval", len(requests))
         episodes = self.collector.collect(requests, greedy(self.config.generation))
         metrics = summarize(episodes, "eval", self.dist)
+        self._report_failures(episodes, iteration, run_dir, "eval")
         self._keep_outcomes(run_dir, iteration, "eval", episodes)
         if run_dir is not None and self.dist.is_main and self.config.eval_samples:
             rows = write_samples(run_dir.path, iteration, episodes, self.config.eval_samples)
@@ -124,8 +127,18 @@ class Evaluator:
             phase("eval (sampled)", len(requests))
             episodes = self.collector.collect(requests, self.config.generation)
             metrics.update(summarize(episodes, "eval_sampled", self.dist))
+            self._report_failures(episodes, iteration, run_dir, "eval_sampled")
             self._keep_outcomes(run_dir, iteration, "eval_sampled", episodes)
         return metrics
+
+    def _report_failures(
+        self, episodes: Sequence[Episode], iteration: int, run_dir: RunDirectory | None, split: str
+    ) -> None:
+        """The failed held-out episodes: one console line and their transcripts, as in training."""
+        when = f"Held-out evaluation ({split}) at iteration {iteration}"
+        what = f"counted wrong in {split}/accuracy, left out of {split}/reward_mean"
+        folder = run_dir.path if run_dir is not None else None
+        report_failures(episodes, when, what, folder, self.dist, iteration, split)
 
     def _keep_outcomes(
         self, run_dir: RunDirectory | None, iteration: int, prefix: str, episodes: Sequence[Episode]

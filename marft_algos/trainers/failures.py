@@ -1,5 +1,6 @@
 """Episodes that failed (an agent program raised, timed out, passed a bound, used up its calls):
-counted, written out, told on the console, and left out of the update when the env asks.
+counted, written out, told on the console, and left out of the update when the env asks. Failed
+held-out episodes get the same console line and transcripts (:func:`report_failures`).
 
 An env marks such an episode in its final info: ``program_error`` (type, message, traceback) or
 ``program_failure`` (e.g. ``"max_calls"``), and ``drop=True`` when failed episodes must not be
@@ -18,24 +19,15 @@ from typing import Any
 
 from marft_algos.distributed import DistributedContext
 from marft_algos.rollout.collector import Episode
+from marft_algos.rollout.failures import failure_kind
 from marft_algos.runs.samples import episode_transcript
 
-__all__ = ["FAILURES_FILE", "failure_kind", "set_aside_failures"]
+__all__ = ["FAILURES_FILE", "failure_kind", "report_failures", "set_aside_failures"]
 
 logger = logging.getLogger("marft_algos.trainers.base")
 
-#: Transcripts of the failed rollout episodes, in the run folder.
+#: Transcripts of the failed rollout and held-out episodes, in the run folder.
 FAILURES_FILE = "program_errors.jsonl"
-
-
-def failure_kind(episode: Episode) -> str | None:
-    """What ended a failed episode (``"Timeout"``, ``"ValueError"``, ``"max_calls"``, ...);
-    None for an episode that finished."""
-    error = episode.info.get("program_error")
-    if isinstance(error, dict):
-        return str(error.get("type") or "error")
-    failure = episode.info.get("program_failure")
-    return str(failure) if failure else None
 
 
 def set_aside_failures(
@@ -50,30 +42,50 @@ def set_aside_failures(
     ``program_errors.jsonl`` in ``folder``, and one console line per iteration says how many
     failed, of which kind, and where they are.
     """
-    failed = [(i, e) for i, e in enumerate(episodes) if failure_kind(e) is not None]
-    dropped = sum(bool(e.info.get("drop")) for _, e in failed)
+    failed = [e for e in episodes if failure_kind(e) is not None]
+    dropped = sum(bool(e.info.get("drop")) for e in failed)
     metrics = {"rollout/episodes_dropped": int(dist.sum([dropped])[0])}
+    what = (
+        f"{dropped} left out of the update (on_error='drop')"
+        if dropped
+        else "trained on with error_reward (on_error='reward')"
+    )
+    report_failures(episodes, f"Iteration {iteration + 1}", what, folder, dist, iteration)
+    return [e for e in episodes if not e.info.get("drop")], metrics
+
+
+def report_failures(
+    episodes: Sequence[Episode],
+    when: str,
+    what: str,
+    folder: str | Path | None,
+    dist: DistributedContext,
+    iteration: int,
+    split: str = "rollout",
+) -> int:
+    """Tell the failed episodes in one console line (``<when>: 5 of 64 episodes failed (Timeout 3,
+    ValueError 2); <what>. Transcripts: <file>``) and append their transcripts to
+    ``program_errors.jsonl`` in ``folder`` (rows marked with ``split``); returns how many failed."""
+    failed = [(i, e) for i, e in enumerate(episodes) if failure_kind(e) is not None]
     if not failed:
-        return list(episodes), metrics
+        return 0
     where = "not kept (no output_dir)"
     if folder is not None:
         path = Path(folder) / FAILURES_FILE
         with path.open("a", encoding="utf-8") as f:
             for i, e in failed:
-                row = {"iteration": iteration, "rank": dist.rank}
+                row = {"iteration": iteration, "split": split, "rank": dist.rank}
                 row.update(episode_transcript(e, i))
                 f.write(json.dumps(row, default=str) + "\n")
         where = str(path)
     kinds = Counter(failure_kind(e) for _, e in failed)
     logger.warning(
-        "Iteration %d: %d of %d episodes failed (%s); %s. Transcripts: %s",
-        iteration + 1,
+        "%s: %d of %d episodes failed (%s); %s. Transcripts: %s",
+        when,
         len(failed),
         len(episodes),
         ", ".join(f"{kind} {n}" for kind, n in kinds.most_common()),
-        f"{dropped} left out of the update (on_error='drop')"
-        if dropped
-        else "trained on with error_reward (on_error='reward')",
+        what,
         where,
     )
-    return [e for e in episodes if not e.info.get("drop")], metrics
+    return len(failed)
