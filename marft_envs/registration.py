@@ -39,6 +39,7 @@ from pettingzoo.utils.wrappers import OrderEnforcingWrapper
 
 from marft_envs.core.data import DataFamily, data_family_of
 from marft_envs.core.dependency import DependencyFunction
+from marft_envs.core.modules import import_user_module
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -425,37 +426,12 @@ def split_env_id(env_id: str) -> tuple[str | None, str]:
 
 def _import_env_module(module: str, env_id: str) -> None:
     try:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            # The ``marft`` script, unlike ``python -m``, does not put the working folder on the
-            # path; a team.py next to the user is what ``--env team:name-v0`` means.
-            if not _add_working_folder(module, exc):
-                raise
-            importlib.import_module(module)
+        import_user_module(module)
     except ImportError as exc:
         raise EntryPointError(
             f"Cannot import {module!r} for env {env_id!r}: {exc}. The part before ':' must be an "
             f"importable module that registers the env (check the name and that its package is installed)."
         ) from exc
-
-
-def _add_working_folder(module: str, exc: ModuleNotFoundError) -> bool:
-    """Put the working folder at the end of ``sys.path`` when ``module`` itself (not one of its
-    imports) was not found there and is in it; returns whether it did."""
-    import os
-    import sys
-
-    top = module.split(".")[0]
-    folder = os.getcwd()
-    if exc.name != top or folder in {os.path.abspath(p or os.curdir) for p in sys.path}:
-        return False
-    here = os.path.join(folder, top)
-    if not (os.path.isfile(here + ".py") or os.path.isdir(here)):
-        return False
-    sys.path.append(folder)
-    importlib.invalidate_caches()
-    return True
 
 
 def spec(id: str) -> EnvSpec:

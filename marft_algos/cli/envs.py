@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from marft_algos.cli.parsing import build_parser, parse_with, pick
+from marft_algos.cli.parsing import UsageError, build_parser, parse_with, pick
+from marft_envs.core.modules import import_user_module
 
 __all__ = ["EnvsArguments", "describe_envs", "main"]
 
@@ -20,7 +21,8 @@ class EnvsArguments:
     json: bool = False
     """Print the registry as JSON instead of a table."""
     import_module: str | None = None
-    """Import this module first (one that registers envs), e.g. my_package.envs."""
+    """Import this module first (one that registers envs), e.g. my_package.envs, or team for a
+    team.py in the working folder."""
 
 
 def describe_envs() -> list[dict[str, Any]]:
@@ -52,8 +54,6 @@ def describe_envs() -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Run ``marft envs``; returns the rows."""
-    import importlib
-
     from rich.console import Console
     from rich.table import Table
 
@@ -64,7 +64,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     values, _ = parse_with(parser, argv)
     args = EnvsArguments(**pick(values, EnvsArguments))
     if args.import_module:
-        importlib.import_module(args.import_module)
+        try:  # from the working folder too, as marft train --env team:name-v0 imports team
+            import_user_module(args.import_module)
+        except ImportError as exc:
+            raise UsageError(
+                f"cannot import --import-module {args.import_module!r}: {exc}. Give a module that "
+                f"registers envs: a .py file or package in this folder, or one installed."
+            ) from exc
     rows = describe_envs()
     if args.json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")

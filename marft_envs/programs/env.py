@@ -132,7 +132,7 @@ class ProgramEnv(FlexPOMDPEnv):
             tasks, test_tasks, split, test_size=s.test_size, seed=s.split_seed
         )
         self.dataset = self.tasks.dataset
-        self.failures = FailureRule(s)
+        self.failures = FailureRule(s, family=program)
         self._transport = Transport(s, tuple(self.possible_agents))
         self._run: ProgramRun | None = None
         self._prepared: _Prepared | None = None

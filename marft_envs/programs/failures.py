@@ -4,8 +4,9 @@ An episode fails when the program raises, runs out of ``episode_timeout``, retur
 reward (or a mapping of them), passes a bound (a refused request, ``max_prompt_tokens``,
 ``max_episode_seconds``) or uses up ``max_calls``. A failed episode never pays more than a finished
 one: under ``on_error="drop"`` (the default) it is left out of the update and counted; under
-``"reward"`` it is paid ``error_reward``, with a warning once that pays more than a finished
-episode was paid (docs/programs.md, "Failures").
+``"reward"`` it is paid ``error_reward``, with a warning, once per program and
+``error_reward`` in a process (not once per env copy), that pays more than a finished episode was
+paid (docs/programs.md, "Failures").
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ __all__ = ["FailureRule"]
 
 logger = logging.getLogger(__name__)
 
+#: The (program, error_reward) pairs already warned about: every env copy of one program (the
+#: rollout's and the evaluation's, in one process) shares the one warning.
+_WARNED: set[Any] = set()
+
 
 class FailureRule:
     """The end of one env copy's episodes under its :class:`ProgramSettings`.
@@ -30,11 +35,21 @@ class FailureRule:
     Each method returns the episode's last :class:`~marft_envs.core.env.Transition` (its reward
     and ``info``); ``counts`` is the episode's usage (``calls``, ``prompt_tokens``,
     ``completion_tokens`` per agent), kept in every ending's ``info``.
+
+    Args:
+        settings: The env's settings.
+        family: What the env copies of one run share (their program): the warning that failing
+            pays more is given once per family and ``error_reward``; None: once per rule.
     """
 
-    def __init__(self, settings: ProgramSettings) -> None:
+    def __init__(self, settings: ProgramSettings, family: Any = None) -> None:
         self.settings = settings
         self._lowest_finished: float | None = None
+        self._family: Any = id(self) if family is None else family
+        try:
+            hash(self._family)
+        except TypeError:  # an unhashable callable: its identity
+            self._family = id(family)
 
     def finished(
         self, value: Any, counts: Mapping[str, Any], call: CallRecord | None
@@ -130,11 +145,13 @@ class FailureRule:
         lowest = self._lowest_finished
         self._lowest_finished = reward if lowest is None else min(lowest, reward)
         error_reward = self.settings.error_reward
+        key = (self._family, error_reward)
         if (
             self.settings.on_error == "reward"
             and error_reward > self._lowest_finished
-            and (lowest is None or error_reward <= lowest)
+            and key not in _WARNED
         ):
+            _WARNED.add(key)
             logger.warning(
                 "error_reward=%g exceeds the reward of a finished episode (%g): failing pays more "
                 "than finishing, so training will teach the team to fail. Use on_error='drop' (the "

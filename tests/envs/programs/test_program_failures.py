@@ -327,3 +327,19 @@ def test_a_process_started_by_a_zygote_child_ends_with_its_episode():
         assert not _alive(pid)
     finally:
         env.close()
+
+
+def test_the_failing_pays_more_warning_is_given_once_per_program_not_per_env_copy(caplog):
+    def cheap(task, client):
+        client.chat.completions.create(model="planner", messages=[{"role": "user", "content": "q"}])
+        return -0.5
+
+    copies = [
+        ProgramEnv(cheap, AGENTS, ["t"], on_error="reward", error_reward=0.0) for _ in range(8)
+    ]
+    with caplog.at_level(logging.WARNING, logger="marft_envs.programs.failures"):
+        for env in copies:  # a rollout's copies, then the evaluation's, each ending episodes
+            for seed in range(3):
+                play(env, lambda agent, messages: "ok", seed=seed)
+    warned = [r for r in caplog.records if "failing pays more" in r.getMessage()]
+    assert len(warned) == 1
