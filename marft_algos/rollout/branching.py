@@ -102,6 +102,16 @@ class _Slot:
     branched: frozenset[str] = frozenset()
 
 
+def _hand_over(env: AECEnv, generation: GenerationLike) -> None:
+    """Tell the env the action about to be stepped (its token counts, then the action), so that
+    slow transitions of many copies run together before any is stepped."""
+    base = _unwrapped(env)
+    base.note_generation(
+        len(generation.prompt_ids), len(generation.action_ids), generation.finished
+    )
+    base.prepare_step(generation.text)
+
+
 def _copied(d: Decision) -> Decision:
     return replace(d, branch_copy=True)
 
@@ -216,6 +226,8 @@ class BranchingCollector(RolloutCollector):
                 generations = self.policy.generate(
                     agent, messages, settings, generator=self.generator
                 )
+                for slot, generation in zip(slots, generations, strict=True):
+                    _hand_over(slot.env, generation)  # slow transitions (programs) run at once
                 for slot, generation, observed in zip(slots, generations, messages, strict=True):
                     done = self._advance(slot, agent, generation, observed, slot.path, copy=False)
                     stepped.append((slot, done))
@@ -284,10 +296,7 @@ class BranchingCollector(RolloutCollector):
         """Apply one action to the slot's env (as :meth:`RolloutCollector._step`); True when its
         episode is over."""
         env, base = slot.env, _unwrapped(slot.env)
-        base.note_generation(
-            len(generation.prompt_ids), len(generation.action_ids), generation.finished
-        )
-        base.prepare_step(generation.text)
+        _hand_over(env, generation)  # again: idempotent where the round already had it
         before = base.last_round
         env.step(generation.text)
         slot.acts.append(_Act(_Pending(agent, generation, messages), node, copy))

@@ -31,6 +31,7 @@ from marft_algos.protocols import GeneratingPolicy, GenerationLike, GenerationSe
 from marft_algos.rollout.branching import (
     BranchingCollector,
     _episode_copy,
+    _hand_over,
     _Slot,
 )
 from marft_algos.rollout.collector import (
@@ -39,7 +40,6 @@ from marft_algos.rollout.collector import (
     EpisodeRequest,
     RolloutCollector,
     _prompt,
-    _unwrapped,
 )
 from marft_envs.programs import ProgramEnv
 from marft_envs.programs.replay import RecordedCall, ReplayJob, replay, request_of
@@ -213,12 +213,7 @@ class ReplayBranchingCollector(BranchingCollector):
             )
         live = [(c, i) for c, i in children if id(c) not in failed]
         for child, i in live:  # every program gets its reply before any is waited on
-            generation = generations[i * level.width + child.path[-2]]
-            base = _unwrapped(child.env)
-            base.note_generation(
-                len(generation.prompt_ids), len(generation.action_ids), generation.finished
-            )
-            base.prepare_step(generation.text)
+            _hand_over(child.env, generations[i * level.width + child.path[-2]])
         out: list[tuple[_Slot, bool]] = []
         for child, i in children:
             if id(child) in failed:
