@@ -117,13 +117,14 @@ class TrainerConfig:
     """Bound of the importance weight π_prox/π_behav on stale decisions (max_staleness >= 1) and
     on an engine's decisions (engine_correction): truncated to it, or 0 above it, as
     behaviour_weight_mode says (AReaL's behav_imp_weight_cap; TRL's vllm_importance_sampling_cap,
-    whose default is 3); unused otherwise."""
+    whose default is 3, against 5 here); unused otherwise."""
     behaviour_weight_mode: Literal[
         "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"
     ] = "token_truncate"
     """How that weight is formed (TRL's vllm_importance_sampling_mode): per token, or per
-    sequence (the product of its tokens' ratios, shared by them); truncated at the cap, or set
-    to 0 above it (mask)."""
+    sequence (the product of its tokens' ratios, shared by them; a sequence is one decision);
+    truncated at the cap, or set to 0 above it (mask). TRL's default is sequence_mask (with cap
+    3); token_truncate (with cap 5) is AReaL's."""
     engine_correction: Literal["auto", "on", "off"] = "auto"
     """Correct the mismatch between the rollout's log-probs and the update's when they come from
     another engine or precision (vLLM; 16-bit weights): the update recomputes them with the

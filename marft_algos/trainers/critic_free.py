@@ -30,6 +30,7 @@ from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 from marft_algos.trainers.base import Trainer
 from marft_algos.trainers.branched import BranchCollecting, tree_size, without_copies
 from marft_algos.trainers.config import TrainerConfig, check_clip_range, check_num_minibatches
+from marft_algos.trainers.paper_departures import warn_departures
 from marft_algos.trainers.policy_gradient import Objective
 from marft_algos.trainers.stats import UpdateStats, advantage_abs_mean, agent_advantages
 
@@ -70,7 +71,9 @@ class CriticFreeConfig(TrainerConfig):
     """Token-level loss aggregation: per-sequence means (grpo), every token of the batch once (dapo;
     bnpo too, over the whole batch rather than TRL's per-micro-batch count, so the gradient does not
     depend on gradient_accumulation_steps), or each agent's token cap as a constant length
-    (dr_grpo). The entropy bonus and a KL loss term are aggregated the same way."""
+    (dr_grpo). The entropy bonus and a KL loss term are aggregated the same way. With
+    importance_sampling_level='sequence' only grpo is GSPO's objective; the others weight each
+    sequence by its length (a warning says so)."""
     num_iterations: int = 1
     """Optimisation passes over each batch (μ; TRL's name). Not --iterations, which counts rollout-and-update iterations."""
     num_minibatches: int = 1
@@ -88,7 +91,10 @@ class CriticFreeConfig(TrainerConfig):
     importance_sampling_level: Literal["token", "sequence"] = "token"
     """One PPO ratio per token, or one per sequence (GSPO; TRL's name and definition): the
     geometric mean of its tokens' ratios, clipped once and shared by its tokens, which loss_type
-    then aggregates as token losses. Token level only: level='action' has one ratio per decision."""
+    then aggregates as token losses. Token level only: level='action' has one ratio per decision.
+    A sequence is one decision, so an agent that acts twice in an episode gets two ratios. GSPO's
+    objective needs loss_type='grpo' (the default dapo weights sequences by length); its
+    clip_fraction and ratio_mean average over tokens, where TRL's average over sequences."""
     skip_zero_advantages: bool = True
     """Skip the forward and backward pass of completions whose advantage is 0: with ``beta=0``
     and no entropy bonus they add exactly nothing to the gradient. An agent left with no
@@ -147,6 +153,7 @@ class CriticFreeConfig(TrainerConfig):
                 "dynamic_sampling drops groups whose rewards are all equal, which a group of one "
                 "always is; set num_generations >= 2 or dynamic_sampling=False."
             )
+        warn_departures(self)  # GSPO with a loss_type other than grpo (docs/maths.md)
 
     @property
     def groups_per_iteration(self) -> int:
