@@ -11,7 +11,11 @@ request is checked, answered and refused the same way whichever route it takes:
 - :mod:`~marft_envs.wire.http`: errors in the OpenAI error shape, the loopback ``Host`` check,
   a JSON body read within its bound;
 - :mod:`~marft_envs.wire.tools`: tool-call parsing, and tools described in text for chat
-  templates without tool support.
+  templates without tool support;
+- :mod:`~marft_envs.wire.responses`: the Responses API (``POST /v1/responses``) translated onto
+  the chat-completions call path, and its ``Response`` objects;
+- :mod:`~marft_envs.wire.streaming`: ``stream=true`` replies as server-sent events;
+- :mod:`~marft_envs.wire.routes`: model cards, and unknown routes as JSON errors.
 """
 
 from marft_envs.wire.checks import check_request, check_request_size, finite_number

@@ -39,7 +39,13 @@ from typing import Any
 
 from marft_envs.wire.protocol import Reply
 
-__all__ = ["RESPONSES_IGNORED", "ResponsesRequest", "response_object", "responses_request"]
+__all__ = [
+    "RESPONSES_IGNORED",
+    "ResponsesRequest",
+    "output_items",
+    "response_object",
+    "responses_request",
+]
 
 #: Fields of a Responses request accepted and ignored (the run's settings decide how to decode).
 RESPONSES_IGNORED = frozenset(
