@@ -21,6 +21,7 @@ Index 0 of :meth:`Critic.token_values` equals :meth:`Critic.action_values` for t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,8 @@ from torch import nn
 
 from marft_algos.policy.backbone import Backbone, load_backbone
 from marft_algos.policy.config import LoraSettings
-from marft_algos.policy.forward import decoder_hidden_states, pack
+from marft_algos.policy.forward import decoder_hidden_states, full_attention_only, pack
+from marft_algos.policy.prefix_cache import weights_fingerprint
 
 if TYPE_CHECKING:
     from marft_algos.policy.multi_agent import MultiAgentPolicy
@@ -59,6 +61,12 @@ class ValueHead(nn.Module):
         return self.net(hidden_states).squeeze(-1)
 
 
+#: Distinct observations prefilled together when a frozen critic computes their features.
+FEATURE_BATCH = 64
+#: Most observations whose features (last hidden state) a frozen critic keeps.
+FEATURE_CACHE_SIZE = 65536
+
+
 class Critic:
     """Frozen backbone + trainable value head (+ optional LoRA adapter on the backbone).
 
@@ -73,6 +81,11 @@ class Critic:
         device: Device of a backbone loaded from a name (default CPU).
         seed: Seed of the head (and LoRA) initialisation; the global RNG is left untouched.
     """
+
+    share_prompts: bool = True
+    """Action values from each distinct observation's last hidden state, computed once under the
+    base weights and kept (:meth:`action_values`; a frozen backbone with full attention only).
+    False: every row's padded prompt at every pass. Same values up to float round-off."""
 
     def __init__(
         self,
@@ -97,6 +110,9 @@ class Critic:
         if self.backbone.device.type != "meta":  # an empty base (fsdp) keeps the head on the host
             self.head.to(self.backbone.device)
         self.hidden = hidden
+        # Last hidden states of observations under the base weights (action_values).
+        self._features: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        self._features_of: Any = None
 
     # ------------------------------------------------------------------ parameters
     def parameters(self) -> list[nn.Parameter]:
@@ -150,14 +166,51 @@ class Critic:
     def action_values(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor:
         """Action-level values ``V(ô)``, one per observation, at the last prompt token.
 
+        With a frozen backbone (no critic adapter) an observation's last hidden state depends on
+        the base weights alone, which training never changes: each distinct prompt runs once
+        (prompts that begin alike share their beginning, as in
+        :func:`~marft_algos.policy.kv_cache.prompt_caches`) and its hidden state is kept for
+        every later pass (the update's value targets, each epoch's value loss), until the base
+        weights change (their fingerprint, :func:`~marft_algos.policy.prefix_cache.weights_fingerprint`).
+
         Args:
             prompt_ids: Rendered prompt token ids per observation.
 
         Returns:
             ``(batch,)`` values.
         """
+        if self.adapter is None and self.share_prompts:
+            features = self._prompt_features(prompt_ids)
+            if features is not None:
+                return self.head(features.to(next(self.head.parameters()).dtype))  # (batch,)
         hidden, batch = self._hidden(prompt_ids, [[] for _ in prompt_ids])
         return self.head(hidden[:, batch.prompt_width - 1])  # (batch,)
+
+    def _prompt_features(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor | None:
+        """``(batch, d)`` last hidden states of the prompts under the base weights, each distinct
+        prompt computed once and kept; None where the weights cannot be fingerprinted."""
+        from marft_algos.policy.kv_cache import prompt_caches
+
+        model = self.backbone.model
+        fingerprint = weights_fingerprint(model, base_only=True)
+        if fingerprint is None or not full_attention_only(model.config):
+            return None
+        if fingerprint != self._features_of:
+            self._features.clear()
+            self._features_of = fingerprint
+        keys = [tuple(int(t) for t in p) for p in prompt_ids]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._features))
+        for start in range(0, len(missing), FEATURE_BATCH):
+            chunk = missing[start : start + FEATURE_BATCH]
+            with torch.no_grad(), self.backbone.using(None) as base:
+                last = prompt_caches(base, [list(k) for k in chunk], hidden=True).last
+            self._features.update(zip(chunk, last, strict=True))  # (d,) each
+        for key in keys:
+            self._features.move_to_end(key)
+        features = torch.stack([self._features[k] for k in keys])  # (batch, d)
+        while len(self._features) > FEATURE_CACHE_SIZE:
+            self._features.popitem(last=False)
+        return features
 
     def token_values(
         self,

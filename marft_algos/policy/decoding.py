@@ -265,7 +265,7 @@ def decode(
         prefilled = prompt_caches(
             model, distinct_prompts, min_shared=min_shared, store=store, store_key=store_key
         )
-        logits, prefill_tokens = prefilled.logits, prefilled.tokens  # logits (U, vocab)
+        logits, prefill_tokens = prefilled.last, prefilled.tokens  # logits (U, vocab)
         cache = left_padded_cache(prefilled.caches, rows, mask.shape[1], growing=True)
         del prefilled
     else:

@@ -107,6 +107,19 @@ def unwrap_causal_lm(model: Any) -> Any:
     return get_base() if callable(get_base) else model
 
 
+def decoder_module(model: Any) -> Any:
+    """The decoder stack of a causal LM (peft-wrapped or not): its forward returns the last
+    hidden states after the final norm, without the output layer."""
+    causal_lm = unwrap_causal_lm(model)
+    decoder = None
+    get_decoder = getattr(causal_lm, "get_decoder", None)
+    if callable(get_decoder):
+        decoder = get_decoder()
+    if decoder is None or decoder is causal_lm:
+        decoder = getattr(causal_lm, causal_lm.base_model_prefix)
+    return decoder
+
+
 def decoder_hidden_states(model: Any, batch: PackedBatch) -> torch.Tensor:
     """Last hidden states (after the final norm) of a causal LM, without computing logits.
 
@@ -117,14 +130,7 @@ def decoder_hidden_states(model: Any, batch: PackedBatch) -> torch.Tensor:
     Returns:
         ``(batch, P + T, hidden)`` hidden states.
     """
-    causal_lm = unwrap_causal_lm(model)
-    decoder = None
-    get_decoder = getattr(causal_lm, "get_decoder", None)
-    if callable(get_decoder):
-        decoder = get_decoder()
-    if decoder is None or decoder is causal_lm:
-        decoder = getattr(causal_lm, causal_lm.base_model_prefix)
-    out = decoder(
+    out = decoder_module(model)(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=batch.position_ids,

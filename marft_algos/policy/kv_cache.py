@@ -19,6 +19,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from marft_algos.policy.forward import (
     PackedBatch,
+    decoder_module,
     full_attention_only,
     last_token_logits,
     left_pad,
@@ -128,14 +129,15 @@ class Prefilled(NamedTuple):
 
     Attributes:
         caches: One single-row ``DynamicCache`` per prompt, all its positions.
-        logits: ``(prompts, vocab)`` logits after each prompt's last token.
+        last: ``(prompts, vocab)`` logits after each prompt's last token (``hidden``: its
+            ``(prompts, hidden)`` last hidden states, after the final norm).
         tokens: Prompt tokens run through the model.
         reused: Prompt tokens taken from a shared beginning instead (within the batch or from a
             :class:`~marft_algos.policy.prefix_cache.PrefixStore`).
     """
 
     caches: list[Any]
-    logits: torch.Tensor
+    last: torch.Tensor
     tokens: int
     reused: int
 
@@ -148,6 +150,7 @@ def prompt_caches(
     min_shared: int | None = MIN_SHARED_TOKENS,
     store: PrefixStore | None = None,
     store_key: Hashable = None,
+    hidden: bool = False,
 ) -> Prefilled:
     """Run distinct prompts in few batches; each prompt's KV cache and the logits after its last token.
 
@@ -160,7 +163,9 @@ def prompt_caches(
     positions counting real tokens only, so each prompt computes as it would alone (up to
     round-off); each prompt's keys and values are then cut out of its batch without the padding.
     Differentiable when gradients are enabled (the update's shared prompts): the gradient of a
-    shared beginning's activations sums over the prompts that continue it.
+    shared beginning's activations sums over the prompts that continue it. ``hidden``: the
+    decoder's last hidden states at each prompt's last token instead of logits (a critic's
+    values), the output layer not run.
     """
     caches: list[Any] = [None] * len(prompts)
     logits: list[Any] = [None] * len(prompts)
@@ -184,7 +189,7 @@ def prompt_caches(
                     prefix = stored
                 elif stored is not None:  # the store holds part of the group's beginning
                     (prefix,), _ = _continued(
-                        model, stored, held, [beginning[held:length]], max_padding
+                        model, stored, held, [beginning[held:length]], max_padding, hidden
                     )
                     tokens += length - held
         if length == 0:
@@ -196,10 +201,11 @@ def prompt_caches(
     for length, prefix, members in shared:
         if length and prefix is None:
             beginning = prompts[members[0]][:length]
-            (prefix,), _ = _continued(model, None, 0, [beginning], max_padding)
+            (prefix,), _ = _continued(model, None, 0, [beginning], max_padding, hidden)
             tokens += length
         suffixes = [prompts[i][length:] for i in members]
-        own, last = _continued(model, prefix, length, suffixes, max_padding)
+        keep = not hidden or store is not None  # a critic's features need no caches
+        own, last = _continued(model, prefix, length, suffixes, max_padding, hidden, keep)
         tokens += sum(len(s) for s in suffixes)
         for j, i in enumerate(members):
             caches[i], logits[i] = own[j], last[j : j + 1]
@@ -211,14 +217,22 @@ def prompt_caches(
 
 
 def _continued(
-    model: Any, prefix: Any, length: int, suffixes: list[list[int]], max_padding: float
+    model: Any,
+    prefix: Any,
+    length: int,
+    suffixes: list[list[int]],
+    max_padding: float,
+    hidden: bool = False,
+    keep: bool = True,
 ) -> tuple[list[Any], torch.Tensor]:
     """Each suffix run on top of the first ``length`` positions of the one-row cache ``prefix``
     (None: from the first position), in left-padded batches of similar lengths.
 
     Returns:
-        One single-row ``DynamicCache`` per suffix (the prefix's positions, then the suffix's) and
-        ``(len(suffixes), vocab)`` logits after each suffix's last token.
+        One single-row ``DynamicCache`` per suffix (the prefix's positions, then the suffix's;
+        None without ``keep``) and
+        ``(len(suffixes), vocab)`` logits after each suffix's last token (``hidden``: the last
+        hidden states there).
     """
     device = next(model.parameters()).device
     caches: list[Any] = [None] * len(suffixes)
@@ -233,7 +247,8 @@ def _continued(
             # The padding sits between the shared beginning and each suffix, masked out.
             past = prefix_slice(prefix, length, n)
             full_mask = torch.cat([mask.new_ones((n, length)), mask], dim=1)  # (n, length + W)
-        last, cache = last_token_logits(
+        run = _last_hidden if hidden else last_token_logits
+        last, cache = run(
             model,
             input_ids=ids,
             attention_mask=full_mask,
@@ -242,6 +257,9 @@ def _continued(
             use_cache=True,
         )  # last: (n, vocab)
         for j, i in enumerate(bucket):
+            logits[i] = last[j : j + 1]
+            if not keep:
+                continue
             start = length + width - len(suffixes[i])
             own = DynamicCache()
             for index, layer in enumerate(cache.layers):
@@ -255,8 +273,14 @@ def _continued(
                 else:
                     keys, values = keys[:, :, start:], values[:, :, start:]
                 own.update(keys, values, index)  # (1, H, L, D)
-            caches[i], logits[i] = own, last[j : j + 1]
+            caches[i] = own
     return caches, torch.cat(logits)
+
+
+def _last_hidden(model: Any, **inputs: Any) -> tuple[torch.Tensor, Any]:
+    """The decoder's last hidden states at the last column, ``(batch, hidden)``, and the cache."""
+    out = decoder_module(model)(**inputs)
+    return out.last_hidden_state[:, -1], out.past_key_values
 
 
 def _length_buckets(lengths: list[int], max_padding: float) -> list[list[int]]:

@@ -108,13 +108,17 @@ def shared_prefix_groups(
     return groups
 
 
-def weights_fingerprint(model: Any) -> tuple[tuple[int, int], ...] | None:
+def weights_fingerprint(
+    model: Any, *, base_only: bool = False
+) -> tuple[tuple[int, int], ...] | None:
     """Every parameter's storage address and in-place version counter: changes whenever a
     parameter is stepped, loaded or replaced, so cached keys and values of older weights are
-    recognised as stale. None where a parameter is a tensor subclass (a sharded ``DTensor``),
-    whose storage cannot be read this way: no store is used for such a model."""
+    recognised as stale. ``base_only``: the base model's parameters alone, without any LoRA
+    adapter's (what a computation with adapters disabled depends on). None where a parameter is
+    a tensor subclass (a sharded ``DTensor``), whose storage cannot be read this way: nothing is
+    cached for such a model."""
     plain = (torch.nn.Parameter, torch.Tensor)
-    params = list(model.parameters())
+    params = [p for n, p in model.named_parameters() if not (base_only and "lora_" in n)]
     if any(type(p) not in plain for p in params):
         return None
     return tuple((p.data_ptr(), p._version) for p in params)

@@ -280,3 +280,51 @@ def test_update_over_shared_beginnings_equals_the_padded_update(tiny_path):
     assert any(g.abs().max() > 0 for g in grads_s)
     for a, b in zip(grads_s, grads_p, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------------------ the critic
+
+
+def test_a_frozen_critic_computes_each_observation_once_under_the_base_weights(tiny_path):
+    from marft_algos.policy.critic import Critic
+
+    policy = _policy(tiny_path)
+    critic = Critic(policy, seed=0)
+    prompts = [policy.render("router", _obs(t)) for t in (*TICKETS, TICKETS[1])]
+    causal_lm = policy.backbone("router").model.get_base_model()
+    calls: list[int] = []
+    hook = causal_lm.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        shared = critic.action_values(prompts)
+        first = len(calls)
+        again = critic.action_values(prompts[::-1])
+        assert len(calls) == first  # kept: no forward pass
+        # A policy step moves only adapter weights: the critic's features stay.
+        gens = policy.generate("router", [_obs(TICKETS[0])], GenerationSettings(max_new_tokens=3))
+        _step(policy, gens, lr=5e-2)
+        stepped = len(calls)
+        critic.action_values(prompts)
+        assert len(calls) == stepped
+    finally:
+        hook.remove()
+    critic.share_prompts = False
+    padded = critic.action_values(prompts)
+    torch.testing.assert_close(shared, padded, atol=1e-5, rtol=0)
+    torch.testing.assert_close(again, shared.flip(0), atol=1e-7, rtol=0)
+    # A change to the base weights drops the kept features.
+    critic.share_prompts = True
+    base = next(p for n, p in causal_lm.named_parameters() if "lora_" not in n and p.dim() == 2)
+    with torch.no_grad():
+        base.mul_(1.5)
+    torch.testing.assert_close(
+        critic.action_values(prompts), _padded(critic, prompts), atol=1e-5, rtol=0
+    )
+    assert not torch.allclose(critic.action_values(prompts), shared, atol=1e-3)
+
+
+def _padded(critic, prompts):
+    critic.share_prompts = False
+    try:
+        return critic.action_values(prompts)
+    finally:
+        critic.share_prompts = True
