@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from marft_algos.rollout.branching import BranchingCollector, EnvNotCopyable, copy_env
+from marft_algos.rollout.branching import EnvNotCopyable, copy_env
 from marft_algos.rollout.collector import (
     EpisodeRequest,
     GenerationSettings,
@@ -111,7 +111,7 @@ def test_continuations_replay_the_prefix_and_split_at_the_branch(settings):
     assert policy.generated == {"planner": 2, "router": 4, "solver": 8}
     assert [e.branch for e in episodes[:4]] == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
     for tree in (episodes[:4], episodes[4:]):
-        assert all(not e.info for e in tree) or all("program_error" not in e.info for e in tree)
+        assert all("program_error" not in e.info for e in tree)
         plans = [e.decisions[0] for e in tree]
         assert {d.text for d in plans} == {plans[0].text}
         assert [d.branch_copy for d in plans] == [False, True, True, True]
@@ -194,7 +194,7 @@ def test_a_program_that_raises_in_one_branch_drops_that_branch_only(routes):
     assert len(routers) == 1
 
 
-def test_program_envs_are_not_copied_and_plain_envs_are(tiny_path=None):
+def test_a_program_env_is_not_copied_and_its_replay_needs_make_env():
     env = ProgramEnv(team, AGENTS, ["a"])
     try:
         with pytest.raises(EnvNotCopyable, match="ReplayBranchingCollector"):
@@ -204,4 +204,25 @@ def test_program_envs_are_not_copied_and_plain_envs_are(tiny_path=None):
             branching_around(plain, BRANCH)
     finally:
         env.close()
-    assert BranchingCollector is not ReplayBranchingCollector
+
+
+def test_nested_branch_points_replay_everything_before_them():
+    policy = CountingPolicy()
+    make = lambda: ProgramEnv(team, AGENTS, ["a"])  # noqa: E731
+    plain = RolloutCollector(policy, [make()], GenerationSettings(), seed=0)
+    nested = {"router": {"width": 2, "rollouts": 1}, "solver": {"width": 2, "rollouts": 1}}
+    collector = branching_around(plain, nested, make)
+    try:
+        episodes = collector.collect([EpisodeRequest(seed=2)])
+    finally:
+        collector.close()
+    assert policy.generated == {"planner": 1, "router": 2, "solver": 4}
+    assert [e.branch for e in episodes] == [(0, w1, 0, w2, 0) for w1 in range(2) for w2 in range(2)]
+    assert [[d.text for d in e.decisions] for e in episodes] == [
+        ["planner-1", "left", "solver-1"],
+        ["planner-1", "left", "solver-2"],
+        ["planner-1", "right", "solver-3"],
+        ["planner-1", "right", "solver-4"],
+    ]
+    assert [len(e.decisions) for e in without_copies(episodes)] == [3, 1, 2, 1]
+    assert [e.team_return for e in episodes] == [0.0, 0.0, 1.0, 1.0]
