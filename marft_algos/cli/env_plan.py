@@ -11,7 +11,26 @@ from marft_algos.cli.data import DATA_FLAGS, family_of, load_part, plan_data, sp
 from marft_algos.cli.parsing import UsageError
 from marft_algos.cli.profiles import PROFILE_KEYS
 
-__all__ = ["EnvPlan", "builds_messages", "plan_env"]
+__all__ = ["EnvPlan", "builds_messages", "plan_env", "program_settings_help"]
+
+
+def program_settings_help() -> str:
+    """What ``--env-kwargs`` also carries: an agent program's settings, each with its default
+    (read from :class:`~marft_envs.programs.ProgramSettings`, so the list never goes stale)."""
+    import dataclasses
+
+    from marft_envs.programs.settings import ProgramSettings
+
+    listed = ", ".join(
+        name if default is dataclasses.MISSING else f"{name}={default!r}"
+        for name, default in ProgramSettings.keywords().items()
+        if name != "limits"  # given by its fields, listed after it
+    )
+    return (
+        f" For an agent program (register_program), the program settings go here too, overriding "
+        f'the registered ones, e.g. \'{{"on_error": "drop", "episode_timeout": 30}}\': '
+        f"{listed} (docs/programs.md)."
+    )
 
 
 @dataclass

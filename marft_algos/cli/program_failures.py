@@ -17,6 +17,7 @@ from pathlib import Path
 
 from marft_algos.cli.parsing import UsageError
 from marft_algos.rollout.collector import ProgramFailures
+from marft_algos.rollout.failures import failed_at
 from marft_algos.runs.samples import episode_transcript
 from marft_algos.trainers.failures import FAILURES_FILE
 
@@ -61,8 +62,8 @@ def describe(error: ProgramFailures, transcripts: Path | None) -> str:
         return f"{_one_line(str(error).splitlines()[0])} ({where})"
     return (
         f"{len(error.failed)} of {error.episodes} episodes' agent programs failed (more than "
-        f"max_error_share={error.limit:g}); the first, at agent {first.get('agent')!r} call "
-        f"{first.get('call')}: {first.get('type')}: {_one_line(first.get('message'))} ({where})"
+        f"max_error_share={error.limit:g}); the first, {failed_at(first)}: {first.get('type')}: "
+        f"{_one_line(first.get('message'))} ({where})"
     )
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from marft_algos.cli.config_files import check_config_values, load_config_file
-from marft_algos.cli.env_plan import EnvPlan, plan_env
+from marft_algos.cli.env_plan import EnvPlan, plan_env, program_settings_help
 from marft_algos.cli.parsing import UsageError, build_parser, did_you_mean, parse_with, pick
 from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for, scale_for_world
 from marft_algos.cli.profiles import with_profiles
@@ -229,6 +229,8 @@ def parse_train_args(
     for action in parser._actions:
         if action.dest == "algo":
             action.choices = sorted(ALGORITHMS)
+        elif action.dest == "env_kwargs":
+            action.help = (action.help or "") + program_settings_help()
     fields = {a.dest for a in parser._actions}
     stray = sorted(set(file_values) - fields)
     if stray:

@@ -20,6 +20,7 @@ import torch
 from pettingzoo import AECEnv
 
 from marft_algos.protocols import GeneratingPolicy, GenerationLike, GenerationSettings
+from marft_algos.rollout.failures import failed_at
 from marft_envs.core.env import FlexPOMDPEnv, RoundRecord
 
 __all__ = [
@@ -330,8 +331,8 @@ class RolloutCollector:
         first = failed[0].info["program_error"]
         raise ProgramFailures(
             f"{len(failed)} of {len(results)} episodes ended with a program error, more than "
-            f"max_error_share={limit:g} allows. The first (episode seed {failed[0].seed}, agent "
-            f"{first.get('agent')!r}, call {first.get('call')}): {first.get('type')}: "
+            f"max_error_share={limit:g} allows. The first (episode seed {failed[0].seed}, "
+            f"{failed_at(first)}): {first.get('type')}: "
             f"{first.get('message')}\n{first.get('traceback', '')}",
             failed,
             len(results),

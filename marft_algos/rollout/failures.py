@@ -10,12 +10,22 @@ finished episodes only, and the failures are counted beside them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from marft_algos.rollout.collector import Episode
+if TYPE_CHECKING:  # the collector names its failures with failed_at
+    from marft_algos.rollout.collector import Episode
 
-__all__ = ["failure_kind", "failure_metrics", "finished_episodes"]
+__all__ = ["failed_at", "failure_kind", "failure_metrics", "finished_episodes"]
+
+
+def failed_at(error: Mapping[str, Any]) -> str:
+    """Where a program failed, from its ``info["program_error"]``: ``at agent 'planner' call 2``
+    (the last call it made), or ``before its first model call``."""
+    agent, call = error.get("agent"), error.get("call")
+    if agent is None and call is None:
+        return "before its first model call"
+    return f"at agent {agent!r} call {call}"
 
 
 def failure_kind(episode: Episode) -> str | None:

@@ -133,6 +133,14 @@ class ProgramSettings:
         self.max_error_share = float(self.max_error_share)
 
     @classmethod
+    def keywords(cls) -> dict[str, Any]:
+        """Every flat keyword :meth:`from_keywords` takes, with its default (``dataclasses.MISSING``
+        for a field built by a factory): the fields, then the request bounds."""
+        out = {f.name: f.default for f in dataclasses.fields(cls) if f.init}
+        out.update({f.name: f.default for f in dataclasses.fields(RequestLimits)})
+        return out
+
+    @classmethod
     def from_keywords(cls, keywords: Mapping[str, Any]) -> ProgramSettings:
         """The settings from flat keywords, as ``register_program`` and ``ProgramEnv`` take
         them: each field by its name, the request bounds also by the names of their
@@ -141,16 +149,13 @@ class ProgramSettings:
         Raises:
             TypeError: A keyword that names no setting (the message suggests the nearest).
         """
-        names = [f.name for f in dataclasses.fields(cls) if f.init]
-        unknown = sorted(set(keywords) - set(names) - set(LIMIT_KEYWORDS))
+        known = list(cls.keywords())
+        unknown = sorted(set(keywords) - set(known))
         if unknown:
-            near = {
-                n: difflib.get_close_matches(n, names + list(LIMIT_KEYWORDS), 1) for n in unknown
-            }
+            near = {n: difflib.get_close_matches(n, known, 1) for n in unknown}
             hints = "".join(f" ({n!r}: did you mean {m[0]!r}?)" for n, m in near.items() if m)
             raise TypeError(
-                f"unknown program setting(s) {unknown}{hints}; the settings are "
-                f"{sorted(names + list(LIMIT_KEYWORDS))}."
+                f"unknown program setting(s) {unknown}{hints}; the settings are {sorted(known)}."
             )
         given = {k: v for k, v in keywords.items() if k not in LIMIT_KEYWORDS}
         bounds = {k: v for k, v in keywords.items() if k in LIMIT_KEYWORDS}

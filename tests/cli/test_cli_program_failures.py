@@ -120,3 +120,25 @@ def test_a_failing_program_ends_marft_eval_in_one_line(
     line = capsys.readouterr().err.splitlines()[0]
     assert re.match(r"marft eval: error: (\d+) of \1 episodes' agent programs failed", line), line
     assert f"{run / FAILURES_FILE}" in line and (run / FAILURES_FILE).is_file()
+
+
+def test_a_failure_before_the_first_call_is_named_so_not_as_agent_none(tmp_path):
+    from marft_algos.cli.program_failures import describe
+    from marft_algos.rollout.collector import RolloutCollector
+    from marft_envs.programs import ProgramEnv
+
+    def fails_at_once(task, client):
+        raise RuntimeError("no database")
+
+    class Replies:
+        def generate(self, agent, messages_batch, settings, *, generator=None):
+            raise AssertionError("no call is made")
+
+    envs = [ProgramEnv(fails_at_once, ["planner"], ["t"], max_error_share=0.5)]
+    collector = RolloutCollector(Replies(), envs)
+    with pytest.raises(ProgramFailures) as caught:
+        collector.collect(2)
+    collector.close()
+    for text in (str(caught.value).splitlines()[0], describe(caught.value, None)):
+        assert "before its first model call" in text
+        assert "None" not in text
