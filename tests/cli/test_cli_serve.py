@@ -178,3 +178,41 @@ def test_the_serve_flags_spell_the_one_request_limits_type():
     assert ServeArguments().limits() == RequestLimits(max_concurrent_calls=16)
     limits = ServeArguments(max_body_bytes=4096, max_messages=8).limits()
     assert limits == RequestLimits(max_request_bytes=4096, max_messages=8)
+
+
+def test_the_command_serves_the_agents_sdk_default_client_and_streams(trained):
+    """The Responses API (the Agents SDK's default), streams and JSON errors, from ``marft
+    serve`` itself: each answer is the chat completion's reply."""
+    pytest.importorskip("agents", reason="the Agents SDK test needs openai-agents")
+    import asyncio
+
+    from agents import Agent, RunConfig, Runner, set_tracing_disabled
+    from agents.models.openai_provider import OpenAIProvider
+
+    run, _, _ = trained
+    process, url = _start([str(run), "--port", "0"], env={"MARFT_API_KEY": KEY})
+    try:
+        client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+        ask = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "2 + 2?"}]
+        whole = client.chat.completions.create(model="reasoner", messages=ask)
+        text = whole.choices[0].message.content
+        chunks = client.chat.completions.create(model="reasoner", messages=ask, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == text
+        with client.responses.stream(model="reasoner", instructions="Solve.", input="2 + 2?") as s:
+            assert s.get_final_response().output_text == text
+        set_tracing_disabled(True)
+        api = openai.AsyncOpenAI(base_url=url, api_key=KEY, max_retries=0)
+        config = RunConfig(model_provider=OpenAIProvider(openai_client=api))
+        agent = Agent(name="reasoner", instructions="Solve.", model="reasoner")
+        assert asyncio.run(Runner.run(agent, "2 + 2?", run_config=config)).final_output == text
+        with pytest.raises(openai.NotFoundError, match="not supported"):
+            client.completions.create(model="reasoner", prompt="2 + 2 =")
+        assert client.models.retrieve("actor").id == "actor"
+        missing = httpx.get(f"{url}/nowhere", headers={"authorization": f"Bearer {KEY}"})
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_url"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
