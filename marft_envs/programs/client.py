@@ -13,6 +13,10 @@ ignored; what was trained on is exactly what was generated. ``tools`` reach the 
 messages, and the reply is parsed into ``tool_calls`` (:mod:`marft_envs.wire.tools`); messages
 may carry ``tool_calls`` and ``role="tool"`` results, as dicts or as the message objects this
 client returned. Streaming and ``n > 1`` are refused with a clear error (docs/programs.md).
+
+``client.responses.create(model=AGENT, input=..., instructions=..., tools=...)`` is the same call
+in the Responses API (:mod:`marft_envs.wire.responses`), returning the ``openai`` package's
+``Response`` (so it needs ``openai``); ``client.aio.responses.create`` awaits it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from marft_envs.wire.protocol import (
     Usage,
     completion,
 )
+from marft_envs.wire.responses import response_object, responses_request
 
 # The wire types are re-exported: they were defined here before marft_envs.wire held them.
 __all__ = [
@@ -113,11 +118,32 @@ class _Chat:
         self.completions = completions
 
 
-class _AsyncClient:
-    """``client.aio``: the ``AsyncOpenAI`` surface (``await aio.chat.completions.create(...)``)."""
+class _Responses:
+    def __init__(self, client: ProgramClient) -> None:
+        self._client = client
 
-    def __init__(self, completions: _Completions) -> None:
+    def create(self, **body: Any) -> Any:
+        """One model call in the Responses API: the agent named by ``model`` answers ``input``."""
+        return self._client._respond(body)
+
+
+class _AsyncResponses:
+    def __init__(self, client: ProgramClient) -> None:
+        self._client = client
+
+    async def create(self, **body: Any) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(self._client._respond, body)
+
+
+class _AsyncClient:
+    """``client.aio``: the ``AsyncOpenAI`` surface (``await aio.chat.completions.create(...)``,
+    ``await aio.responses.create(...)``)."""
+
+    def __init__(self, completions: _Completions, client: ProgramClient) -> None:
         self.chat = _Chat(_AsyncCompletions(completions))
+        self.responses = _AsyncResponses(client)
 
 
 class ProgramClient:
@@ -125,6 +151,7 @@ class ProgramClient:
 
     Attributes:
         chat: ``chat.completions.create(model=AGENT, messages=...)``, as ``openai.OpenAI`` has it.
+        responses: ``responses.create(model=AGENT, input=...)``, the Responses API.
         aio: The same calls as coroutines, as ``openai.AsyncOpenAI`` has them.
         agents: The team's agents (the valid ``model`` names).
         rng: The episode's random generator, seeded by the env: draw the program's own randomness
@@ -152,9 +179,32 @@ class ProgramClient:
         self._calls = itertools.count()
         completions = _Completions(self)
         self.chat = _Chat(completions)
-        self.aio = _AsyncClient(completions)
+        self.responses = _Responses(self)
+        self.aio = _AsyncClient(completions, self)
 
     def _call(self, model: Any, messages: Any, fields: Mapping[str, Any]) -> ChatCompletion:
+        return completion(model, self._reply(model, messages, fields))
+
+    def _respond(self, body: Mapping[str, Any]) -> Any:
+        call = responses_request(body)
+        if call.stream:
+            raise ValueError(
+                "stream=True is not supported in process: each reply is returned whole. Call "
+                "without stream, or register the program with transport='http', whose endpoint "
+                "streams."
+            )
+        data = response_object(
+            str(call.model), self._reply(call.model, call.messages, call.fields), call.echo
+        )
+        try:
+            from openai.types.responses import Response
+        except ImportError:
+            raise ImportError(
+                "client.responses returns the openai package's Response: pip install 'marft[agents]'."
+            ) from None
+        return Response.model_validate(data)
+
+    def _reply(self, model: Any, messages: Any, fields: Mapping[str, Any]) -> Reply:
         try:
             plain, tools = check_request(self.agents, model, messages, fields, self._limits)
             check_request_size(plain, tools, self._limits)
@@ -164,7 +214,7 @@ class ProgramClient:
             raise
         reply = self._send(CallRecord(model, plain, next(self._calls), tools))
         self.counts.add(model, reply.prompt_tokens, reply.completion_tokens)
-        return completion(model, reply)
+        return reply
 
 
 def loopback_http_client() -> Any:

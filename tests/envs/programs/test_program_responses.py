@@ -203,3 +203,29 @@ def test_what_the_responses_api_cannot_carry_is_refused_with_what_to_send(body, 
 
     with pytest.raises((TypeError, ValueError), match=expected):
         responses_request({"model": "planner", "input": "hi", **body})
+
+
+def test_the_in_process_client_speaks_the_responses_api_too():
+    found = {}
+
+    def program(task, client):
+        reply = client.responses.create(model="planner", instructions="Route.", input=task)
+        found["reply"] = reply
+        called = client.responses.create(model="solver", input=task, tools=[TOOL])
+        found["call"] = called.output[0]
+        try:
+            client.responses.create(model="solver", input=task, stream=True)
+        except ValueError as err:
+            found["stream"] = str(err)
+        return float(reply.output_text == "ok")
+
+    env = ProgramEnv(program, AGENTS, ["say ok"])
+    try:
+        play(env, lambda agent, messages: CALL if agent == "solver" else "ok")
+    finally:
+        env.close()
+    assert "program_error" not in env.history[-1].info
+    assert env.history[-1].team_reward == 1.0
+    assert found["reply"].usage.output_tokens == 3 and found["reply"].object == "response"
+    assert (found["call"].type, found["call"].name) == ("function_call", "lookup")
+    assert "transport='http'" in found["stream"]
