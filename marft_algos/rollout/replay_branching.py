@@ -219,7 +219,8 @@ class ReplayBranchingCollector(BranchingCollector):
             if id(child) in failed:
                 child.episode.info = failed[id(child)]
                 child.acts.clear()
-                self._give_back(child.env)
+                self._lent.pop(id(child.env))
+                child.env.close()  # its program still waits on a call: end it now
                 out.append((child, True))
                 continue
             w, m = child.path[-2:]
