@@ -396,6 +396,14 @@ def step_decode(ctx: Any) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------------------ shared prompt work
+def step_prefix_sharing(ctx: Any) -> dict[str, Any]:
+    """One support-desk iteration per trainer before and after prompt-beginning sharing."""
+    import steps_sharing
+
+    return steps_sharing.step_prefix_sharing(ctx, stand_in)
+
+
 # ----------------------------------------------------------------------------- sharded training
 def step_fsdp(ctx: Any) -> dict[str, Any]:
     """The main job for 2 iterations on 2 processes with ``--fsdp`` (torchrun, one GPU each;

@@ -19,6 +19,9 @@ what finished; each step's log is ``<step>.log`` beside them.
    ``docs/gpu.md``'s formula with ``s`` from ``update_memory.py``.
 6. ``decode``: seconds per decode step of the policy's ``generate`` at batch 16 and 64 on the 1.5B
    shape, against the weight-read limit (weight bytes / memory bandwidth).
+7. ``fsdp``: the main job on 2 processes with ``--fsdp`` (needs 2 GPUs).
+8. ``prefix_sharing``: one support-desk-v1 iteration per trainer before and after sharing prompt
+   beginnings (``benchmarks/program_team/prefix_sharing.py``; SmolLM2 shape, random weights).
 
 A step whose dependency is missing (trl, vllm, the kit) is recorded as skipped with the reason.
 
@@ -69,6 +72,12 @@ STEPS = (
     Step("update_memory", 60, "update seconds and peak memory, 1.5B shape, +/- checkpointing"),
     Step("decode", 35, "decode step time vs the weight-read limit, batch 16 and 64, 1.5B shape"),
     Step("fsdp", 60, "the main job on 2 processes with --fsdp, one GPU each (needs 2 GPUs)"),
+    Step(
+        "prefix_sharing",
+        60,
+        "a support-desk iteration per trainer, before/after sharing prompt beginnings (SmolLM2 "
+        "shape, random weights)",
+    ),
 )
 STEP_NAMES = [s.name for s in STEPS]
 #: Least time worth starting a step with (interpreter, torch and transformers imports).

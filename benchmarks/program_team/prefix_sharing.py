@@ -163,7 +163,12 @@ def _monkeypatch() -> Iterator[Any]:
 
 def _policy(args: argparse.Namespace, agents: list[str], path: str) -> MultiAgentPolicy:
     policy = MultiAgentPolicy.from_pretrained(
-        args.model, agents, lora=LoraSettings(r=8, alpha=16), seed=args.seed, temperature=0.7
+        args.model,
+        agents,
+        lora=LoraSettings(r=8, alpha=16),
+        seed=args.seed,
+        temperature=0.7,
+        device=args.device,
     )
     if path == "today":
         policy.shared_prefix_tokens, policy.prefix_store_tokens = None, 0
@@ -273,7 +278,7 @@ def evaluation(path: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
@@ -282,8 +287,9 @@ def main() -> None:
     parser.add_argument("--eval-tasks", type=int, default=200, help="held-out desk tasks")
     parser.add_argument("--repeats", type=int, default=1, help="rounds of both paths")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="torch device (bfloat16 on cuda)")
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     team_v1.register()
     runs: list[dict[str, Any]] = []
@@ -313,6 +319,7 @@ def main() -> None:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 if __name__ == "__main__":

@@ -12,7 +12,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "benchmarks" / "gpu" / "suite.py"
-STEPS = ["env", "main_job", "trl_smollm2", "trl_1_5b", "vllm", "update_memory", "decode", "fsdp"]
+STEPS = [
+    "env",
+    "main_job",
+    "trl_smollm2",
+    "trl_1_5b",
+    "vllm",
+    "update_memory",
+    "decode",
+    "fsdp",
+    "prefix_sharing",
+]
 
 
 def run_suite(out: Path, *extra: str) -> dict:
@@ -46,6 +56,7 @@ def test_dry_run_records_every_step_and_the_table(tmp_path: Path) -> None:
     assert steps["update_memory"]["result"]["checkpointed"]["formula_total_gb"] > 0
     assert steps["decode"]["result"]["batch_64"]["step_ms"] > 0
     assert steps["fsdp"]["result"]["iterations"] == 2  # gloo on the CPU in the dry run
+    assert steps["prefix_sharing"]["result"]["summary"]["desk_grpo"]["shared"] > 0
     table = (tmp_path / "out" / "results.md").read_text()
     assert all(f"| {name} |" in table for name in STEPS)
 
