@@ -45,18 +45,11 @@ def framework_teams():
 
 def _episode(env_id, replies):
     """One seeded episode of ``env_id`` answered with ``replies``: each call's agent and
-    observation, the env's task and its final info."""
+    messages, the env's task and its final info."""
     env = marft_envs.make(env_id)
-    env.reset(seed=0)
-    seen, replies = [], iter(replies)
+    replies = iter(replies)
     try:
-        while env.agents:
-            agent = env.agent_selection
-            if env.terminations[agent] or env.truncations[agent]:
-                env.step(None)
-                continue
-            seen.append((agent, env.observe(agent)))
-            env.step(next(replies))
+        seen = play(env, lambda agent, messages: next(replies))
     finally:
         env.close()
     return seen, env.unwrapped.task, env.history[-1].info
@@ -70,7 +63,7 @@ def test_the_agents_sdk_default_client_hands_off_and_calls_a_tool(framework_team
     assert [agent for agent, _ in seen] == ["planner", "math", "math"]
     assert "program_error" not in info
     assert info["reward_parts"] == pytest.approx({"success": 1.0, "handoff": 1.0, "cost": -0.06})
-    math_first, math_second = seen[1][1]["messages"], seen[2][1]["messages"]
+    math_first, math_second = seen[1][1], seen[2][1]
     assert math_first[0]["content"].startswith(framework_teams.SPECIALISTS["math"])
     assert '"name": "calculate"' in math_first[0]["content"]  # its function tool, described
     assert math_first[1:] == [
