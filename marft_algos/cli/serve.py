@@ -7,6 +7,7 @@ flags, finds what to load, and runs the server until Ctrl-C or SIGTERM.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -39,6 +40,10 @@ class ServeArguments:
     """Most messages in one call (more: HTTP 400; RequestLimits.max_messages, the training endpoint's default)."""
     max_batch: int = 8
     """Most concurrent calls of one agent generated together."""
+    max_prompt_tokens: int | None = None
+    """Tokens of one rendered prompt (more: HTTP 400) (default: the run's max_prompt_tokens; a prompt is always bounded by the model's context less the agent's reply budget)."""
+    shutdown_timeout: float = 3.0
+    """Seconds a stop (Ctrl-C, SIGTERM) waits for the batch generating before its calls are answered 503."""
     model: str | None = None
     """Base model path replacing the recorded one (same model, moved)."""
     device: str | None = None
@@ -51,7 +56,9 @@ class ServeArguments:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise UsageError(f"--port {self.port}: must be in 0..65535.")
-        for name in ("max_body_bytes", "max_messages", "max_batch", "threads"):
+        if not self.shutdown_timeout >= 0:
+            raise UsageError(f"--shutdown-timeout {self.shutdown_timeout}: must be >= 0 seconds.")
+        for name in ("max_body_bytes", "max_messages", "max_batch", "max_prompt_tokens", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1.")
@@ -107,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     team = load_team(values["run"], args)
+    if args.max_prompt_tokens is not None:
+        team.max_prompt_tokens = args.max_prompt_tokens
     console = Console(stderr=True)
     if not is_loopback(args.host) and api_key is None:
         console.print(
@@ -123,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             soft_wrap=True,
         )
 
-    serve(
+    generating = serve(
         team,
         host=args.host,
         port=args.port,
@@ -131,4 +140,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         limits=args.limits(),
         max_batch=args.max_batch,
         announce=announce,
+        shutdown_timeout=args.shutdown_timeout,
     )
+    if generating:  # answered already; torch aborts if finalisation tears its thread down
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

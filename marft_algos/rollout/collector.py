@@ -21,6 +21,7 @@ from pettingzoo import AECEnv
 
 from marft_algos.protocols import GeneratingPolicy, GenerationLike, GenerationSettings
 from marft_algos.rollout.failures import failed_at
+from marft_algos.rollout.prompt_limits import limit_prompts
 from marft_envs.core.env import FlexPOMDPEnv, RoundRecord
 
 __all__ = [
@@ -208,6 +209,7 @@ class RolloutCollector:
         self.envs = list(envs)
         self.settings = settings or GenerationSettings()
         _check_unseeded(self.settings)
+        limit_prompts([_unwrapped(env) for env in self.envs], policy, self.settings)
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)
         #: Called with each episode as it finishes (progress displays); None: nothing is called.

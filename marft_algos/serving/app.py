@@ -33,6 +33,7 @@ from typing import Any
 
 from marft_algos.protocols import GenerationSettings
 from marft_algos.serving.batcher import Batcher, BatcherClosed
+from marft_algos.serving.disconnect import ClientGone, until_answered
 from marft_algos.serving.guards import check_api_key, check_host, read_body, refused
 from marft_algos.serving.team import ServedTeam
 from marft_envs.wire.checks import check_request, finite_number
@@ -122,7 +123,10 @@ def build_app(
     # A fast tokenizer refuses two encodes at once ("Already borrowed"): render one at a time.
     render_lock = threading.Lock()
 
-    def render(agent: str, observation: Any) -> Any:
+    def render(agent: str, observation: Any, settings: GenerationSettings) -> Any:
+        ids = team.prompt_ids(agent, observation, settings)  # counted against its bound first
+        if ids is not None:
+            return ids
         with render_lock:
             return team.policy.render(agent, observation)
 
@@ -151,14 +155,15 @@ def build_app(
     async def health(request: Any) -> Any:
         return JSONResponse({"status": "ok" if batcher.running else "stopping"})
 
-    async def answer(model: Any, messages: Any, fields: dict[str, Any]) -> Any:
-        """The :class:`Reply` of one call of the agent ``model``, or the response refusing it."""
+    async def answer(model: Any, messages: Any, fields: dict[str, Any], request: Any) -> Any:
+        """The :class:`Reply` of one call of the agent ``model``, or the response refusing it
+        (a call whose client disconnects is dropped from the queue)."""
         try:
             plain, tools = check_request(agents, model, messages, fields, limits)
             agent = str(model)
             settings = request_settings(team.settings, agent, fields)
             observation = team.observation(plain, tools)
-            prompt = await asyncio.to_thread(render, agent, observation)
+            prompt = await asyncio.to_thread(render, agent, observation, settings)
         except UnknownAgentError as err:
             return error(404, str(err), "invalid_request_error", "model_not_found")
         except RequestRefused as err:
@@ -167,7 +172,9 @@ def build_app(
             return error(400, str(err), "invalid_request_error")
         key = object() if settings.seed is not None else None  # a seeded call samples alone
         try:
-            generation = await asyncio.wrap_future(batcher.submit(agent, prompt, settings, key))
+            generation = await until_answered(request, batcher.submit(agent, prompt, settings, key))
+        except ClientGone:
+            return error(499, "the client disconnected before the reply", "invalid_request_error")
         except BatcherClosed as err:
             return error(503, str(err), "server_error")
         except Exception as err:
@@ -185,7 +192,7 @@ def build_app(
         stream, options = bool(body.get("stream")), body.get("stream_options") or {}
         skipped = ("model", "messages", "stream", "stream_options")
         fields = {k: v for k, v in body.items() if k not in skipped}
-        reply = await answer(body.get("model"), body.get("messages"), fields)
+        reply = await answer(body.get("model"), body.get("messages"), fields, request)
         if not isinstance(reply, Reply):
             return reply
         data = without_none(dataclasses.asdict(completion(str(body["model"]), reply)))
@@ -205,7 +212,7 @@ def build_app(
             call = responses_request(body)
         except (TypeError, ValueError) as err:
             return error(400, str(err), "invalid_request_error")
-        reply = await answer(call.model, call.messages, call.fields)
+        reply = await answer(call.model, call.messages, call.fields, request)
         if not isinstance(reply, Reply):
             return reply
         data = response_object(str(call.model), reply, call.echo)

@@ -1,19 +1,28 @@
-"""One model, many concurrent requests: calls are queued and generated a batch at a time.
+"""One model, many concurrent requests: calls are queued per agent and generated a batch at a time.
 
-The policy generates one batch at a time (one model, one device). A single worker thread takes
-every call that arrived while the previous batch was generating, groups those of the same agent
-and settings, and makes one ``generate`` call per group (at most ``max_batch`` prompts each), in
-the order the groups' first calls arrived. A lone call waits for nothing: batching comes only from
-calls that arrive while the model is busy.
+The policy generates one batch at a time (one model, one device). Each agent has a queue of its
+own, and a single worker thread takes the agents' queues in turn (round-robin): one batch of the
+agent whose turn it is (up to ``max_batch`` of its oldest calls with the same settings), then the
+next agent with calls waiting. A lone call waits for nothing: batching comes only from calls that
+arrive while the model is busy.
+
+Fairness bound: a call of an agent with no other call queued starts generating after at most the
+batch in progress and one batch of each other agent, i.e. within ``n_agents`` batches (each at
+most its agent's ``max_new_tokens``), however long another agent's queue is. A call behind ``k``
+calls of its own agent waits at most ``ceil((k + 1) / max_batch)`` such rounds.
+
+Cancelling a call's future (a client that disconnected) drops it while it is queued; a call
+already generating finishes with its batch and its reply is discarded. :meth:`Batcher.close`
+answers queued calls at once and the batch in progress within ``timeout`` seconds.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +37,7 @@ GenerateFn = Callable[[str, Sequence[Any], GenerationSettings], Sequence[Any]]
 
 
 class BatcherClosed(RuntimeError):
-    """A call reached a batcher that is shutting down."""
+    """A call reached a batcher that is shutting down, or was still waiting when it shut down."""
 
 
 @dataclass
@@ -41,7 +50,8 @@ class _Call:
 
 
 class Batcher:
-    """Queue calls from any thread; one worker thread generates them in per-agent batches.
+    """Queue calls from any thread; one worker thread generates them in per-agent batches, the
+    agents taking turns (see the module notes for the bound this gives).
 
     Args:
         generate: ``generate(agent, observations, settings)``, e.g. a policy's ``generate``.
@@ -53,9 +63,14 @@ class Batcher:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}.")
         self._generate = generate
         self.max_batch = max_batch
-        self._queue: queue.Queue[_Call | None] = queue.Queue()
-        self._closed = threading.Event()
+        self._ready = threading.Condition()
+        self._queues: dict[str, deque[_Call]] = {}  # agent -> its calls, oldest first
+        self._turns: deque[str] = deque()  # agents with calls queued, in the order they go next
+        self._running: list[_Call] = []
+        self._closed = False
         self.batches = 0  # generate calls made (for tests and logs)
+        #: Agent of each batch, in the order they were generated (for tests and logs).
+        self.order: list[str] = []
         self._worker = threading.Thread(target=self._run, name="marft-serve-batcher", daemon=True)
         self._worker.start()
 
@@ -63,71 +78,91 @@ class Batcher:
         self, agent: str, observation: Any, settings: GenerationSettings, key: Any = None
     ) -> Future:
         """Queue one call; the future resolves to its generation (or the error of its batch).
+        Cancel the future to drop the call while it is still queued.
 
         Calls are batched together only when ``agent``, ``settings`` and ``key`` are equal (pass
         a unique ``key`` for a call that must run alone, e.g. one with its own seed).
         """
-        if self._closed.is_set():
-            raise BatcherClosed("the server is shutting down; retry on another replica.")
         call = _Call(agent, observation, settings, (agent, _settings_key(settings), key))
-        self._queue.put(call)
+        with self._ready:
+            if self._closed:
+                raise BatcherClosed("the server is shutting down; retry on another replica.")
+            queue = self._queues.setdefault(agent, deque())
+            if not queue:
+                self._turns.append(agent)
+            queue.append(call)
+            self._ready.notify()
         return call.future
 
     def close(self, timeout: float = 30.0) -> None:
-        """Finish the batch in progress, fail the calls still queued, and end the worker."""
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        self._queue.put(None)
+        """Take no more calls, answer the queued ones with :class:`BatcherClosed` now, and give
+        the batch in progress ``timeout`` seconds to finish; past it, its calls are answered
+        :class:`BatcherClosed` too (the worker thread, a daemon, is left to end with its batch)."""
+        with self._ready:
+            first = not self._closed
+            self._closed = True
+            queued = [c for q in self._queues.values() for c in q]
+            self._queues.clear()
+            self._turns.clear()
+            self._ready.notify_all()
+        if first:
+            _fail(queued, "the server shut down before this call ran.")
         self._worker.join(timeout)
-        while True:
-            try:
-                call = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if call is not None and not call.future.done():
-                call.future.set_exception(
-                    BatcherClosed("the server shut down before this call ran.")
-                )
+        with self._ready:
+            running = list(self._running)
+        _fail(running, "the server shut down while this call was generating.")
+
+    def waiting(self) -> int:
+        """Calls queued and not cancelled."""
+        with self._ready:
+            return sum(not c.future.cancelled() for q in self._queues.values() for c in q)
+
+    def generating(self) -> bool:
+        """Whether a batch is generating."""
+        with self._ready:
+            return bool(self._running)
 
     @property
     def running(self) -> bool:
-        """Whether the worker thread is alive."""
-        return self._worker.is_alive()
+        """Whether the batcher takes calls (its worker is alive and it was not closed)."""
+        return self._worker.is_alive() and not self._closed
 
     # ------------------------------------------------------------------ worker
     def _run(self) -> None:
-        while not self._closed.is_set():
-            first = self._queue.get()
-            if first is None:
-                break
-            pending = [first]
-            while True:  # everything that arrived while the last batch generated
-                try:
-                    call = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if call is None:
-                    self._closed.set()
-                    break
-                pending.append(call)
-            for group in _groups(pending, self.max_batch):
-                self._run_group(group)
-        for call in self._drain():
-            call.future.set_exception(BatcherClosed("the server shut down before this call ran."))
-
-    def _drain(self) -> list[_Call]:
-        out: list[_Call] = []
         while True:
-            try:
-                call = self._queue.get_nowait()
-            except queue.Empty:
-                return out
-            if call is not None:
-                out.append(call)
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._run_batch(batch)
+            with self._ready:
+                self._running = []
 
-    def _run_group(self, group: list[_Call]) -> None:
-        live = [c for c in group if c.future.set_running_or_notify_cancel()]
+    def _next_batch(self) -> list[_Call] | None:
+        """The next agent's oldest calls of one key (cancelled calls dropped); None once closed."""
+        with self._ready:
+            while True:
+                if self._closed:
+                    return None
+                if not self._turns:
+                    self._ready.wait()
+                    continue
+                agent = self._turns.popleft()
+                queue = self._queues[agent]
+                live = [c for c in queue if not c.future.cancelled()]
+                batch = [c for c in live if c.key == live[0].key][: self.max_batch] if live else []
+                taken = {id(c) for c in batch}
+                rest = deque(c for c in live if id(c) not in taken)
+                if rest:
+                    self._queues[agent] = rest
+                    self._turns.append(agent)  # its next batch after every other agent's turn
+                else:
+                    del self._queues[agent]
+                if batch:
+                    self._running = batch
+                    return batch
+
+    def _run_batch(self, batch: list[_Call]) -> None:
+        live = [c for c in batch if c.future.set_running_or_notify_cancel()]
         if not live:
             return
         try:
@@ -135,13 +170,31 @@ class Batcher:
                 self._generate(live[0].agent, [c.observation for c in live], live[0].settings)
             )
             self.batches += 1
+            self.order.append(live[0].agent)
         except Exception as err:  # each caller gets the error of its batch
             logger.exception("generation failed for agent %r", live[0].agent)
             for call in live:
-                call.future.set_exception(err)
+                _settle(call.future, error=err)
             return
         for call, generation in zip(live, generations, strict=True):
-            call.future.set_result(generation)
+            _settle(call.future, result=generation)
+
+
+def _settle(future: Future, *, result: Any = None, error: BaseException | None = None) -> None:
+    """Resolve ``future`` unless :meth:`Batcher.close` already answered it."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:  # answered at shutdown
+        pass
+
+
+def _fail(calls: Sequence[_Call], message: str) -> None:
+    for call in calls:
+        if not call.future.done():
+            _settle(call.future, error=BatcherClosed(message))
 
 
 def _settings_key(settings: GenerationSettings) -> tuple[Any, ...]:
@@ -155,15 +208,3 @@ def _settings_key(settings: GenerationSettings) -> tuple[Any, ...]:
         caps,
         settings.seed,
     )
-
-
-def _groups(calls: Sequence[_Call], max_batch: int) -> list[list[_Call]]:
-    """Calls grouped by key (first arrival first), each group cut into batches of ``max_batch``."""
-    by_key: dict[Any, list[_Call]] = {}
-    for call in calls:
-        by_key.setdefault(call.key, []).append(call)
-    return [
-        group[i : i + max_batch]
-        for group in by_key.values()
-        for i in range(0, len(group), max_batch)
-    ]

@@ -1,8 +1,11 @@
 """Running the serving app: in the foreground until Ctrl-C / SIGTERM, or on a background thread.
 
-Both bind where they are told (127.0.0.1 unless asked otherwise), generate through one
-:class:`~marft_algos.serving.batcher.Batcher`, and on stop let uvicorn finish the requests in
-flight, then close the batcher (calls still queued are answered 503).
+Both bind where they are told (127.0.0.1 unless asked otherwise) and generate through one
+:class:`~marft_algos.serving.batcher.Batcher`. One signal (or :meth:`BackgroundServer.stop`)
+stops the server within about ``shutdown_timeout`` seconds, even mid-generation: it stops
+accepting, answers the calls still queued with 503 at once, gives the batch in progress
+``shutdown_timeout`` seconds to finish and then answers its calls with 503 too, and returns
+(the generating thread, a daemon, ends with the process).
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ def base_url(host: str, port: int) -> str:
     return f"http://{shown}:{port}/v1"
 
 
+#: Seconds a stop waits for the batch in progress before its calls are answered 503.
+SHUTDOWN_TIMEOUT = 3.0
+
+
 def _server(
     team: ServedTeam,
     host: str,
@@ -65,6 +72,7 @@ def _server(
     api_key: str | None,
     limits: RequestLimits | None,
     max_batch: int,
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT,
 ) -> tuple[Any, Batcher]:
     try:
         import uvicorn
@@ -82,9 +90,21 @@ def _server(
         port=port,
         log_level="warning",
         lifespan="off",
-        timeout_graceful_shutdown=30,
+        # A backstop: the batcher answers every call within shutdown_timeout of the stop.
+        timeout_graceful_shutdown=int(shutdown_timeout) + 5,
     )
-    return uvicorn.Server(config), batcher
+
+    class Server(uvicorn.Server):  # type: ignore[misc]
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Answer the calls in flight off the signal handler; uvicorn then stops accepting
+            # and waits for their responses.
+            if not self.should_exit:
+                threading.Thread(
+                    target=batcher.close, args=(shutdown_timeout,), name="marft-serve-stop"
+                ).start()
+            super().handle_exit(sig, frame)
+
+    return Server(config), batcher
 
 
 def serve(
@@ -96,16 +116,23 @@ def serve(
     limits: RequestLimits | None = None,
     max_batch: int = 8,
     announce: Callable[[str], None] | None = None,
-) -> None:
-    """Serve ``team`` in the foreground until Ctrl-C or SIGTERM (uvicorn's own handlers), then
-    finish the requests in flight and stop.
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+) -> bool:
+    """Serve ``team`` in the foreground until Ctrl-C or SIGTERM, then stop within about
+    ``shutdown_timeout`` seconds (see the module notes).
 
     Args:
         announce: Called with the base URL once the port is bound (port 0: the port it got).
+        shutdown_timeout: Seconds a stop waits for the batch in progress.
+
+    Returns:
+        Whether a generation was still running when serving stopped (its calls were answered).
+        A process that then exits should leave with ``os._exit``: the interpreter's finalisation
+        would tear down the generating thread inside torch, which aborts the process.
     """
     listener = bind(host, port)
     try:
-        server, batcher = _server(team, host, port, api_key, limits, max_batch)
+        server, batcher = _server(team, host, port, api_key, limits, max_batch, shutdown_timeout)
     except BaseException:
         listener.close()
         raise
@@ -115,9 +142,10 @@ def serve(
         with _signals_end_serving(), contextlib.suppress(_Stopped):
             server.run(sockets=[listener])
     finally:
-        batcher.close()
+        batcher.close(shutdown_timeout)
         listener.close()
     logger.info("stopped serving %s", team.source)
+    return batcher.generating()
 
 
 class _Stopped(Exception):
@@ -165,8 +193,12 @@ class BackgroundServer:
         limits: RequestLimits | None = None,
         max_batch: int = 8,
         start_timeout: float = 30.0,
+        shutdown_timeout: float = SHUTDOWN_TIMEOUT,
     ) -> None:
-        self._server, self.batcher = _server(team, host, port, api_key, limits, max_batch)
+        self.shutdown_timeout = shutdown_timeout
+        self._server, self.batcher = _server(
+            team, host, port, api_key, limits, max_batch, shutdown_timeout
+        )
         self._thread = threading.Thread(target=self._server.run, name="marft-serve", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + start_timeout
@@ -185,10 +217,11 @@ class BackgroundServer:
         return self._thread.is_alive()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop accepting, finish the requests in flight, end the thread and the batcher."""
+        """Stop accepting, answer the requests in flight (within ``shutdown_timeout``), end the
+        thread and the batcher."""
         self._server.should_exit = True
+        self.batcher.close(self.shutdown_timeout)
         self._thread.join(timeout)
-        self.batcher.close()
 
     def __enter__(self) -> BackgroundServer:
         return self

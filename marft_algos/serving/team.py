@@ -20,13 +20,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from marft_algos.policy.prompt_length import PolicyMeter, policy_meter
 from marft_algos.policy.rendering import fill_chat_template
 from marft_algos.protocols import GenerationSettings
 from marft_algos.rollout.evaluation import greedy
+from marft_envs.wire.prompts import PromptBudget
 from marft_envs.wire.protocol import Reply
 from marft_envs.wire.tools import (
     TOOL_PARSERS,
@@ -57,6 +59,8 @@ class ServedTeam:
         tool_prompt: The env's ``tool_prompt`` (None: tools go to the chat template).
         env_id: The env the team was trained on (for messages and logs).
         source: The checkpoint or export folder served.
+        max_prompt_tokens: Tokens of one rendered prompt, below the context's bound (the model's
+            context less the agent's reply budget); None: that bound alone.
     """
 
     policy: Any
@@ -65,6 +69,11 @@ class ServedTeam:
     tool_prompt: str | None = None
     env_id: str | None = None
     source: str = ""
+    max_prompt_tokens: int | None = None
+    meter: PolicyMeter | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.meter = policy_meter(self.policy, self.agents)
 
     @property
     def agents(self) -> tuple[str, ...]:
@@ -81,6 +90,26 @@ class ServedTeam:
         if self.tool_prompt is None and tools:
             return {"messages": plain, "tools": [dict(t) for t in tools]}
         return plain
+
+    def prompt_ids(
+        self, agent: str, observation: Any, settings: GenerationSettings
+    ) -> list[int] | None:
+        """The call's prompt ids, counted against its bound before anything is generated
+        (None for a policy without tokenizers to count with: it renders the call itself).
+
+        Raises:
+            RequestRefused: The prompt passes ``max_prompt_tokens`` or the model's context less
+                the agent's reply budget under ``settings`` (400 ``context_length_exceeded``).
+        """
+        if self.meter is None:
+            return None
+        budget = PromptBudget(self.meter, settings.tokens_for)
+        fix = "send fewer or shorter messages, or ask for a shorter reply (max_tokens)" + (
+            ""
+            if self.max_prompt_tokens is None
+            else " or start marft serve with a larger --max-prompt-tokens"
+        )
+        return budget.check(agent, observation, self.max_prompt_tokens, fix)
 
     def reply(self, generation: Any, offered_tools: bool, call_index: int) -> Reply:
         """The reply of one generation, parsed into tool calls when the call offered tools."""
@@ -203,6 +232,7 @@ def _team(policy: Any, run: Mapping[str, Any], source: str) -> ServedTeam:
         tool_prompt=tool_prompt,
         env_id=env_id,
         source=source,
+        max_prompt_tokens=kwargs.get("max_prompt_tokens"),
     )
 
 

@@ -45,6 +45,7 @@ from marft_envs.programs.runner import Event, ProgramRun
 from marft_envs.programs.settings import ProgramSettings
 from marft_envs.programs.tasks import Tasks, TaskSource, split_tasks
 from marft_envs.programs.transport import Transport
+from marft_envs.wire.prompts import PromptBudget
 
 __all__ = ["ProgramEnv", "ProgramTurns", "split_tasks"]
 
@@ -229,6 +230,12 @@ class ProgramEnv(FlexPOMDPEnv):
             self._latest[agent] = call
         latest = self._latest.get(agent)
         return [] if latest is None else self._transport.messages(latest)
+
+    def limit_prompts(self, budget: PromptBudget | None) -> None:
+        """Check each call's rendered prompt against ``budget`` before it is queued (collectors
+        pass their policy's): a prompt past ``max_prompt_tokens`` or the context length less the
+        agent's reply budget is refused (HTTP 400) and fails the episode as ``PromptTooLong``."""
+        self._transport.prompt_budget = budget
 
     def note_generation(self, prompt_tokens: int, completion_tokens: int, finished: bool) -> None:
         self._usage = (int(prompt_tokens), int(completion_tokens), bool(finished))

@@ -60,6 +60,8 @@ class ProgramRun:
         max_pending: Calls that may wait for their replies at once (None: no bound); one more is
             refused with :class:`~marft_envs.wire.RequestRefused` (HTTP 429) and
             recorded as a refusal.
+        check: Called with each call before it is queued (the prompt bound); the
+            :class:`~marft_envs.wire.RequestRefused` it raises is recorded as a refusal.
     """
 
     def __init__(
@@ -71,7 +73,9 @@ class ProgramRun:
         *,
         isolation: str = "thread",
         max_pending: int | None = None,
+        check: Callable[[CallRecord], None] | None = None,
     ) -> None:
+        self._check = check
         self._events: queue.Queue[Event] = queue.Queue()
         self._pending: deque[_Pending] = deque()
         self._lock = threading.Lock()
@@ -125,8 +129,15 @@ class ProgramRun:
 
         Raises:
             EpisodeEnded: The episode has already ended.
-            RequestRefused: ``max_pending`` calls already wait.
+            RequestRefused: ``max_pending`` calls already wait, or ``check`` refused the call.
         """
+        if self._check is not None:
+            try:
+                self._check(call)
+            except RequestRefused as err:
+                if err.kind is not None:
+                    self.refused(err.kind, str(err))
+                raise
         with self._lock:
             if self._closed:
                 raise EpisodeEnded(

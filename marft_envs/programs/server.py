@@ -263,7 +263,8 @@ class EpisodeServer:
                 loop.call_soon_threadsafe(_settle, reply, answer)
 
         try:
-            episode.run.submit(call, deliver)
+            # Off the event loop: submit counts the call's prompt (bounded work, but not free).
+            await asyncio.to_thread(episode.run.submit, call, deliver)
             answer = await reply
             if isinstance(answer, EpisodeEnded):
                 raise answer

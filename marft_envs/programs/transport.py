@@ -12,6 +12,7 @@ as its messages, written as text first under ``tool_prompt``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -20,10 +21,19 @@ import numpy as np
 from marft_envs.programs.client import CallRecord, ProgramClient, loopback_http_client
 from marft_envs.programs.runner import ProgramRun
 from marft_envs.programs.settings import ProgramSettings
-from marft_envs.wire.protocol import Reply
+from marft_envs.wire.prompts import PromptBudget
+from marft_envs.wire.protocol import Reply, RequestRefused
 from marft_envs.wire.tools import parse_tool_calls, policy_messages
 
 __all__ = ["Transport"]
+
+logger = logging.getLogger(__name__)
+
+#: How to get a prompt under its bound, for a program's author.
+_PROMPT_FIX = (
+    "send fewer or shorter messages, or lower the agent's max_new_tokens (or max_prompt_tokens "
+    "where the program is registered)"
+)
 
 
 class Transport:
@@ -41,6 +51,9 @@ class Transport:
         self.agents = agents
         self.server: Any = None
         self.episode_url: str | None = None
+        #: Bounds each call's rendered prompt before it is queued (None: no check; the collector
+        #: sets it from its policy, :meth:`~marft_envs.programs.ProgramEnv.limit_prompts`).
+        self.prompt_budget: PromptBudget | None = None
         self._http: Any = None
 
     def start(self, program: Callable[..., Any], task: Any, rng: np.random.Generator) -> ProgramRun:
@@ -60,7 +73,28 @@ class Transport:
             settings.episode_timeout,
             isolation=settings.isolation,
             max_pending=settings.limits.max_concurrent_calls,
+            check=self.check_prompt,
         )
+
+    def check_prompt(self, call: CallRecord) -> None:
+        """Refuse a call whose rendered prompt passes its bound (``max_prompt_tokens``, and the
+        context length less the agent's reply budget), before the policy sees it.
+
+        Raises:
+            RequestRefused: 400 ``context_length_exceeded``, counted as ``PromptTooLong``.
+        """
+        budget = self.prompt_budget
+        if budget is None:
+            return
+        tools = self.tools(call)
+        messages = self.messages(call)
+        observation: Any = {"messages": messages, "tools": tools} if tools else messages
+        try:
+            budget.check(call.agent, observation, self.settings.max_prompt_tokens, _PROMPT_FIX)
+        except RequestRefused:
+            raise
+        except Exception as err:  # a prompt the policy cannot render fails where it renders
+            logger.debug("the prompt of call %d was not counted: %s", call.index, err)
 
     def messages(self, call: CallRecord) -> list[dict[str, Any]]:
         """The call's messages as the policy renders them (tools written as text under

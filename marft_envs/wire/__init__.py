@@ -10,6 +10,8 @@ request is checked, answered and refused the same way whichever route it takes:
 - :mod:`~marft_envs.wire.checks`: checks of one request (:func:`check_request`);
 - :mod:`~marft_envs.wire.http`: errors in the OpenAI error shape, the loopback ``Host`` check,
   a JSON body read within its bound;
+- :mod:`~marft_envs.wire.prompts`: the bound on a call's rendered prompt (the model's context less
+  the agent's reply budget, or ``max_prompt_tokens``), checked before generation;
 - :mod:`~marft_envs.wire.tools`: tool-call parsing, and tools described in text for chat
   templates without tool support;
 - :mod:`~marft_envs.wire.responses`: the Responses API (``POST /v1/responses``) translated onto

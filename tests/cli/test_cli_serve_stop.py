@@ -1,0 +1,90 @@
+"""``marft serve`` stops on one signal even mid-generation: the call generating is answered (an
+error) and the process exits within seconds, with no traceback logged."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from marft_algos.policy.tiny import tiny_model_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """An export of an untrained team on the built-in tiny model whose writer may write 4000
+    tokens (about a minute on a CPU core: far longer than a stop may take)."""
+    folder = tmp_path_factory.mktemp("export")
+    base = str(tiny_model_path())
+    index = {
+        "agents": {a: {"base_model": base, "adapter": None} for a in ("writer", "reader")},
+        "run": {
+            "generation": {
+                "max_new_tokens": 8,
+                "do_sample": False,
+                "max_new_tokens_per_agent": {"writer": 4000},
+            },
+            "dtype": "float32",
+        },
+    }
+    (folder / "marft_export.json").write_text(json.dumps(index))
+    return folder
+
+
+def _start(args):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "marft_algos.cli", "serve", *args],
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        found = re.search(r"at (http://127\.0\.0\.1:\d+/v1)", line)
+        if found:
+            return process, found.group(1)
+    process.wait(30)
+    raise AssertionError("marft serve did not start:\n" + "".join(lines))
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_one_signal_stops_serving_mid_generation(export, stop):
+    process, url = _start([str(export), "--port", "0", "--shutdown-timeout", "1"])
+    answers: list[int] = []
+    body = {"model": "writer", "messages": [{"role": "user", "content": "a long story"}]}
+    call = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(f"{url}/chat/completions", json=body, timeout=300).status_code
+        )
+    )
+    try:
+        call.start()
+        time.sleep(1.0)  # the call is queued or generating: 4000 tokens take far longer
+        assert not answers
+        stopped_at = time.monotonic()
+        process.send_signal(stop)
+        code = process.wait(60)
+        took = time.monotonic() - stopped_at
+        call.join(60)
+        errors = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert code == 0, errors
+    assert "Traceback" not in errors, errors
+    assert answers == [503]  # the call in flight got an error, not a hang
+    assert took < 30, f"marft serve took {took:.0f} s to stop"
