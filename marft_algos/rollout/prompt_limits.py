@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from marft_algos.policy.prompt_length import policy_meter
 from marft_algos.protocols import GenerationSettings
 from marft_envs.wire.prompts import PromptBudget
 
@@ -21,6 +20,9 @@ def limit_prompts(envs: Sequence[Any], policy: Any, settings: GenerationSettings
     hooks = [getattr(env, "limit_prompts", None) for env in envs]
     if not any(hooks):
         return
+    # Only envs that take calls need the tokenizers (the policy package loads transformers).
+    from marft_algos.policy.prompt_length import policy_meter
+
     meter = policy_meter(policy)
     budget = None if meter is None else PromptBudget(meter, settings.tokens_for)
     for hook in hooks:
