@@ -182,11 +182,15 @@ def build_app(
             return error(500, f"generation failed: {type(err).__name__}: {err}", "server_error")
         return team.reply(generation, bool(tools), next(calls))
 
-    async def chat(request: Any) -> Any:
+    async def call_body(request: Any) -> tuple[Any, Any]:
+        """The body of a call the guards let through: ``(body, None)`` or ``(None, refusal)``."""
         refusal = guard(request)
         if refusal is not None:
-            return refusal
-        body, refusal = await read_body(request, limits)
+            return None, refusal
+        return await read_body(request, limits)
+
+    async def chat(request: Any) -> Any:
+        body, refusal = await call_body(request)
         if refusal is not None:
             return refusal
         stream, options = bool(body.get("stream")), body.get("stream_options") or {}
@@ -202,10 +206,7 @@ def build_app(
         return JSONResponse(data)
 
     async def responses(request: Any) -> Any:
-        refusal = guard(request)
-        if refusal is not None:
-            return refusal
-        body, refusal = await read_body(request, limits)
+        body, refusal = await call_body(request)
         if refusal is not None:
             return refusal
         try:
