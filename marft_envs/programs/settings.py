@@ -60,8 +60,9 @@ class ProgramSettings:
     """Bounds on one request and on the calls of one episode waiting at once; a request past one
     is refused (HTTP 413, 400, 429) and fails the episode."""
     max_prompt_tokens: int | None = None
-    """Tokens of one rendered prompt; a longer one fails the episode after its call. None: no
-    limit."""
+    """Tokens of one rendered prompt; a longer call is refused before it is generated (HTTP 400)
+    and fails the episode (``PromptTooLong``). None: only the model's context less the agent's
+    reply budget bounds it (docs/programs.md, "Bounds")."""
     isolation: str = "thread"
     """``"thread"``: the program runs in a thread of this process. ``"process"``: in a child
     process and process group of its own, killed with its children at the episode's end, so that
