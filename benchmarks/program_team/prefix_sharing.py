@@ -145,7 +145,7 @@ def profiled(profile: Profile) -> Iterator[None]:
         _wrap(patch, decoding, "decode", decode_timed)
         # decode and the update import these by name from their modules.
         _wrap(patch, kv_cache, "prompt_caches", prefill_timed)
-        patch.setattr(sys.modules["marft_algos.policy.multi_agent"], "decode", decoding.decode)
+        patch.setattr(sys.modules["marft_algos.policy.generation"], "decode", decoding.decode)
         _wrap(patch, MultiAgentPolicy, "token_log_probs_with_uncut", logp_timed)
         _wrap(patch, Critic, "action_values", critic_timed)
         _wrap(patch, Critic, "token_values", critic_timed)

@@ -32,68 +32,23 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-from marft_algos.policy.backbone import Backbone, load_backbone, seeded_rng
+from marft_algos.policy.backbone import Backbone, load_backbone
 from marft_algos.policy.config import AgentSpec, LoraSettings
-from marft_algos.policy.decoding import decode
-from marft_algos.policy.forward import (
-    action_logits,
-    checkpointed_layers,
-    full_attention_only,
-    log_probs_and_entropy,
-    pack,
-)
-from marft_algos.policy.kv_cache import shared_prompt_action_logits
+from marft_algos.policy.generation import Generation, GenerationMixin
 from marft_algos.policy.prefix_cache import (
-    MIN_SHARED_TOKENS,
-    PREFIX_STORE_TOKENS,
     PrefillCounter,
     PrefixStore,
-    weights_fingerprint,
 )
 from marft_algos.policy.rendering import render_prompt_ids
-from marft_algos.protocols import GenerationSettings, Messages
+from marft_algos.policy.scoring import ScoringMixin, TokenLogProbs
 
 __all__ = ["Generation", "MultiAgentPolicy", "TokenLogProbs"]
 
 logger = logging.getLogger(__name__)
-
-
-class Generation(NamedTuple):
-    """One sampled action of one agent.
-
-    Attributes:
-        prompt_ids: Token ids of the rendered prompt (no padding).
-        action_ids: Exactly the sampled token ids, EOS included when produced, no padding.
-        log_probs: Per-token log-probs of ``action_ids`` (policy log-prob convention).
-        text: ``action_ids`` decoded without special tokens (what the env receives).
-        finished: True if the agent produced an end-of-turn token, False if it hit the length cap.
-        agent: The agent that acted.
-        temperature: Temperature of the distribution ``log_probs`` are taken under.
-        top_k: Top-k cut of that distribution (0: none).
-        top_p: Top-p cut of that distribution (1: none).
-    """
-
-    prompt_ids: list[int]
-    action_ids: list[int]
-    log_probs: list[float]
-    text: str
-    finished: bool
-    agent: str = ""
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-
-class TokenLogProbs(NamedTuple):
-    """Result of :meth:`MultiAgentPolicy.token_log_probs` (unpacks as a 3-tuple)."""
-
-    log_probs: torch.Tensor  # (batch, T_act), 0 where mask is False
-    entropy: torch.Tensor | None  # (batch, T_act) or None
-    mask: torch.Tensor  # (batch, T_act) bool
 
 
 @dataclass(frozen=True)
@@ -103,11 +58,13 @@ class _AgentBinding:
     trainable: bool
 
 
-class MultiAgentPolicy:
+class MultiAgentPolicy(GenerationMixin, ScoringMixin):
     """Maps every agent of a team to a base model and (optionally) a LoRA adapter.
 
     Build it with :meth:`from_pretrained`. Models stay in eval mode (dropout off) so that rollout
-    and update forward passes are identical.
+    and update forward passes are identical. Generation (:meth:`generate`) comes from
+    :class:`~marft_algos.policy.generation.GenerationMixin`, log-probs (:meth:`token_log_probs`)
+    from :class:`~marft_algos.policy.scoring.ScoringMixin`.
 
     Args:
         backbones: Loaded base models by name.
@@ -115,46 +72,6 @@ class MultiAgentPolicy:
         temperature: Default sampling temperature, and the temperature of greedy generations'
             and :meth:`token_log_probs`' log-probs when none is given.
     """
-
-    merge_adapters_for_generation: bool = True
-    """Generate with the agent's LoRA adapter folded into copies of the adapted base weights
-    (:meth:`~marft_algos.policy.backbone.Backbone.merged`): one matmul per layer instead of three
-    and no adapter code per decode step. The base weights themselves are never modified, so the
-    update's forward is exactly the unmerged one; the rollout log-probs differ from it by float
-    round-off only (tested). Costs one copy of the adapted weights while generating; set False to
-    generate through the unmerged adapter. Applies to float32 base weights only: 16-bit weights
-    always generate through the unmerged adapter, since rounding ``W + ΔW`` to 16 bits erases
-    small adapter updates."""
-
-    share_prompts_in_update: bool = True
-    """:meth:`token_log_probs` runs each distinct prompt of a batch once, without padding, and
-    shares its keys and values among the rows that continue it (a GRPO group), instead of running
-    every row's padded prompt (:func:`~marft_algos.policy.kv_cache.shared_prompt_action_logits`;
-    models with full attention only). Same log-probs and gradients up to float round-off."""
-
-    shared_prefix_tokens: int | None = MIN_SHARED_TOKENS
-    """Fewest leading tokens that prompts of one :meth:`generate` or :meth:`token_log_probs`
-    call must share for that beginning to run once, its keys and values continued by each
-    (:func:`~marft_algos.policy.prefix_cache.shared_prefix_groups`; models with full attention
-    only). None: only identical prompts share (each other prompt runs from its first token).
-    Same tokens, log-probs and gradients up to float round-off."""
-
-    prefix_store_tokens: int = PREFIX_STORE_TOKENS
-    """Prompt tokens of keys and values :meth:`generate` keeps from earlier calls, per policy, so
-    a later prompt that begins alike (an agent's system prompt and examples, a program's second
-    call repeating its first) continues from them instead of prefilling them again
-    (:class:`~marft_algos.policy.prefix_cache.PrefixStore`; models with full attention only). An
-    entry serves only the weights that computed it: any change to the parameters empties the
-    agent's entries. 0 turns the store off (prompts of one call that begin alike still share
-    their beginning). Same tokens and log-probs up to float
-    round-off."""
-
-    gradient_checkpointing: bool = False
-    """Recompute each decoder layer's activations in the backward pass of :meth:`token_log_probs`
-    instead of keeping them (:func:`~marft_algos.policy.forward.checkpointed_layers`): activation
-    memory of about one layer instead of all, for one more forward pass per update. The update then
-    runs every row's padded prompt (a checkpointed layer keeps no KV cache to share a prompt
-    through). Same log-probs and gradients up to float round-off (tested)."""
 
     def __init__(
         self,
@@ -431,241 +348,6 @@ class MultiAgentPolicy:
     ) -> list[int]:
         """Prompt ids of an observation under the agent's chat template."""
         return render_prompt_ids(self.tokenizer(agent), messages)
-
-    # ------------------------------------------------------------------ log-probs
-    def token_log_probs(
-        self,
-        agent: str,
-        prompt_ids: Sequence[Sequence[int]],
-        action_ids: Sequence[Sequence[int]],
-        *,
-        reference: bool = False,
-        with_entropy: bool = False,
-        temperature: float | None = None,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        differentiable_entropy: bool = True,
-    ) -> TokenLogProbs:
-        """Per-token log-probs of actions given prompts, differentiable w.r.t. the agent's adapter.
-
-        Args:
-            agent: The agent.
-            prompt_ids: Prompt token ids per sample.
-            action_ids: Action token ids per sample (as returned in :class:`Generation`).
-            reference: Use the base model with all adapters disabled (the KL reference policy).
-            with_entropy: Also return per-token entropies of the distribution.
-            temperature: Temperature of the distribution (default: the policy's); pass the
-                rollout's sampling temperature so the ratio compares like with like.
-            top_k: Top-k cut of the distribution, as in sampling (0: none).
-            top_p: Top-p cut of the distribution, as in sampling (1: none). With a cut, an action
-                token outside the current top-k / top-p set has log-prob ``-inf``.
-            differentiable_entropy: False: the entropy is computed without autograd, for logging
-                only (cheaper when the loss has no entropy bonus).
-
-        Returns:
-            ``(log_probs, entropy, mask)``, each ``(batch, T_act)`` with ``T_act`` the longest
-            action; padded entries are 0 and ``mask`` is False there.
-        """
-        out, _ = self.token_log_probs_with_uncut(
-            agent,
-            prompt_ids,
-            action_ids,
-            reference=reference,
-            with_entropy=with_entropy,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            differentiable_entropy=differentiable_entropy,
-            with_uncut=False,
-        )
-        return out
-
-    def token_log_probs_with_uncut(
-        self,
-        agent: str,
-        prompt_ids: Sequence[Sequence[int]],
-        action_ids: Sequence[Sequence[int]],
-        *,
-        reference: bool = False,
-        with_entropy: bool = False,
-        temperature: float | None = None,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        differentiable_entropy: bool = True,
-        with_uncut: bool = True,
-    ) -> tuple[TokenLogProbs, torch.Tensor | None]:
-        """:meth:`token_log_probs`, and from the same forward pass the log-probs under the
-        temperature alone (no top-k/top-p cut): what the KL terms to the reference compare.
-
-        Returns:
-            ``(token_log_probs, uncut)``: ``uncut`` is ``(batch, T_act)``, differentiable, 0 on
-            padding; the same tensor as the cut log-probs when there is no cut; None unless
-            ``with_uncut``.
-        """
-        backbone = self.backbone(agent)
-        temp = self.temperature if temperature is None else float(temperature)
-        batch = pack(prompt_ids, action_ids, backbone.pad_id, backbone.device)
-        width = batch.action_ids.shape[1]  # 0: no action has a token
-        if width == 0 and not len(prompt_ids):
-            empty = torch.zeros(batch.action_ids.shape, device=backbone.device)
-            out = TokenLogProbs(empty, empty.clone() if with_entropy else None, batch.action_mask)
-            return out, (empty.clone() if with_uncut else None)
-        if width == 0:
-            # The forward still runs, over one stand-in token per row, and its outputs are cut
-            # to width 0 below: a loss over them keeps its graph (a backward runs), and under
-            # --fsdp this rank runs the same passes as ranks whose chunk has tokens.
-            batch = pack(
-                prompt_ids, [[backbone.pad_id]] * len(prompt_ids), backbone.pad_id, backbone.device
-            )
-        checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
-        with self.acting(agent, reference=reference) as model:
-            # A checkpointed layer writes no KV cache, which the shared-prompt path needs.
-            if (
-                self.share_prompts_in_update
-                and full_attention_only(model.config)
-                and not checkpointing
-            ):
-                logits = shared_prompt_action_logits(
-                    model, batch, min_shared=self.shared_prefix_tokens, counter=self.update_prefill
-                )  # (batch, T, vocab)
-            else:
-                self.update_prefill.add(sum(len(p) for p in prompt_ids), 0)
-                with checkpointed_layers(model, checkpointing):
-                    logits = action_logits(model, batch)  # (batch, T, vocab)
-        logp, entropy = log_probs_and_entropy(
-            logits,
-            batch.action_ids,
-            batch.action_mask,
-            temperature=temp,
-            top_k=top_k,
-            top_p=top_p,
-            with_entropy=with_entropy,
-            differentiable_entropy=differentiable_entropy,
-        )
-        uncut = None
-        if with_uncut:
-            uncut = (
-                log_probs_and_entropy(
-                    logits, batch.action_ids, batch.action_mask, temperature=temp
-                )[0]
-                if top_k or top_p < 1.0
-                else logp
-            )  # (batch, T)
-        if width == 0:  # the stand-in token's columns go
-            entropy = None if entropy is None else entropy[:, :0]
-            uncut = None if uncut is None else uncut[:, :0]
-            return TokenLogProbs(logp[:, :0], entropy, batch.action_mask[:, :0]), uncut
-        return TokenLogProbs(logp, entropy, batch.action_mask), uncut
-
-    # ------------------------------------------------------------------ generation
-    def generate(
-        self,
-        agent: str,
-        messages_batch: Sequence[Messages],
-        settings: GenerationSettings,
-        *,
-        generator: torch.Generator | None = None,
-    ) -> list[Generation]:
-        """Sample one action per observation for one agent, in a single batched ``generate`` call.
-
-        Args:
-            agent: The agent acting.
-            messages_batch: One chat transcript (or env observation ``{"messages": ...}``) per
-                sample; rendered with the agent's chat template.
-            settings: How to sample: the agent's length cap (:meth:`GenerationSettings.tokens_for`),
-                temperature (None: the policy's; reported log-probs are those of the sampled
-                distribution, see the module docstring), top-p, top-k, greedy or not, and an
-                optional seed.
-            generator: Seeds the sampling: one seed is drawn from it and sampling runs under that
-                seed in a forked RNG, so the same generator state gives the same samples and the
-                global RNG is not advanced. ``settings.seed`` does the same with an explicit seed;
-                without either, sampling uses the global torch RNG (``torch.manual_seed`` makes it
-                reproducible).
-
-        Returns:
-            One :class:`Generation` per observation, in order.
-        """
-        tokenizer = self.tokenizer(agent)
-        prompts = [render_prompt_ids(tokenizer, m) for m in messages_batch]
-        return self.generate_from_ids(agent, prompts, settings, generator=generator)
-
-    def generate_from_ids(
-        self,
-        agent: str,
-        prompt_ids: Sequence[Sequence[int]],
-        settings: GenerationSettings,
-        *,
-        generator: torch.Generator | None = None,
-    ) -> list[Generation]:
-        """:meth:`generate` from already-rendered prompt token ids (multi-turn token-in)."""
-        max_new_tokens = settings.tokens_for(agent)
-        do_sample, seed = settings.do_sample, settings.seed
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
-        if generator is not None and seed is not None:
-            raise ValueError(
-                f"Pass either a generator or settings.seed (got seed={seed}), not both."
-            )
-        backbone = self.backbone(agent)
-        temp = self.temperature if settings.temperature is None else float(settings.temperature)
-        prompts = [list(map(int, p)) for p in prompt_ids]
-        if not prompts:
-            return []
-        if do_sample and temp <= 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {temp}.")
-        if generator is not None:
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-        # Greedy decoding samples nothing: its log-probs follow the policy temperature, uncut.
-        dist_temp, dist_k, dist_p = (
-            (temp, settings.top_k, settings.top_p) if do_sample else (self.temperature, 0, 1.0)
-        )
-        binding = self._binding(agent)
-        adapter = binding.adapter
-        merged = adapter is not None and self.merge_adapters_for_generation
-        store_key = (binding.backbone, adapter, merged)
-        fingerprint = weights_fingerprint(backbone.model) if self.prefix_store_tokens else None
-        store = None if fingerprint is None else self.prefix_store
-        if store is not None:
-            store.max_tokens = self.prefix_store_tokens
-            store.validate(store_key, fingerprint)
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(seeded_rng(seed, backbone.device))
-            if merged:
-                model = stack.enter_context(backbone.merged(adapter))  # type: ignore[arg-type]
-            else:
-                model = stack.enter_context(self.acting(agent))
-            out = decode(
-                model,
-                prompts,
-                max_new_tokens=max_new_tokens,
-                pad_id=backbone.pad_id,
-                eos_ids=backbone.eos_ids,
-                do_sample=do_sample,
-                temperature=dist_temp,
-                top_k=dist_k,
-                top_p=dist_p,
-                store=store,
-                store_key=store_key,
-                min_shared=self.shared_prefix_tokens,
-            )
-        self.prefill.add(out.prefill_tokens, out.prefill_saved)
-        actions = out.actions
-        logp_rows = out.log_probs
-        finished = out.finished
-        return [
-            Generation(
-                prompt_ids=prompts[i],
-                action_ids=actions[i],
-                log_probs=logp_rows[i],
-                text=backbone.tokenizer.decode(actions[i], skip_special_tokens=True),
-                finished=finished[i],
-                agent=agent,
-                temperature=dist_temp,
-                top_k=dist_k,
-                top_p=dist_p,
-            )
-            for i in range(len(actions))
-        ]
 
     # ------------------------------------------------------------------ persistence
     def save_adapters(self, directory: str) -> None:

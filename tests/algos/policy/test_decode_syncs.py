@@ -211,7 +211,7 @@ def test_generate_is_unchanged_by_the_ready_mask(builtin, monkeypatch):
     ready = builtin.generate("agent", observations, settings)
     old = decoding.decode
     monkeypatch.setattr(
-        "marft_algos.policy.multi_agent.decode",
+        "marft_algos.policy.generation.decode",
         lambda *a, **kw: old(*a, **kw, ready_mask=False),
     )
     builtin.prefix_store.clear()
