@@ -88,3 +88,13 @@ def test_one_signal_stops_serving_mid_generation(export, stop):
     assert "Traceback" not in errors, errors
     assert answers == [503]  # the call in flight got an error, not a hang
     assert took < 30, f"marft serve took {took:.0f} s to stop"
+
+
+def test_the_prompt_bound_and_stop_flags_are_checked():
+    from marft_algos.cli.parsing import UsageError
+    from marft_algos.cli.serve import ServeArguments
+
+    with pytest.raises(UsageError, match="--max-prompt-tokens 0"):
+        ServeArguments(max_prompt_tokens=0)
+    with pytest.raises(UsageError, match="--shutdown-timeout -1"):
+        ServeArguments(shutdown_timeout=-1)
