@@ -211,6 +211,9 @@ def _qualname(obj: Any) -> str:
 def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    record = getattr(value, "run_record", None)
+    if callable(record):  # a value that says how a run records it (TaskList: its source)
+        return record()
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
@@ -342,6 +345,7 @@ def register_program(
     tasks: Any,
     test_tasks: Any = None,
     description: str = "",
+    record_tasks: bool = False,
     **kwargs: Any,
 ) -> EnvSpec:
     """Register an agent program as an env id (see :mod:`marft_envs.programs`).
@@ -359,6 +363,11 @@ def register_program(
             generator.
         test_tasks: Held-out tasks for evaluation (default: a seeded share of a ``tasks`` list).
         description: One line for :func:`pprint_registry`.
+        record_tasks: Record the task lists themselves in a run's ``config.json``, checkpoints
+            and ``marft export``. By default only their source is: a file's path and sha256, an
+            inline list's count and sha256, a function's import path; ``marft eval`` and
+            ``--resume`` find the tasks through this registration and refuse, in one line, tasks
+            that changed (:mod:`marft_envs.programs.tasks`).
         **kwargs: More :class:`~marft_envs.programs.ProgramEnv` arguments: ``split`` and the
             fields of :class:`~marft_envs.programs.ProgramSettings` (``reward_weights``,
             ``credit``, ``max_calls``, ``episode_timeout``, ``error_reward``, the request bounds
@@ -377,9 +386,13 @@ def register_program(
         kwargs={
             "program": program,
             "agents": list(agents),
-            "tasks": checked_tasks(read_tasks(tasks, "tasks"), "tasks", owner=id),
+            "tasks": checked_tasks(
+                read_tasks(tasks, "tasks", record_rows=record_tasks), "tasks", owner=id
+            ),
             "test_tasks": checked_tasks(
-                read_tasks(test_tasks, "test_tasks"), "test_tasks", owner=id
+                read_tasks(test_tasks, "test_tasks", record_rows=record_tasks),
+                "test_tasks",
+                owner=id,
             ),
             **kwargs,
         },

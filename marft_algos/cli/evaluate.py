@@ -24,6 +24,7 @@ from typing import Any, Literal
 from marft_algos.cli.data import family_of, load_part, plan_data, split_kwargs
 from marft_algos.cli.parsing import UsageError, parse_run_command
 from marft_algos.cli.program_failures import reporting_program_failures
+from marft_algos.cli.task_sources import check_same_tasks, recorded_tasks
 
 __all__ = ["EvalArguments", "evaluate_checkpoint", "find_checkpoint", "main", "open_checkpoint"]
 
@@ -195,7 +196,12 @@ def _recorded_env_kwargs(
     spec = marft_envs.registry.get(env_id) if env_id is not None else None
     registered = spec.to_json()["kwargs"] if spec is not None else {}
     for key, value in list(out.items()):
-        if isinstance(value, dict) and set(value) == {"callable"}:
+        is_tasks, tasks = recorded_tasks(key, value, registered.get(key))  # a source, not rows
+        if is_tasks and tasks is None:
+            del out[key]  # the registration holds the recorded tasks
+        elif is_tasks:
+            out[key] = tasks
+        elif isinstance(value, dict) and set(value) == {"callable"}:
             if registered.get(key) == value:
                 del out[key]
             else:
@@ -285,6 +291,7 @@ def evaluate_checkpoint(
     kwargs = split_kwargs(env_id, kwargs, "eval")
     env_fn = lambda: marft_envs.make(env_id, **kwargs)  # noqa: E731
     probe = env_fn()
+    check_same_tasks(run, probe)  # the tasks the run recorded by their source and sha256
     agents = list(probe.possible_agents)
     if agents != list(manifest["agents"]):
         raise UsageError(

@@ -5,6 +5,8 @@ Output layout (``--output-dir``, default ``<run>/export``)::
     marft_export.json         agents → base model (a portable id and how to get it), adapter
                               folder, merged folder, system prompt, token budget; the message
                               layout, chat template and generation settings; the run's env
+                              (an agent program's tasks by their source and sha256, not the
+                              tasks, unless registered with record_tasks=True)
     run_team.py               with --merge: the team on one held-out task (the run's first
                               greedy transcript) in plain transformers; ``marft export`` prints it
     <agent>/adapter/          adapter_config.json + adapter_model.safetensors (peft format;

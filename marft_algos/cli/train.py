@@ -25,6 +25,7 @@ from marft_algos.cli.presets import DEFAULT_MODEL, choose_preset, preset_for, sc
 from marft_algos.cli.profiles import with_profiles
 from marft_algos.cli.program_failures import reporting_program_failures
 from marft_algos.cli.run_report import plot_curve, show_samples, summarize
+from marft_algos.cli.task_sources import check_resumed_tasks
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
 from marft_algos.trainers.branched import describe_branching
 from marft_algos.trainers.registry import ALGORITHMS, build_trainer, owners_of
@@ -410,6 +411,8 @@ def _train(
     }
     if args.resume:
         _check_resume_matches(run_dir, record, args.algo, args.allow_config_change)
+        saved = run_dir.read_config()
+        check_resumed_tasks(saved, plan.env_id, plan.env_kwargs, args.allow_config_change)
     elif run_dir.has_run() and not config.overwrite:
         raise RunExistsError(
             f"{str(run_dir.path)!r} already holds {run_dir.describe()}. Pass --resume to continue it, "
