@@ -300,11 +300,11 @@ def test_a_tensor_parallel_group_must_divide_the_processes_and_run_in_sync():
 
 
 def test_marft_train_loads_the_base_on_rank_0_alone_when_sharded():
-    from marft_algos.cli.train import _load_device
+    from marft_algos.cli.train_build import load_device
     from marft_algos.distributed import DistributedContext
     from marft_algos.trainers.grpo import GRPOConfig
 
     sharded = GRPOConfig(fsdp=True)
-    assert _load_device(sharded, DistributedContext(rank=0, world_size=2)) == "cpu"
-    assert _load_device(sharded, DistributedContext(rank=1, world_size=2)) == "meta"
-    assert _load_device(GRPOConfig(), DistributedContext(rank=1, world_size=2)) == "cpu"
+    assert load_device(sharded, DistributedContext(rank=0, world_size=2)) == "cpu"
+    assert load_device(sharded, DistributedContext(rank=1, world_size=2)) == "meta"
+    assert load_device(GRPOConfig(), DistributedContext(rank=1, world_size=2)) == "cpu"
