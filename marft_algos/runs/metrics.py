@@ -118,11 +118,13 @@ METRICS: dict[str, str] = {
     "train/entropy": "token entropy of the trained actions, weighted as the loss, mean over the "
     "policy steps",
     "train/ratio_mean": "ratio π_θ/π_old over a step's entries (decisions at action level, tokens "
-    "at token level), mean over the policy steps",
+    "at token level), mean over the policy steps; with `importance_sampling_level=\"sequence\"` "
+    "(GSPO) each token carries its sequence's ratio, so it is a mean over tokens, where TRL's is "
+    "over sequences ({doc}`maths`, \"Sequence-level ratios\")",
     "train/approx_kl": "k3 approx-KL(π_old ‖ π_θ) over the entries of the first policy step, "
     "before its optimizer step (≈0: rollout and update log-probs agree)",
     "train/clip_fraction": "share of the first policy step's entries whose clipped term is "
-    "active, before its optimizer step",
+    "active, before its optimizer step (under GSPO a share of tokens, as `train/ratio_mean`)",
     "train/approx_kl_last": "`train/approx_kl` of the last policy step, before its optimizer step "
     "(how far the earlier steps moved the policy)",
     "train/approx_kl_after": "with `trust_region_kl`: approx-KL after each step on its own "
