@@ -118,9 +118,9 @@ METRICS: dict[str, str] = {
     "train/entropy": "token entropy of the trained actions, weighted as the loss, mean over the "
     "policy steps",
     "train/ratio_mean": "ratio π_θ/π_old over a step's entries (decisions at action level, tokens "
-    "at token level), mean over the policy steps; with `importance_sampling_level=\"sequence\"` "
+    'at token level), mean over the policy steps; with `importance_sampling_level="sequence"` '
     "(GSPO) each token carries its sequence's ratio, so it is a mean over tokens, where TRL's is "
-    "over sequences ({doc}`maths`, \"Sequence-level ratios\")",
+    'over sequences ({doc}`maths`, "Sequence-level ratios")',
     "train/approx_kl": "k3 approx-KL(π_old ‖ π_θ) over the entries of the first policy step, "
     "before its optimizer step (≈0: rollout and update log-probs agree)",
     "train/clip_fraction": "share of the first policy step's entries whose clipped term is "
