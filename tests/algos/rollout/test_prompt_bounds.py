@@ -111,3 +111,15 @@ def test_a_prompt_within_the_bounds_is_generated_as_before(policy):
     episode, generated = _collect(policy, _program(5), max_prompt_tokens=100)
     assert "program_error" not in episode.info
     assert generated == [("planner", generated[0][1])] and generated[0][1] <= 100
+
+
+@pytest.mark.parametrize("transport", ["inprocess", "http"])
+def test_a_call_just_under_the_body_bound_is_refused_by_its_characters(policy, transport):
+    seen: list = []
+    words = (4 * 2**20 - 4096) // len("two plus two ")  # about 3.9 MiB of text
+    episode, generated = _collect(
+        policy, _program(words, seen=seen), transport=transport, max_error_share=1.0
+    )
+    error = episode.info["program_error"]
+    assert error["type"] == "PromptTooLong" and generated == []
+    assert "has at least" in error["message"] and "more than the 4088 allowed" in error["message"]
