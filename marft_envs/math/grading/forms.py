@@ -207,8 +207,14 @@ _SPELLED_RE = re.compile(
 )
 
 
+_WORDS_FIRST_RE = re.compile(
+    r"\s*(?:\\(?:text|textrm|mbox)\s*\{)?\s*([a-zA-Z][a-zA-Z\s-]*?)\s*\}?\s*\(\s*(-?\d+)\s*\)\s*"
+)
+
+
 def drop_spelled_out(text: str) -> str:
-    """Drop words in parentheses that spell the number just before them: ``5 (five)`` → ``5``.
+    """Drop words in parentheses that spell the number just before them: ``5 (five)`` → ``5``;
+    an answer that is words and their number in parentheses, ``five (5)``, is the number.
 
     Words that spell another number, or none, are kept as written (``5 (six)``), so the answer
     does not parse and is not paid.
@@ -227,4 +233,7 @@ def drop_spelled_out(text: str) -> str:
             else m.group()
         )
 
+    first = _WORDS_FIRST_RE.fullmatch(text)  # five (5): the whole answer
+    if first is not None and spelled_number(first.group(1)) == int(first.group(2)):
+        return first.group(2)
     return _SPELLED_RE.sub(rewrite, text)

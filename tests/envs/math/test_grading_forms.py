@@ -69,6 +69,8 @@ def test_digit_groups(answer: str, normalised: str) -> None:
         ("5 (five)", "5", True),
         ("5 (six)", "5", False),
         ("5 (six)", "6", False),
+        ("five (5)", "5", True),
+        ("six (5)", "5", False),
         ("{1 \\over 2}", "0.5", True),
         ("{1 \\over 2}", "2", False),
         ("½", "0.5", True),
