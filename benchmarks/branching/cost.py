@@ -35,6 +35,13 @@ from marft_algos.rollout.collector import Episode
 HERE = Path(__file__).resolve().parent
 
 
+def _relative(path: Path) -> str:
+    """``path`` from the repository root when it lies inside it (no machine's folder recorded)."""
+    root = HERE.parents[1]
+    resolved = path.resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else path.name
+
+
 def _flat(values: Sequence[float]) -> bool:
     return max(values) == min(values)
 
@@ -148,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "env": ENV_ID,
         "model": MODEL,
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "settings": {k: _relative(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "summary": summary,
         "runs": rows,
         "run_info": run_info([ENV_ID]),

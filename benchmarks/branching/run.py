@@ -42,6 +42,13 @@ from runner import run_info
 HERE = Path(__file__).resolve().parent
 
 
+def _relative(path: Path) -> str:
+    """``path`` from the repository root when it lies inside it (no machine's folder recorded)."""
+    root = HERE.parents[1]
+    resolved = path.resolve()
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else path.name
+
+
 def run_one(arm: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     policy = make_policy(seed)
@@ -141,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "branch": BRANCH,
         "episodes_per_task": PER_TASK,
         "max_new_tokens": TOKENS,
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "settings": {k: _relative(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "summary": summarize(runs),
         "runs": runs,
         "seconds": round(time.perf_counter() - start, 1),
