@@ -52,6 +52,7 @@ from marft_algos.policy.forward import (
     sampling_logits,
 )
 from marft_algos.policy.prefix_cache import MIN_SHARED_TOKENS, PrefixStore
+from marft_algos.policy.stopping import stop_requested
 
 __all__ = [
     "READY_MASK_ATTENTION",
@@ -317,7 +318,7 @@ def decode(
         ended = (token.unsqueeze(-1) == eos).any(-1) & ~row_done
         lengths[live] = torch.where(ended, step + 1, lengths[live])
         done[live] = row_done | ended
-        if step + 1 == max_new_tokens:
+        if step + 1 == max_new_tokens or stop_requested():  # stop_requested: marft serve
             break
         if step + 1 == next_check:
             # The host looks at the rows only at steps 4, 8, 16, ...: O(log max_new_tokens)

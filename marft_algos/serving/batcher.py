@@ -11,26 +11,33 @@ batch in progress and one batch of each other agent, i.e. within ``n_agents`` ba
 most its agent's ``max_new_tokens``), however long another agent's queue is. A call behind ``k``
 calls of its own agent waits at most ``ceil((k + 1) / max_batch)`` such rounds.
 
-Cancelling a call's future (a client that disconnected) drops it while it is queued; a call
-already generating finishes with its batch and its reply is discarded. :meth:`Batcher.close`
-answers queued calls at once and the batch in progress within ``timeout`` seconds.
+Cancelling a call's future (a client that disconnected) drops it while it is queued; once every
+call of the batch generating was cancelled, the batch stops at its next token (for a policy that
+decodes with :func:`~marft_algos.policy.decoding.decode`; another finishes the batch and its
+replies are discarded). :meth:`Batcher.close` answers queued calls at once and gives the batch in
+progress ``timeout`` seconds, then stops it the same way and answers its calls.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
+from marft_algos.policy.stopping import stop_when
 from marft_algos.protocols import GenerationSettings
 
 __all__ = ["Batcher", "BatcherClosed"]
 
 logger = logging.getLogger(__name__)
+
+#: Seconds past a stop's deadline the batch in progress may take to reach its next token.
+_STOP_GRACE = 2.0
 
 #: ``generate(agent, observations, settings)`` -> one generation per observation, in order.
 GenerateFn = Callable[[str, Sequence[Any], GenerationSettings], Sequence[Any]]
@@ -40,13 +47,24 @@ class BatcherClosed(RuntimeError):
     """A call reached a batcher that is shutting down, or was still waiting when it shut down."""
 
 
+class _CallFuture(Future):
+    """A call's future; :meth:`cancel` on a call already generating records that its caller left
+    (``left``), so that a batch whose callers all left can stop."""
+
+    left = False
+
+    def cancel(self) -> bool:
+        self.left = True
+        return super().cancel()
+
+
 @dataclass
 class _Call:
     agent: str
     observation: Any
     settings: GenerationSettings
     key: Any
-    future: Future = field(default_factory=Future)
+    future: _CallFuture = field(default_factory=_CallFuture)
 
 
 class Batcher:
@@ -68,6 +86,8 @@ class Batcher:
         self._turns: deque[str] = deque()  # agents with calls queued, in the order they go next
         self._running: list[_Call] = []
         self._closed = False
+        self._deadline: float | None = None  # set by close(): the batch in progress stops then
+        self._cut = False  # the batch in progress was stopped by close()
         self.batches = 0  # generate calls made (for tests and logs)
         #: Agent of each batch, in the order they were generated (for tests and logs).
         self.order: list[str] = []
@@ -101,13 +121,15 @@ class Batcher:
         with self._ready:
             first = not self._closed
             self._closed = True
+            if first:
+                self._deadline = time.monotonic() + timeout
             queued = [c for q in self._queues.values() for c in q]
             self._queues.clear()
             self._turns.clear()
             self._ready.notify_all()
         if first:
             _fail(queued, "the server shut down before this call ran.")
-        self._worker.join(timeout)
+        self._worker.join(timeout + _STOP_GRACE)
         with self._ready:
             running = list(self._running)
         _fail(running, "the server shut down while this call was generating.")
@@ -161,20 +183,33 @@ class Batcher:
                     self._running = batch
                     return batch
 
+    def _stop_batch(self) -> bool:
+        """Whether the batch in progress should stop: every caller left, or a stop's deadline
+        passed (read between two tokens, on the worker thread)."""
+        deadline = self._deadline
+        if deadline is not None and time.monotonic() > deadline:
+            self._cut = True
+            return True
+        return all(c.future.left for c in self._running)
+
     def _run_batch(self, batch: list[_Call]) -> None:
         live = [c for c in batch if c.future.set_running_or_notify_cancel()]
         if not live:
             return
         try:
-            generations = list(
-                self._generate(live[0].agent, [c.observation for c in live], live[0].settings)
-            )
+            with stop_when(self._stop_batch):
+                generations = list(
+                    self._generate(live[0].agent, [c.observation for c in live], live[0].settings)
+                )
             self.batches += 1
             self.order.append(live[0].agent)
         except Exception as err:  # each caller gets the error of its batch
             logger.exception("generation failed for agent %r", live[0].agent)
             for call in live:
                 _settle(call.future, error=err)
+            return
+        if self._cut:  # cut short by a stop: an error, not a reply that looks finished
+            _fail(live, "the server shut down while this call was generating.")
             return
         for call, generation in zip(live, generations, strict=True):
             _settle(call.future, result=generation)

@@ -4,8 +4,8 @@ Both bind where they are told (127.0.0.1 unless asked otherwise) and generate th
 :class:`~marft_algos.serving.batcher.Batcher`. One signal (or :meth:`BackgroundServer.stop`)
 stops the server within about ``shutdown_timeout`` seconds, even mid-generation: it stops
 accepting, answers the calls still queued with 503 at once, gives the batch in progress
-``shutdown_timeout`` seconds to finish and then answers its calls with 503 too, and returns
-(the generating thread, a daemon, ends with the process).
+``shutdown_timeout`` seconds to finish, then stops it at its next token
+(:mod:`marft_algos.policy.stopping`) and answers its calls with 503 too, and returns.
 """
 
 from __future__ import annotations

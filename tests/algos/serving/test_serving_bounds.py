@@ -17,8 +17,8 @@ from marft_algos.protocols import GenerationSettings
 from marft_algos.serving import BackgroundServer, Batcher, ServedTeam
 from marft_envs.wire import TOOL_PARSERS, RequestLimits
 
-#: The tiny model has 4096 positions: the writer may write 1000 tokens, the judge 4000.
-BUDGETS = {"writer": 1000, "judge": 4000, "router": 8}
+#: The tiny model has 4096 positions: the writer may write 2000 tokens, the judge 4000.
+BUDGETS = {"writer": 2000, "judge": 4000, "router": 8}
 
 
 class Watched:
@@ -29,6 +29,7 @@ class Watched:
         self.agents = policy.agents
         self.started = threading.Event()
         self.generated: list[str] = []
+        self.lengths: list[int] = []  # tokens of each reply generated
 
     def render(self, agent, observation):
         return self.policy.render(agent, observation)
@@ -36,7 +37,9 @@ class Watched:
     def generate_from_ids(self, agent, prompt_ids, settings):
         self.started.set()
         self.generated.append(agent)
-        return self.policy.generate_from_ids(agent, prompt_ids, settings)
+        out = self.policy.generate_from_ids(agent, prompt_ids, settings)
+        self.lengths += [len(g.action_ids) for g in out]
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,7 @@ def test_a_4_mib_request_is_refused_while_another_agent_generates(tiny_team):
         )
         writer.start()
         try:
-            assert team.policy.started.wait(60)  # the writer generates 1000 tokens
+            assert team.policy.started.wait(60)  # the writer generates 2000 tokens
             with pytest.raises(openai.BadRequestError) as caught:
                 _ask(server.url, "router", "word " * (4 * 2**20 // 5 - 100))  # ~1M tokens
             refused_while_writing = not done
@@ -162,3 +165,18 @@ def test_a_call_whose_client_disconnects_is_dropped_from_the_queue():
             gate.set()
             holder.join(30)
     assert [agent for agent, _, _ in policy.batches] == ["planner"]  # math never generated
+
+
+def test_a_generation_whose_caller_disconnects_stops(tiny_team):
+    team = tiny_team()
+    body = {"model": "writer", "messages": [{"role": "user", "content": "a story"}]}
+    with BackgroundServer(team) as server:
+        with pytest.raises(httpx.ReadTimeout):  # 2000 tokens take far longer than 2 s
+            httpx.post(f"{server.url}/chat/completions", json=body, timeout=2.0)
+        deadline = time.monotonic() + 120
+        while (server.batcher.generating() or server.batcher.waiting()) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        assert not server.batcher.generating()
+    assert team.policy.lengths and all(n < BUDGETS["writer"] for n in team.policy.lengths)
