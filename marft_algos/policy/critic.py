@@ -186,6 +186,11 @@ class Critic:
         hidden, batch = self._hidden(prompt_ids, [[] for _ in prompt_ids])
         return self.head(hidden[:, batch.prompt_width - 1])  # (batch,)
 
+    def forget_prompts(self) -> None:
+        """Drop the kept observation features (:meth:`action_values`)."""
+        self._features.clear()
+        self._features_of = None
+
     def _prompt_features(self, prompt_ids: Sequence[Sequence[int]]) -> torch.Tensor | None:
         """``(batch, d)`` last hidden states of the prompts under the base weights, each distinct
         prompt computed once and kept; None where the weights cannot be fingerprinted."""

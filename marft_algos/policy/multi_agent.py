@@ -349,6 +349,13 @@ class MultiAgentPolicy(GenerationMixin, ScoringMixin):
         """Prompt ids of an observation under the agent's chat template."""
         return render_prompt_ids(self.tokenizer(agent), messages)
 
+    def forget_prompts(self) -> None:
+        """Empty the prefix store (the keys and values kept from earlier calls) and start the
+        prompt-token counts (``prefill``, ``update_prefill``) again from zero."""
+        self.prefix_store.clear()
+        self.prefill.take()
+        self.update_prefill.take()
+
     # ------------------------------------------------------------------ persistence
     def save_adapters(self, directory: str) -> None:
         """Save every adapter in standard peft format, one folder per adapter.

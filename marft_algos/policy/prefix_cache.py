@@ -35,6 +35,7 @@ __all__ = [
     "PrefixStore",
     "SharedGroup",
     "common_length",
+    "forget_prompts",
     "prefix_slice",
     "shared_prefix_groups",
     "weights_fingerprint",
@@ -248,3 +249,14 @@ def prefix_slice(cache: Any, length: int, rows: int) -> Any:
         values = layer.values[:, :, :length].expand(rows, -1, -1, -1)
         out.update(keys, values, index)
     return out
+
+
+def forget_prompts(*holders: Any) -> None:
+    """Drop the prompt work each holder keeps between calls (a policy's :class:`PrefixStore`, a
+    critic's features), through its ``forget_prompts()``; None and holders without one are
+    skipped. The trainer calls it before each rollout and evaluation, so every phase computes the
+    same whatever ran before it: a resumed run repeats an uninterrupted one exactly."""
+    for holder in holders:
+        forget = getattr(holder, "forget_prompts", None)
+        if forget is not None:
+            forget()

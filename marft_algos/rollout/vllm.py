@@ -171,6 +171,10 @@ class VLLMRolloutBackend:
         if sync:
             self.sync_adapters(policy, 0)
 
+    def forget_prompts(self) -> None:
+        """Start the prompt-token counts again (the engine's prefix cache manages itself)."""
+        self.prefill.take()
+
     def close(self) -> None:
         """Free the engine and delete the adapter files (the backend is unusable afterwards)."""
         llm = getattr(self, "llm", None)

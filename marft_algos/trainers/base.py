@@ -27,6 +27,7 @@ import torch
 from pettingzoo import AECEnv
 
 from marft_algos.distributed import DistributedContext
+from marft_algos.policy.prefix_cache import forget_prompts
 from marft_algos.protocols import CriticLike, PolicyLike, RolloutBackend
 from marft_algos.rollout.collector import Episode, EpisodeRequest, RolloutCollector
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, TrainingDiverged
@@ -201,12 +202,14 @@ class Trainer(PolicySteps, BackendSync, ABC):
         if self.evaluator is None:
             return {}
         self.rest_rollout_backend()
+        forget_prompts(self.policy, self.critic)
         # The policy evaluates, whatever generates the rollouts.
         with generating(self.sharding, None):
             return self.evaluator.evaluate(self.iteration, self.run_dir, self.logger, self._phase)
 
     def generating(self) -> contextlib.AbstractContextManager[None]:
-        """Where rollouts run (:func:`generating`)."""
+        """Where rollouts run (:func:`generating`), from no prompt work kept (forget_prompts)."""
+        forget_prompts(self.policy, self.critic, self.rollout_backend)
         return generating(self.sharding, self.rollout_backend)
 
     def train_iteration(self) -> dict[str, Any]:
