@@ -2,7 +2,8 @@
 
 On SmolLM2-135M-Instruct, one torch thread, from the same untuned model with the same seed, each
 phase (``--phases``) on each path: one training iteration of the v1 desk (``team_v1.py``) with
-GRPO (``desk_grpo``) and with action-level MARFT (``desk_marft``), the desk's greedy evaluation on
+GRPO (``desk_grpo``), with action-level MARFT (``desk_marft``) and with GRPO and the router branched
+3 x 4 (``desk_branched``, the program replayed up to the branch), the desk's greedy evaluation on
 held-out tasks (``eval``), and one iteration of the README's SmolLM2 GRPO recipe (``recipe``:
 ``code-single-v2``, 64 episodes in groups of 4). The paths:
 
@@ -60,7 +61,11 @@ MODEL = "smollm2-135m-instruct"
 #: What the script measures, in order: one iteration of the desk with GRPO (groups of
 #: ``--num-generations``) and with action-level MARFT, the desk's greedy evaluation, and one
 #: iteration of the README's SmolLM2 GRPO recipe.
-PHASES = ("desk_grpo", "desk_marft", "eval", "recipe")
+PHASES = ("desk_grpo", "desk_marft", "desk_branched", "eval", "recipe")
+#: ``desk_branched``: GRPO with the router branched (3 alternatives x 4 continuations), one tree
+#: per task, ``BRANCHED_TASKS`` tasks.
+BRANCH = {"router": {"width": 3, "rollouts": 4}}
+BRANCHED_TASKS = 4
 #: The README's SmolLM2 GRPO recipe's env (64 episodes, groups of 4, 128 tokens, lr 5e-4).
 RECIPE_ENV = "code-single-v2"
 #: Most padded tokens per forward/backward chunk (run_v1.py's value).
@@ -178,7 +183,7 @@ def _policy(args: argparse.Namespace, agents: list[str], path: str) -> MultiAgen
 
 def one_iteration(phase: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train one iteration from the untuned model on one path; its metrics and profile."""
-    algorithm = "grpo" if phase in ("desk_grpo", "recipe") else "action-marft"
+    algorithm = "action-marft" if phase == "desk_marft" else "grpo"
     if phase == "recipe":  # the README's SmolLM2 GRPO recipe (code-single-v2), one iteration
         env_id, episodes, generations = RECIPE_ENV, 64, 4
         agents = list(marft_envs.make(RECIPE_ENV).possible_agents)
@@ -193,6 +198,9 @@ def one_iteration(phase: str, path: str, args: argparse.Namespace) -> dict[str, 
             "max_chunk_tokens": MAX_CHUNK_TOKENS,
         }
         learning_rate = 5e-4
+    branch = None
+    if phase == "desk_branched":
+        branch, generations, episodes = BRANCH, 1, BRANCHED_TASKS * 3 * 4
     settings: dict[str, Any] = dict(
         iterations=1,
         episodes_per_iteration=episodes,
@@ -205,6 +213,7 @@ def one_iteration(phase: str, path: str, args: argparse.Namespace) -> dict[str, 
         output_dir=tempfile.mkdtemp(prefix="marft-prefix-bench-"),
         checkpoint_every=0,
         overwrite=True,
+        branch=branch,
         **lengths,
     )
     if algorithm == "grpo":
