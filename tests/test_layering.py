@@ -41,6 +41,7 @@ LAYERS = {
         "programs": 1,
         "tools": 2,  # calls the sandbox and grades with math
         "debate": 2,  # grades with math
+        "choice": 2,  # grades with math
         "gym_bridge": 4,
         "registration": 3,
         "envs": 4,

@@ -82,7 +82,9 @@ def _team(policy=None, tool_prompt=None):
 def served():
     """A served scripted team with an API key, stopped on every exit path."""
     policy = ScriptedPolicy(answer=lambda a, o: CALL if a == "planner" else "\\boxed{4}")
-    with BackgroundServer(_team(policy, "hermes"), api_key=KEY, limits=RequestLimits(4096, 8)) as server:
+    with BackgroundServer(
+        _team(policy, "hermes"), api_key=KEY, limits=RequestLimits(4096, 8)
+    ) as server:
         yield server, policy
 
 
