@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from update_checks import assert_shared_update_equals_padded
 
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.decoding import FIRST_CHECK, decode, sample_categorical, uniform_draws
@@ -241,28 +242,7 @@ def test_update_with_shared_prompts_equals_the_padded_update(tiny_path):
     gens = policy.generate(
         "agent", [OBS_A, OBS_A, OBS_B, OBS_A], GenerationSettings(max_new_tokens=7, seed=4)
     )
-    results = []
-    for share in (True, False):
-        policy.share_prompts_in_update = share
-        out = policy.token_log_probs(
-            "agent",
-            [g.prompt_ids for g in gens],
-            [g.action_ids for g in gens],
-            with_entropy=True,
-            temperature=0.8,
-        )
-        (out.log_probs.sum() + 0.1 * out.entropy.sum()).backward()
-        grads = [p.grad.clone() for p in policy.trainable_parameters("agent")]
-        for p in policy.trainable_parameters("agent"):
-            p.grad = None
-        results.append((out.log_probs.detach(), out.entropy.detach(), out.mask, grads))
-    (lp_s, ent_s, mask_s, grads_s), (lp_p, ent_p, mask_p, grads_p) = results
-    assert torch.equal(mask_s, mask_p)
-    torch.testing.assert_close(lp_s, lp_p, atol=LOGP_TOL, rtol=0)
-    torch.testing.assert_close(ent_s, ent_p, atol=LOGP_TOL, rtol=0)
-    assert any(g.abs().max() > 0 for g in grads_s)
-    for a, b in zip(grads_s, grads_p, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert_shared_update_equals_padded(policy, "agent", gens, temperature=0.8)
 
 
 def test_logged_entropy_equals_the_differentiable_one_without_a_graph():

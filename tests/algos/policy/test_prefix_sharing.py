@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from update_checks import assert_shared_update_equals_padded
 
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.policy.prefix_cache import (
@@ -257,29 +258,7 @@ def test_update_over_shared_beginnings_equals_the_padded_update(tiny_path):
         [_obs(t) for t in (*TICKETS, TICKETS[0])],
         GenerationSettings(max_new_tokens=7, seed=4),
     )
-    results = []
-    for share in (True, False):
-        policy.share_prompts_in_update = share
-        out = policy.token_log_probs(
-            "router",
-            [g.prompt_ids for g in gens],
-            [g.action_ids for g in gens],
-            with_entropy=True,
-            temperature=0.8,
-            top_p=0.95,
-        )
-        (out.log_probs.sum() + 0.1 * out.entropy.sum()).backward()
-        grads = [p.grad.clone() for p in policy.trainable_parameters("router")]
-        for p in policy.trainable_parameters("router"):
-            p.grad = None
-        results.append((out.log_probs.detach(), out.entropy.detach(), out.mask, grads))
-    (lp_s, ent_s, mask_s, grads_s), (lp_p, ent_p, mask_p, grads_p) = results
-    assert torch.equal(mask_s, mask_p)
-    torch.testing.assert_close(lp_s, lp_p, atol=LOGP_TOL, rtol=0)
-    torch.testing.assert_close(ent_s, ent_p, atol=LOGP_TOL, rtol=0)
-    assert any(g.abs().max() > 0 for g in grads_s)
-    for a, b in zip(grads_s, grads_p, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert_shared_update_equals_padded(policy, "router", gens, temperature=0.8, top_p=0.95)
 
 
 # ------------------------------------------------------------------ the critic
