@@ -78,6 +78,7 @@ class Profile:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.counts: dict[str, int] = defaultdict(int)
+        self.decoding = False  # inside decode: a prefill is the rollout's
 
     @contextlib.contextmanager
     def timing(self, name: str) -> Iterator[None]:
@@ -100,8 +101,12 @@ def profiled(profile: Profile) -> Iterator[None]:
 
         def decode_timed(real: Callable[..., Any]) -> Callable[..., Any]:
             def run(model: Any, prompts: Any, **kw: Any) -> Any:
-                with profile.timing("rollout/decode_total"):
-                    out = real(model, prompts, **kw)
+                profile.decoding = True
+                try:
+                    with profile.timing("rollout/decode_total"):
+                        out = real(model, prompts, **kw)
+                finally:
+                    profile.decoding = False
                 profile.counts["prompt_tokens"] += sum(len(p) for p in prompts)
                 profile.counts["reply_tokens"] += sum(len(a) for a in out.actions)
                 profile.counts["prefill_tokens_run"] += out.prefill_tokens
@@ -112,7 +117,12 @@ def profiled(profile: Profile) -> Iterator[None]:
 
         def prefill_timed(real: Callable[..., Any]) -> Callable[..., Any]:
             def run(*args: Any, **kw: Any) -> Any:
-                name = "update/shared_prompts" if torch.is_grad_enabled() else "rollout/prefill"
+                if profile.decoding:
+                    name = "rollout/prefill"
+                elif kw.get("hidden"):
+                    name = "update/critic_prefill"  # inside update/critic_forward
+                else:
+                    name = "update/shared_prompts"  # inside the policy's forward passes
                 with profile.timing(name):
                     return real(*args, **kw)
 
