@@ -89,8 +89,9 @@ class GenerationMixin:
     call repeating its first) continues from them instead of prefilling them again
     (:class:`~marft_algos.policy.prefix_cache.PrefixStore`; models with full attention only). An
     entry serves only the weights that computed it: any change to the parameters empties the
-    agent's entries. 0 turns the store off (prompts of one call that begin alike still share
-    their beginning). Same tokens and log-probs up to float
+    agent's entries. Sampled generation only: a greedy reply (evaluation, ``marft serve``) is
+    computed from its own call alone, so it repeats word for word whatever ran before. 0 turns
+    the store off (prompts of one call that begin alike still share their beginning). Same tokens and log-probs up to float
     round-off."""
 
     if TYPE_CHECKING:
@@ -168,7 +169,10 @@ class GenerationMixin:
         adapter = binding.adapter
         merged = adapter is not None and self.merge_adapters_for_generation
         store_key = (binding.backbone, adapter, merged)
-        fingerprint = weights_fingerprint(backbone.model) if self.prefix_store_tokens else None
+        # Greedy replies (evaluation, serving) are compared word for word across runs: they never
+        # continue from another call's keys and values, whose round-off differs from their own.
+        keep = self.prefix_store_tokens and do_sample
+        fingerprint = weights_fingerprint(backbone.model) if keep else None
         store = None if fingerprint is None else self.prefix_store
         if store is not None:
             store.max_tokens = self.prefix_store_tokens

@@ -307,3 +307,18 @@ def _padded(critic, prompts):
         return critic.action_values(prompts)
     finally:
         critic.share_prompts = True
+
+
+def test_greedy_replies_never_continue_from_another_call(tiny_path):
+    # Evaluation and serving compare greedy replies word for word across runs: each is computed
+    # from its own call alone, whatever the store holds.
+    policy = _policy(tiny_path)
+    policy.forget_prompts()
+    greedy = GenerationSettings(max_new_tokens=6, do_sample=False)
+    first = policy.generate("router", [_obs(TICKETS[0])], greedy)
+    assert len(policy.prefix_store) == 0
+    policy.generate("router", [_obs(TICKETS[0])], GenerationSettings(max_new_tokens=2, seed=0))
+    assert len(policy.prefix_store) == 1  # a sampled call keeps its prompt
+    again = policy.generate("router", [_obs(TICKETS[0])], greedy)
+    assert again[0].action_ids == first[0].action_ids
+    assert again[0].log_probs == first[0].log_probs  # bit for bit

@@ -272,6 +272,10 @@ def test_the_ranks_of_one_tensor_parallel_engine_sample_together_and_split_the_u
     for a, b in zip(one["records"], ranks[0]["records"], strict=True):
         assert a.keys() == b.keys()
         for key, value in a.items():
+            if key.startswith("train/prompt_tokens"):
+                # How many of the update's prompt tokens run once depends on which rows share a
+                # chunk, which the split over ranks changes.
+                continue
             if isinstance(value, float):
                 assert b[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
             else:
