@@ -140,7 +140,10 @@ def _start(args, env=None):
     raise AssertionError("marft serve did not start:\n" + "".join(lines))
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+# SIGINT takes the same handler as SIGTERM: -m slow (the suite's time).
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)
 def test_the_command_asks_for_its_key_and_stops_cleanly(trained, stop):
     run, _, _ = trained
     process, url = _start([str(run), "--port", "0"], env={"MARFT_API_KEY": KEY})

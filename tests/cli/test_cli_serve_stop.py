@@ -60,7 +60,10 @@ def _start(args):
     raise AssertionError("marft serve did not start:\n" + "".join(lines))
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+# SIGINT takes the same handler as SIGTERM: -m slow (the suite's time).
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)
 def test_one_signal_stops_serving_mid_generation(export, stop):
     process, url = _start([str(export), "--port", "0", "--shutdown-timeout", "1"])
     answers: list[int] = []

@@ -47,10 +47,10 @@ def test_trains_one_iteration_with_the_builtin_model(env_id, tiny_path, tmp_path
     assert train_rows and all(r["train/policy_loss"] == r["train/policy_loss"] for r in train_rows)
 
 
-#: With the real model in the fast suite: rounds of messages between agents (debate). The other
-#: families and the single-agent ids run with -m slow, to keep the suite within its time budget;
-#: every id trains with the built-in model above.
-REAL_FAST = {"debate-v6"}
+#: With the real model in the fast suite: none. Every family and single-agent id runs with the
+#: real model under -m slow (debate-v6 too, since 2026-11-28), to keep the suite within its time
+#: budget; every id trains with the built-in model above.
+REAL_FAST: set[str] = set()
 
 
 @pytest.mark.parametrize(

@@ -132,6 +132,9 @@ def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path)
     assert (out / "checkpoint-1" / "manifest.json").exists()
 
 
+# -m slow (the suite's time): stopping, resuming and evaluating a run are tested through the
+# command line (tests/cli/test_cli_runs.py, test_run_folder_integrity.py), which the script calls.
+@pytest.mark.slow
 def test_stop_resume_and_evaluate(model_path, tmp_path):
     out = tmp_path / "run"
     common = ["--model", model_path, "--output-dir", str(out), "--checkpoint-every", "1", *TINY]
@@ -181,6 +184,9 @@ def test_custom_env_example_registers_and_trains(model_path):
     assert "held-out accuracy: before" in result.stdout
 
 
+# -m slow (the suite's time): two-process training under torchrun runs in
+# tests/algos/trainers/test_distributed.py and test_fsdp.py.
+@pytest.mark.slow
 def test_train_math_under_torchrun_on_two_processes(model_path, tmp_path):
     # The main job's launch path under a standard launcher: two CPU ranks, gloo on 127.0.0.1.
     out = tmp_path / "ddp"

@@ -159,6 +159,9 @@ def children(pid: int) -> list[int]:
     return found
 
 
+# -m slow (the suite's time): sharded resume is tested in process above (the same checkpoints),
+# and kill -9 and resume through the command line in tests/cli/test_cli_runs.py.
+@pytest.mark.slow
 def test_the_command_line_trains_sharded_under_torchrun_survives_a_kill_and_evaluates_on_one_process(
     tmp_path,
 ):

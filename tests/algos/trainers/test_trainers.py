@@ -562,7 +562,19 @@ def test_grpo_runs_every_completion_through_the_update_unless_skipping_zero_adva
     assert sum(rows) == (informative if skip else len(episodes))
 
 
-@pytest.mark.parametrize("kind", ["action", "token", "ppo-action", "grpo", "rloo", "reinforce-pp"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "action",
+        "token",
+        "grpo",
+        # The same shared forward as the trainers above (PPO: action MARFT's update on one agent;
+        # RLOO, REINFORCE++: GRPO's): -m slow (the suite's time).
+        pytest.param("ppo-action", marks=pytest.mark.slow),
+        pytest.param("rloo", marks=pytest.mark.slow),
+        pytest.param("reinforce-pp", marks=pytest.mark.slow),
+    ],
+)
 def test_every_trainer_shares_prompt_beginnings_with_the_unshared_result(kind, tiny_path):
     # The same seeded run with prompts' shared beginnings run once (the default, in rollouts
     # and updates, with the prefix store) and with every prompt run from its first token.
