@@ -208,14 +208,14 @@ class Trainer(PolicySteps, BackendSync, ABC):
             return self.evaluator.evaluate(self.iteration, self.run_dir, self.logger, self._phase)
 
     def generating(self) -> contextlib.AbstractContextManager[None]:
-        """Where rollouts run (:func:`generating`), from no prompt work kept (forget_prompts)."""
-        forget_prompts(self.policy, self.critic, self.rollout_backend)
+        """Where rollouts run (:func:`generating`)."""
         return generating(self.sharding, self.rollout_backend)
 
     def train_iteration(self) -> dict[str, Any]:
         """One iteration: collect, update (with the guards), return its metrics."""
         start = time.perf_counter()
         device_peak_gib(self.dist)  # counts from here
+        forget_prompts(self.policy, self.critic, self.rollout_backend)  # a resume repeats exactly
         self._phase("rollout", len(self.dist.rollout_shard(self.config.episodes_per_iteration)))
         if self.async_rollouts is None:
             with self.generating():

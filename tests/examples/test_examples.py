@@ -85,8 +85,8 @@ def test_help_documents_every_option(monkeypatch):
     )
 
 
-# The script hands --algo to the same registry for every algorithm: one actor-critic and one
-# critic-free run in the fast suite, the other four with -m slow (each trainer runs in the fast
+# The script hands --algo to the same registry for every algorithm: one actor-critic run in the
+# fast suite, the other five with -m slow (each trainer runs in the fast
 # suite in tests/algos/trainers: test_trainers.py, test_real_model_trainers.py).
 SLOW = pytest.mark.slow
 
@@ -97,7 +97,7 @@ SLOW = pytest.mark.slow
         ("action-marft", "math-dual-v6", []),
         pytest.param("token-marft", "math-dual-v6", [], marks=SLOW),
         pytest.param("ppo", "math-single-v6", ["--level", "token"], marks=SLOW),
-        ("grpo", "math-dual-v6", ["--num-generations", "2"]),
+        pytest.param("grpo", "math-dual-v6", ["--num-generations", "2"], marks=SLOW),
         pytest.param(
             "rloo", "math-dual-v6", ["--num-generations", "2", "--level", "token"], marks=SLOW
         ),
