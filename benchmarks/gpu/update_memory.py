@@ -4,7 +4,7 @@ Builds Qwen2.5-1.5B- and 7B-shaped models (random weights, bfloat16) on the meta
 marft's default LoRA adapter (r=8, every linear layer), runs the update's forward (logits of
 every position, then :func:`~marft_algos.policy.forward.log_probs_and_entropy` with an entropy
 term) under saved-tensor hooks, and divides the bytes autograd keeps by the tokens, with and
-without :func:`~marft_algos.policy.forward.checkpointed_layers`. Nothing is allocated, so it runs
+without :func:`~marft_algos.policy.checkpointing.checkpointed_layers`. Nothing is allocated, so it runs
 in seconds on a laptop. ``docs/gpu.md`` turns these numbers into memory per model size.
 
 Run::
@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runner import run_info
 
+from marft_algos.policy.checkpointing import checkpointed_layers
 from marft_algos.policy.config import LoraSettings
-from marft_algos.policy.forward import checkpointed_layers, log_probs_and_entropy
+from marft_algos.policy.forward import log_probs_and_entropy
 
 #: Shapes of the Qwen2.5 instruct models (config.json on the Hub).
 SHAPES: dict[str, dict[str, Any]] = {

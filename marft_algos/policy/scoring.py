@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from marft_algos.policy.checkpointing import checkpointed_layers
 from marft_algos.policy.forward import (
     action_logits,
-    checkpointed_layers,
     full_attention_only,
     log_probs_and_entropy,
     pack,
@@ -52,7 +52,7 @@ class ScoringMixin:
 
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass of :meth:`token_log_probs`
-    instead of keeping them (:func:`~marft_algos.policy.forward.checkpointed_layers`): activation
+    instead of keeping them (:func:`~marft_algos.policy.checkpointing.checkpointed_layers`): activation
     memory of about one layer instead of all, for one more forward pass per update. The update then
     runs every row's padded prompt (a checkpointed layer keeps no KV cache to share a prompt
     through). Same log-probs and gradients up to float round-off (tested)."""

@@ -156,7 +156,8 @@ def shard_models(
             unknown, or a model has no decoder layers transformers marks
             (``GradientCheckpointingLayer``).
     """
-    from marft_algos.policy.forward import decoder_layers, unwrap_causal_lm
+    from marft_algos.policy.checkpointing import decoder_layers
+    from marft_algos.policy.forward import unwrap_causal_lm
 
     fsdp = _fsdp()
     if mixed_precision not in MIXED_PRECISION:

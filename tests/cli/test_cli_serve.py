@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from serve_process import start_serve
 
 from marft_algos.cli.evaluate import EvalArguments, evaluate_checkpoint, find_checkpoint
 from marft_algos.cli.main import main
@@ -116,37 +116,13 @@ def test_the_unchanged_program_reproduces_eval_through_the_served_team(trained, 
     assert batches < 2 * EPISODES  # concurrent episodes shared generate calls
 
 
-def _start(args, env=None):
-    """``marft serve ARGS`` as a user runs it; returns the process and its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "marft_algos.cli", "serve", *args],
-        env={
-            **os.environ,
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{EXAMPLES}",
-            **(env or {}),
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines = []
-    for line in process.stderr:
-        lines.append(line)
-        found = re.search(r"at (http://127\.0\.0\.1:\d+/v1)", line)
-        if found:
-            return process, found.group(1)
-    process.wait(30)
-    raise AssertionError("marft serve did not start:\n" + "".join(lines))
-
-
 # SIGINT takes the same handler as SIGTERM: -m slow (the suite's time).
 @pytest.mark.parametrize(
     "stop", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
 )
 def test_the_command_asks_for_its_key_and_stops_cleanly(trained, stop):
     run, _, _ = trained
-    process, url = _start([str(run), "--port", "0"], env={"MARFT_API_KEY": KEY})
+    process, url = start_serve([str(run), "--port", "0"], env={"MARFT_API_KEY": KEY})
     try:
         assert httpx.get(f"{url}/models").status_code == 401
         listed = httpx.get(f"{url}/models", headers={"authorization": f"Bearer {KEY}"})
@@ -193,7 +169,7 @@ def test_the_command_serves_the_agents_sdk_default_client_and_streams(trained):
     from agents.models.openai_provider import OpenAIProvider
 
     run, _, _ = trained
-    process, url = _start([str(run), "--port", "0"], env={"MARFT_API_KEY": KEY})
+    process, url = start_serve([str(run), "--port", "0"], env={"MARFT_API_KEY": KEY})
     try:
         client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
         ask = [{"role": "system", "content": "Solve."}, {"role": "user", "content": "2 + 2?"}]

@@ -4,21 +4,15 @@ error) and the process exits within seconds, with no traceback logged."""
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
+from serve_process import start_serve
 
 from marft_algos.policy.tiny import tiny_model_path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -42,30 +36,12 @@ def export(tmp_path_factory):
     return folder
 
 
-def _start(args):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "marft_algos.cli", "serve", *args],
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines = []
-    for line in process.stderr:
-        lines.append(line)
-        found = re.search(r"at (http://127\.0\.0\.1:\d+/v1)", line)
-        if found:
-            return process, found.group(1)
-    process.wait(30)
-    raise AssertionError("marft serve did not start:\n" + "".join(lines))
-
-
 # SIGINT takes the same handler as SIGTERM: -m slow (the suite's time).
 @pytest.mark.parametrize(
     "stop", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
 )
 def test_one_signal_stops_serving_mid_generation(export, stop):
-    process, url = _start([str(export), "--port", "0", "--shutdown-timeout", "1"])
+    process, url = start_serve([str(export), "--port", "0", "--shutdown-timeout", "1"])
     answers: list[int] = []
     body = {"model": "writer", "messages": [{"role": "user", "content": "a long story"}]}
     call = threading.Thread(
