@@ -48,6 +48,13 @@ from typing import Any, Literal
 import torch
 
 from marft_algos.distributed import DistributedContext
+from marft_algos.trainers.sharded_weights import (
+    load_from_rank0,
+    loaded_empty,
+    materialize,
+    place_whole_parameters,
+    refuse_empty,
+)
 
 __all__ = [
     "MIXED_PRECISION",
@@ -217,7 +224,7 @@ def shard_run(
     backbones = _backbones(policy, critic)
     models = list({id(b.model): b.model for b in backbones}.values())
     if not config.fsdp:
-        _refuse_empty(models)
+        refuse_empty(models)
         return None, dist
     if not dist.enabled:
         raise ValueError(
@@ -231,7 +238,7 @@ def shard_run(
             f"while the update runs collectives on it. Use vLLM rollouts, or --max-staleness 0."
         )
     policy.share_prompts_in_update = False
-    empty = _loaded_empty(models, dist)
+    empty = loaded_empty(models, dist)
     # Rank 0's whole weights, for the ranks that loaded none (references, not copies).
     weights = [m.state_dict() for m in models] if empty and dist.rank == 0 else None
     sharded = shard_models(
@@ -243,11 +250,11 @@ def shard_run(
     # A base loaded on the host (marft train --fsdp on GPUs): fully_shard moved each rank's
     # shards to its device; the whole parameters it leaves alone follow them.
     if empty:
-        _materialize(models, sharded.units, dist.device)
+        materialize(models, sharded.units, dist.device)
     for k, model in enumerate(models):
-        _place_whole_parameters(model, dist.device)
+        place_whole_parameters(model, dist.device)
         if empty:
-            _load_from_rank0(model, weights[k] if weights is not None else {})
+            load_from_rank0(model, weights[k] if weights is not None else {})
     del weights
     for backbone in backbones:
         backbone.device = dist.device
@@ -286,118 +293,6 @@ def _backbones(policy: Any, critic: Any) -> list[Any]:
     """The policy's backbones, and a critic's own (one on another base model) after them."""
     own = getattr(critic, "backbone", None)
     return [*policy.backbones.values(), *([own] if own is not None else [])]
-
-
-def _refuse_empty(models: Sequence[torch.nn.Module]) -> None:
-    """An unsharded run cannot start from a base loaded on the meta device (no weights).
-
-    Raises:
-        ValueError: A base model of the policy or the critic has meta-device parameters.
-    """
-    if any(p.is_meta for model in models for p in model.parameters()):
-        raise ValueError(
-            "The base model was loaded on the meta device (device='meta'), so it has no weights. "
-            "Only ranks other than 0 of a sharded run (--fsdp under torchrun) load it so, and "
-            "rank 0's weights fill them; load it with device='cpu' (or a GPU) here."
-        )
-
-
-def _loaded_empty(models: Sequence[torch.nn.Module], dist: DistributedContext) -> bool:
-    """Whether any rank loaded its base models on the meta device (``load_backbone(device=
-    "meta")``: ``marft train --fsdp`` on every rank but 0). A collective.
-
-    Raises:
-        ValueError: Rank 0 loaded empty (it is the one whose weights every rank receives), or a
-            rank loaded some base models empty and others not.
-    """
-    meta = [any(p.is_meta for p in m.parameters()) for m in models]
-    # Every rank learns of every rank's mistake, so all raise together (none waits alone).
-    empty, mixed, on_rank0 = dist.max(
-        [float(any(meta)), float(any(meta) and not all(meta)), float(dist.rank == 0 and any(meta))]
-    )
-    if mixed:
-        raise ValueError(
-            "Some base models were loaded on the meta device and some were not; under --fsdp a "
-            "rank loads all of them whole (rank 0) or all of them empty (the others)."
-        )
-    if on_rank0:
-        raise ValueError(
-            "Rank 0 loaded its base model on the meta device: under --fsdp rank 0 loads the "
-            "weights (device='cpu') and the other ranks may load empty (device='meta')."
-        )
-    return empty > 0
-
-
-def _materialize(
-    models: Sequence[torch.nn.Module], units: Sequence[Any], device: torch.device
-) -> None:
-    """Give models built on the meta device uninitialised storage on ``device``, in place.
-
-    Whole parameters keep their ``Parameter`` objects (``swap_tensors``): the optimizers, the
-    policy and a tied input/output embedding hold them. FSDP units get their shards from
-    ``to_empty``, which FSDP2 handles itself. Models with real weights are left alone.
-    """
-    done: set[int] = set()
-    for model in models:
-        for module in model.modules():
-            for p in module.parameters(recurse=False):
-                if p.is_meta and not hasattr(p, "to_local") and id(p) not in done:
-                    done.add(id(p))
-                    real = torch.nn.Parameter(
-                        torch.empty_like(p, device=device), requires_grad=p.requires_grad
-                    )
-                    torch.utils.swap_tensors(p, real)
-            for name, buffer in module.named_buffers(recurse=False):
-                if buffer.is_meta:
-                    module._buffers[name] = torch.empty_like(buffer, device=device)
-    for unit in units:
-        if any(p.is_meta for p in unit.parameters()):
-            unit.to_empty(device=device)
-
-
-def _load_from_rank0(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
-    """Fill every rank's parameters and buffers with rank 0's, one tensor at a time.
-
-    ``weights`` is rank 0's ``state_dict()`` from before sharding (``{}`` elsewhere; rank 0's
-    own parameters and shards already hold these values). A whole parameter or buffer is
-    broadcast into place; a sharded one is broadcast whole into a temporary tensor and each rank
-    keeps its slice (``distribute_tensor`` without communication), so a rank never holds more
-    than one full parameter beyond its own storage. Buffers outside the state dict (rotary
-    frequencies, which a meta-device build leaves empty) are broadcast too.
-    """
-    from torch import distributed as torch_dist
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    names = {id(t): n for n, t in model.state_dict(keep_vars=True).items()}
-    with torch.no_grad():
-        for p in model.parameters():
-            if not isinstance(p, DTensor):
-                torch_dist.broadcast(p.data, src=0)
-                continue
-            where = p.device_mesh.device_type
-            if torch_dist.get_rank() == 0:
-                full = weights[names[id(p)]].to(where)
-            else:
-                full = torch.empty(p.shape, dtype=p.dtype, device=where)
-            torch_dist.broadcast(full, src=0)
-            mine = distribute_tensor(full, p.device_mesh, p.placements, src_data_rank=None)
-            p.to_local().copy_(mine.to_local())
-            del full, mine
-        for buffer in model.buffers():
-            torch_dist.broadcast(buffer, src=0)
-
-
-def _place_whole_parameters(model: torch.nn.Module, device: torch.device) -> None:
-    """Move the parameters FSDP left whole (adapters) and any buffer outside its units to
-    ``device``, in place (the same ``Parameter`` objects: optimizers built later see them)."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if not hasattr(p, "to_local") and p.device != device:
-                p.data = p.data.to(device)
-        for module in model.modules():
-            for name, buffer in module.named_buffers(recurse=False):
-                if buffer.device != device:
-                    module._buffers[name] = buffer.to(device)
 
 
 def rollout_group(dist: DistributedContext, config: Any, rollout_backend: Any) -> int:
