@@ -43,6 +43,7 @@ LAYERS = {
         "debate": 2,  # grades with math
         "choice": 2,  # grades with math
         "gym_bridge": 4,
+        "env_spec": 2,  # what one registration is (EnvSpec, the errors)
         "registration": 3,
         "envs": 4,
     },
