@@ -1,0 +1,177 @@
+"""The supervised warm start on the tiny model: the loss covers each agent's reply tokens only
+(checked by hand), an agent's data reaches its adapter alone, the filter keeps what it should,
+and bad settings and transcripts are refused with the file, line and field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from marft_algos.policy import MultiAgentPolicy
+from marft_algos.protocols import GenerationSettings
+from marft_algos.trainers.sft import SFTConfig, SFTTrainer
+from marft_algos.trainers.sft_data import (
+    Transcript,
+    TranscriptError,
+    Turn,
+    keep_transcripts,
+    read_transcripts,
+)
+from marft_algos.trainers.sft_examples import IGNORE_INDEX, build_examples, reply_log_likelihood
+
+SYSTEM = {"role": "system", "content": "Add."}
+
+
+def turn(agent: str, question: str, reply: str, finished: bool = True) -> Turn:
+    return Turn(agent, [SYSTEM, {"role": "user", "content": question}], reply, finished=finished)
+
+
+def episode(turns: list[Turn], reward: float | None = 1.0) -> Transcript:
+    return Transcript(turns, reward, None, "test:1")
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_path):
+    return MultiAgentPolicy.from_pretrained(tiny_path, ["solver", "checker"], seed=0)
+
+
+def adapter_state(policy, agent):
+    return [p.detach().clone() for p in policy.trainable_parameters(agent)]
+
+
+def test_labels_mask_every_prompt_token_and_the_loss_is_the_replies_alone(policy):
+    tokenizer = policy.tokenizer("solver")
+    eos = policy.backbone("solver").eos_ids[0]
+    (example,), counts = build_examples(
+        policy, [episode([turn("solver", "2+5", "7")])], GenerationSettings(max_new_tokens=8)
+    )
+    # By hand: ChatML up to the opened assistant turn is the prompt; "7" and <|im_end|> the reply.
+    text = "<|im_start|>system\nAdd.<|im_end|>\n<|im_start|>user\n2+5<|im_end|>\n<|im_start|>assistant\n"
+    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    seven = tokenizer("7", add_special_tokens=False)["input_ids"]
+    assert len(seven) == 1 and tokenizer.convert_ids_to_tokens(eos) == "<|im_end|>"
+    assert example.prompt_ids == prompt and example.completion_ids == [*seven, eos]
+    assert example.labels == [IGNORE_INDEX] * len(prompt) + [*seven, eos]
+    assert counts["examples"] == 1 and counts["cut_at_budget"] == 0
+
+    # An independent loss: the adapter's logits over the whole sequence, cross-entropy against the
+    # labels with -100 ignored, equals the trainer's, and covers exactly the two reply tokens.
+    with torch.no_grad():
+        log_likelihood, count = reply_log_likelihood(policy, "solver", [example])
+        with policy.acting("solver") as model:
+            logits = model(torch.tensor([example.input_ids])).logits[0].float()
+        labels = torch.tensor(example.labels)
+        reference = torch.nn.functional.cross_entropy(
+            logits[:-1], labels[1:], ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+        by_hand = -sum(
+            torch.log_softmax(logits[i - 1], -1)[example.input_ids[i]]
+            for i in range(len(prompt), len(example.input_ids))
+        )
+    assert count == 2
+    assert float(-log_likelihood) == pytest.approx(float(reference), rel=1e-5)
+    assert float(reference) == pytest.approx(float(by_hand), rel=1e-5)
+
+
+def test_a_reply_past_the_agents_budget_is_cut_without_its_end_token(policy):
+    settings = GenerationSettings(max_new_tokens=8, max_new_tokens_per_agent={"solver": 2})
+    examples, counts = build_examples(
+        policy, [episode([turn("solver", "1+1", "222"), turn("checker", "1+1", "222")])], settings
+    )
+    digits = policy.tokenizer("solver")("222", add_special_tokens=False)["input_ids"]
+    eos = policy.backbone("solver").eos_ids[0]
+    assert [e.completion_ids for e in examples] == [digits[:2], [*digits, eos]]
+    assert counts["cut_at_budget"] == 1
+    long, counts = build_examples(
+        policy, [episode([turn("solver", "1+1", "2")])], settings, max_length=5
+    )
+    assert long == [] and counts["too_long"] == 1
+
+
+def test_each_agent_trains_its_own_adapter_only(tiny_path, tmp_path):
+    policy = MultiAgentPolicy.from_pretrained(tiny_path, ["solver", "checker"], seed=0)
+    before_a, before_b = adapter_state(policy, "solver"), adapter_state(policy, "checker")
+    data = [episode([turn("solver", f"{i}+1", str(i + 1))]) for i in range(4)]
+    config = SFTConfig(learning_rate=1e-2, num_train_epochs=2, per_device_train_batch_size=2)
+    trainer = SFTTrainer(policy, data, config)
+    loss_before = trainer.mean_loss()["solver"]
+    records = trainer.train()
+    assert any(
+        not torch.equal(x, y)
+        for x, y in zip(before_a, adapter_state(policy, "solver"), strict=True)
+    )
+    assert all(
+        torch.equal(x, y) for x, y in zip(before_b, adapter_state(policy, "checker"), strict=True)
+    )
+    assert trainer.mean_loss()["solver"] < loss_before
+    assert [r["iteration"] for r in records] == [1, 2] and "sft/loss/checker" not in records[0]
+    assert records[0]["sft/examples/solver"] == 4 and records[0]["sft/steps/solver"] == 2
+
+
+def test_min_reward_and_a_user_function_filter_the_episodes(tmp_path, monkeypatch):
+    good, bad, unknown = episode([], 1.0), episode([], 0.0), episode([], None)
+    assert keep_transcripts([good, bad], min_reward=0.5) == [good]
+    assert keep_transcripts([good, bad, unknown]) == [good, bad, unknown]
+    with pytest.raises(TranscriptError, match="no team reward is recorded"):
+        keep_transcripts([unknown], min_reward=0.5)
+    (tmp_path / "my_filters.py").write_text("def short(t):\n    return len(t.turns) < 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    long = episode([turn("solver", "1", "2"), turn("checker", "1", "2")], 1.0)
+    from marft_algos.trainers.sft_data import load_filter
+
+    assert keep_transcripts([good, long], keep=load_filter("my_filters:short")) == [good]
+    with pytest.raises(ValueError, match="has no function 'nope'"):
+        load_filter("my_filters:nope")
+
+
+def test_chat_logs_group_calls_by_episode_and_bad_lines_name_file_line_and_field(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    rows = [
+        {"episode": 1, "agent": "solver", "messages": [SYSTEM], "reply": "x", "reward": 1},
+        {
+            "episode": 2,
+            "agent": "solver",
+            "messages": [SYSTEM, {"role": "assistant", "content": "y"}],
+        },
+        {
+            "episode": 1,
+            "agent": "checker",
+            "messages": [SYSTEM],
+            "reply": {"role": "assistant", "content": "z"},
+        },
+    ]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    first, second = read_transcripts(log)
+    assert [(t.agent, t.reply) for t in first.turns] == [("solver", "x"), ("checker", "z")]
+    assert first.reward == 1.0 and second.reward is None and second.turns[0].messages == [SYSTEM]
+    cases = {
+        '{"episode": 1, "messages": [{"role": "user", "content": "q"}]}': "field 'reply' is missing",
+        '{"agent": "solver", "reply": "r"}': "neither 'turns'",
+        '{"messages": "hi", "reply": "r"}': "field 'messages' must be a list",
+        '{"messages": [], "reply": "r", "reward": "high"}': "field 'reward' must be a number",
+        "not json": "not JSON",
+    }
+    for line, message in cases.items():
+        log.write_text(json.dumps(rows[0]) + "\n" + line + "\n")
+        with pytest.raises(TranscriptError, match=f"calls.jsonl:2: {message}"):
+            read_transcripts(log)
+    with pytest.raises(TranscriptError, match=r"holds no samples\.jsonl"):
+        read_transcripts(tmp_path)
+
+
+def test_bad_settings_and_empty_data_are_refused(policy):
+    for kwargs, message in [
+        ({"packing": True}, "packing=True is not supported"),
+        ({"learning_rate": 0.0}, "learning_rate=0.0"),
+        ({"num_train_epochs": 0}, "num_train_epochs=0"),
+        ({"max_length": 1}, "max_length=1"),
+        ({"filter": "no_colon"}, "module:function"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            SFTConfig(**kwargs)
+    with pytest.raises(ValueError, match="No example to train on: 1 episodes read, 0 kept"):
+        SFTTrainer(policy, [episode([turn("solver", "1", "2")], 0.0)], SFTConfig(min_reward=1.0))
+    with pytest.raises(TranscriptError, match="agent 'critic' is not in the team"):
+        SFTTrainer(policy, [episode([turn("critic", "1", "2")])], SFTConfig())
