@@ -1,0 +1,164 @@
+"""support-desk-v2 (benchmarks/program_team/team_v2.py): it registers, its held-out split holds,
+and its program pays a right answer and refuses wrong ones, played with stub replies."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "program_team"))
+team_v2 = pytest.importorskip("team_v2")
+team = pytest.importorskip("team")
+
+import marft_envs  # noqa: E402
+
+
+def copy_the_record(messages) -> str:
+    """A specialist that copies the line of its records naming the request's invoice, order or
+    customer, or its first line when none does (what a wrong department's specialist can do)."""
+    records = messages[0]["content"].splitlines()[1:-1]
+    request = messages[-1]["content"]
+    keys = re.findall(r"\d{4}|[A-Z][a-z]+ [A-Z][a-z]+", request)
+    for line in records:
+        if any(line.startswith((f"- invoice {k}:", f"- order {k}:", f"- {k}:")) for k in keys):
+            return line
+    return records[0]
+
+
+def stub(route_to, verdict="APPROVE"):
+    """Replies ``reply(agent, messages)``: the router sends every ticket to ``route_to(task)``."""
+
+    def reply(task, agent, messages):
+        if agent == "router":
+            return json.dumps({"route": route_to(task)})
+        if agent == "reviewer":
+            return verdict
+        return copy_the_record(messages)
+
+    return reply
+
+
+class Client:
+    """The client surface ``team_v2.desk`` calls, answering with ``reply(task, agent, msgs)``."""
+
+    def __init__(self, task, reply):
+        self.calls = []
+        create = self._create
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=create))
+        self.task, self.reply = task, reply
+
+    def _create(self, *, model, messages):
+        self.calls.append(model)
+        text = self.reply(self.task, model, messages)
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=text))])
+
+
+def tickets(count=60, seed=0):
+    rng = np.random.default_rng(seed)
+    draw = team_v2.make_tasks("train")
+    return [draw(rng) for _ in range(count)]
+
+
+def test_both_envs_register_with_the_desk_agents():
+    team_v2.register()
+    for env_id in (team_v2.ENV_ID, team_v2.ORACLE_ID):
+        assert env_id in marft_envs.registry
+        env = marft_envs.make(env_id, split="train")
+        assert env.possible_agents == team_v2.AGENTS
+        env.close()
+
+
+def test_the_held_out_split_shares_no_phrasing_or_name():
+    team_v2.check_split()
+    test = team_v2.test_tasks()
+    assert len(test) == 200
+    assert {t["department"] for t in test} == set(team_v2.DEPARTMENTS)
+    train_requests = {t["request"] for t in tickets(2000)}
+    assert not train_requests & {t["request"] for t in test}
+
+
+def test_only_the_right_department_holds_the_answer():
+    for t in tickets():
+        lines = t["records"][t["department"]].splitlines()
+        assert sum(team._states(line, t["answer"]) for line in lines) == 1  # as the grader reads
+        others = [d for d in team_v2.DEPARTMENTS if d != t["department"]]
+        assert not any(team._states(t["records"][d], t["answer"]) for d in others)
+        assert t["answer"] not in t["others"]
+
+
+def test_the_right_route_pays_and_a_wrong_one_cannot():
+    for t in tickets():
+        right = team_v2.desk(t, Client(t, stub(lambda task: task["department"])))
+        assert right["success"] == right["routed"] == right["approved"] == 1.0
+        wrong_department = next(d for d in team_v2.DEPARTMENTS if d != t["department"])
+        wrong = team_v2.desk(t, Client(t, stub(lambda task, d=wrong_department: d)))
+        assert wrong["success"] == wrong["routed"] == 0.0
+        assert wrong["parsed"] == 1.0 and wrong["false_approval"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "right"),
+    [
+        ("It is {answer}.", True),
+        ("It is {other}.", False),  # the other record's value
+        ("Either {answer} or {other}.", False),  # listing the records is not an answer
+        ("I cannot help with that.", False),
+    ],
+)
+def test_the_grader_pays_the_asked_value_alone(answer, right):
+    for t in tickets(12):
+        text = answer.format(answer=t["answer"], other=t["others"][0])
+        assert team_v2.grade(text, t) is right
+
+
+def test_a_rejected_answer_is_retried_with_the_rejected_answer_shown():
+    t = tickets(1)[0]
+    seen = []
+
+    def reply(task, agent, messages):
+        seen.append((agent, messages))
+        if agent == "router":
+            return json.dumps({"route": task["department"]})
+        if agent == "reviewer":
+            return "REVISE"
+        return "no idea" if len(seen) == 2 else f"It is {task['answer']}."
+
+    client = Client(t, reply)
+    parts = team_v2.desk(t, client)
+    assert client.calls == ["router", t["department"], "reviewer", t["department"]]
+    assert parts["success"] == 1.0 and parts["false_rejection"] == 0.0
+    assert "Your answer was: no idea" in seen[-1][1][-1]["content"]
+
+
+def test_an_unparsed_hand_off_ends_the_episode_unpaid():
+    t = tickets(1)[0]
+    client = Client(t, lambda task, agent, messages: "billing, I think")
+    parts = team_v2.desk(t, client)
+    assert client.calls == ["router"]
+    assert parts["success"] == parts["parsed"] == 0.0
+    assert team_v2.team_reward(parts) == 0.0
+
+
+def test_the_env_pays_the_team_reward_at_the_episode_end():
+    team_v2.register()
+    env = marft_envs.make(team_v2.ENV_ID, split="train")
+    env.reset(seed=3)
+    task = env.unwrapped.task
+    reply = stub(lambda x: x["department"])
+    rewards: dict[str, float] = {}
+    while env.agents:
+        agent = env.agent_selection
+        if env.terminations[agent] or env.truncations[agent]:
+            env.step(None)
+            continue
+        env.step(reply(task, agent, env.observe(agent)["messages"]))
+        for name, value in env.rewards.items():
+            rewards[name] = rewards.get(name, 0.0) + value
+    assert rewards["router"] == rewards["reviewer"] == rewards[task["department"]] == 1.0
+    env.close()
