@@ -10,9 +10,10 @@ agent, and the round's last decision is marked; after an episode ends its decisi
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import torch
 from pettingzoo import AECEnv
 
 from marft_algos.protocols import GeneratingPolicy, GenerationLike, GenerationSettings
+from marft_algos.rollout.episodes import Decision, Episode, EpisodeRequest
 from marft_algos.rollout.failures import failed_at
 from marft_algos.rollout.prompt_limits import limit_prompts
 from marft_envs.core.env import FlexPOMDPEnv, RoundRecord
@@ -34,103 +36,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class Decision:
-    """One agent action: one AEC step of one env copy.
-
-    Attributes:
-        episode: Index of the episode in the collector's output.
-        timestep: Env round ``t`` of the decision.
-        turn: Position of the agent in its round (0 = first to act).
-        agent: The acting agent.
-        prompt_ids: Token ids of the rendered rollout observation (exactly what the model read).
-        action_ids: Generated token ids, exactly as sampled.
-        log_probs: Per-token log-probs of ``action_ids`` under the rollout policy.
-        text: The decoded action that was sent to the env.
-        finished: The generation stopped at EOS (False: cut at ``max_new_tokens``).
-        reward: Reward the env's credit rule gave this agent for the decision's round, plus
-            what it was paid in later rounds where it did not act, undiscounted (see
-            ``docs/maths.md``, "A reward paid to an agent in a later round").
-        round_end: The decision was the last of its round (the env's transition ran after it).
-        done: The episode ended after this decision's round.
-        truncated: The episode ended by truncation (round limit) rather than termination.
-        messages: The rollout observation as chat messages (what was rendered into
-            ``prompt_ids``), kept so a model with another tokenizer (e.g. the critic's) can
-            render it itself instead of reading ids of a foreign vocabulary.
-        tools: The tools the observation offered (rendered with the messages), or None.
-        policy_version: The adapters' version that sampled it (updates applied before; None:
-            not recorded, the synchronous loop, where it is always the current one).
-        proximal_log_probs: Per-token log-probs of ``action_ids`` under the weights at the start
-            of the update that trains on it, set by the trainer when the decision is stale
-            (sampled by an older version); None: fresh, ``log_probs`` are the proximal ones.
-        proximal_from_update: The decision is stale and its proximal log-probs are the
-            update's own forward pass, detached (set instead of ``proximal_log_probs`` when the
-            update takes one optimizer step per agent, whose forward runs on the proximal
-            weights: the separate pass would compute the same numbers).
-        branch: With branching (:mod:`marft_algos.rollout.branching`): the node of the branch
-            tree the decision belongs to (its alternative for a branched decision, else the
-            continuation it was taken in); None without branching.
-        branch_copy: With branching: a copy of a decision of the shared prefix that another
-            episode of the tree holds too (trained once, there); False otherwise.
-    """
-
-    episode: int
-    timestep: int
-    turn: int
-    agent: str
-    prompt_ids: list[int]
-    action_ids: list[int]
-    log_probs: list[float]
-    text: str
-    finished: bool
-    reward: float = 0.0
-    round_end: bool = False
-    done: bool = False
-    truncated: bool = False
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
-    policy_version: int | None = None
-    proximal_log_probs: list[float] | None = None
-    proximal_from_update: bool = False
-    branch: tuple[int, ...] | None = None
-    branch_copy: bool = False
-
-
-@dataclass
-class Episode:
-    """A finished episode of one env copy.
-
-    Attributes:
-        seed: The ``reset`` seed (episodes with equal seeds and options face the same task).
-        options: The ``reset`` options.
-        decisions: Its decisions in the realised order.
-        agent_returns: Sum of each agent's rewards.
-        team_return: Sum of the rounds' team rewards ``r_t`` (before credit assignment).
-        info: The final round's info (e.g. ``{"correct": True, ...}``).
-        group: Caller-given group id (GRPO groups episodes of the same prompt).
-        branch: With branching: the episode's leaf in the branch tree, ``(request, alternative,
-            continuation, ...)``; None without branching.
-    """
-
-    seed: int
-    options: dict[str, Any]
-    decisions: list[Decision] = field(default_factory=list)
-    agent_returns: dict[str, float] = field(default_factory=dict)
-    team_return: float = 0.0
-    info: dict[str, Any] = field(default_factory=dict)
-    group: int | None = None
-    branch: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class EpisodeRequest:
-    """An episode to run: its reset seed, reset options and (optional) group id."""
-
-    seed: int
-    options: Mapping[str, Any] | None = None
-    group: int | None = None
-
-
 @dataclass(frozen=True)
 class _Pending:
     """An action of the round in progress; it becomes a :class:`Decision` when the round ends."""
@@ -138,6 +43,7 @@ class _Pending:
     agent: str
     generation: GenerationLike
     messages: Sequence[Mapping[str, Any]] | Mapping[str, Any]  # what was rendered
+    times: tuple[int, int] | None = None  # the model call's start and end, epoch ns
 
 
 def _unwrapped(env: AECEnv) -> FlexPOMDPEnv:
@@ -261,6 +167,7 @@ class RolloutCollector:
 
         def begin(env_index: int, episode_index: int, request: EpisodeRequest) -> bool:
             env = self.envs[env_index]
+            results[episode_index].started_ns = time.time_ns()
             env.reset(seed=request.seed, options=dict(request.options or {}))
             if not _over_at_reset(env):
                 running[env_index] = episode_index
@@ -292,9 +199,11 @@ class RolloutCollector:
                 waiting[self.envs[env_index].agent_selection].append(env_index)
             for agent, env_indices in waiting.items():
                 messages = [_prompt(self.envs[i].observe(agent)) for i in env_indices]
+                started = time.time_ns()
                 generations = self.policy.generate(
                     agent, messages, settings, generator=self.generator
                 )
+                times = (started, time.time_ns())
                 for env_index, generation in zip(env_indices, generations, strict=True):
                     base = _unwrapped(self.envs[env_index])
                     base.note_generation(
@@ -313,6 +222,7 @@ class RolloutCollector:
                         observed,
                         results,
                         round_buffer,
+                        times,
                     )
                     if finished:
                         if self.on_episode is not None:
@@ -350,6 +260,7 @@ class RolloutCollector:
         messages: Sequence[Mapping[str, Any]] | Mapping[str, Any],
         results: list[Episode],
         round_buffer: dict[int, list[_Pending]],
+        times: tuple[int, int] | None = None,
     ) -> bool:
         """Apply one generated action; returns True when the env's episode is over."""
         env = self.envs[env_index]
@@ -357,7 +268,7 @@ class RolloutCollector:
         before = base.last_round
         env.step(generation.text)
         pending = round_buffer[env_index]
-        pending.append(_Pending(agent, generation, messages))
+        pending.append(_Pending(agent, generation, messages, times))
         record = base.last_round
         if record is None or record is before:
             return False
@@ -388,7 +299,7 @@ def _close_round(
     truncated = any(env.truncations.values())
     for d in decisions:
         d.done, d.truncated = True, truncated
-    episode.info = dict(record.info)
+    episode.info, episode.ended_ns = dict(record.info), time.time_ns()
     while env.agents:  # retire every agent so the env is ready for the next reset
         env.step(None)
     return True
@@ -417,6 +328,8 @@ def _decision(episode: int, timestep: int, turn: int, pending: _Pending, reward:
         reward=reward,
         messages=[dict(m) for m in messages],
         tools=[dict(t) for t in tools] if tools else None,
+        started_ns=pending.times[0] if pending.times else None,
+        ended_ns=pending.times[1] if pending.times else None,
     )
 
 

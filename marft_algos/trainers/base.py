@@ -34,6 +34,7 @@ from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, TrainingD
 from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.runs.progress import TrainingProgress
 from marft_algos.runs.samples import trim_samples
+from marft_algos.runs.tracing import TraceSettings, episode_tracer
 from marft_algos.trainers.async_rollout import AsyncRollouts
 from marft_algos.trainers.backend import BackendSync
 from marft_algos.trainers.checkpointer import (
@@ -43,12 +44,7 @@ from marft_algos.trainers.checkpointer import (
     trainer_state,
 )
 from marft_algos.trainers.config import TrainerConfig, check_agents, check_world_size
-from marft_algos.trainers.evaluator import (
-    Evaluator,
-    flag_no_signal,
-    summarize,
-    warn_unpaid_agents,
-)
+from marft_algos.trainers.evaluator import Evaluator, flag_no_signal, summarize, warn_unpaid_agents
 from marft_algos.trainers.failures import set_aside_failures
 from marft_algos.trainers.guards import Guards
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
@@ -123,8 +119,10 @@ class Trainer(PolicySteps, BackendSync, ABC):
         self.agents: list[str] = list(self.collector.envs[0].possible_agents)
         self.check_team(self.agents)
         check_agents(config, self.agents, list(policy.agents))
+        self.tracer = episode_tracer(TraceSettings.of_config(config))
+        """Sends every episode as a trace where ``config.trace_*`` say (does nothing when off)."""
         self.evaluator = (
-            Evaluator(policy, eval_env_fn, config, self.dist) if eval_env_fn is not None else None
+            Evaluator(policy, eval_env_fn, config, self.dist, self.tracer) if eval_env_fn else None
         )
         """Held-out evaluation (None without an ``eval_env_fn``)."""
         self.rng = np.random.default_rng(config.seed)
@@ -237,6 +235,7 @@ class Trainer(PolicySteps, BackendSync, ABC):
         counters = [getattr(g, "prefill", None) for g in generators]
         metrics.update(token_count_metrics(counters, self.dist, "rollout/prefill_tokens"))
         folder = self.run_dir.path if self.run_dir is not None else None
+        self.tracer.record(episodes, self.iteration, "train", env=self.collector.envs[0])
         episodes, dropped = set_aside_failures(episodes, self.iteration, folder, self.dist)
         metrics.update(dropped)
         self.rest_rollout_backend()
@@ -391,6 +390,7 @@ class Trainer(PolicySteps, BackendSync, ABC):
         """Release the run folder's lock, close TensorBoard and the env copies (the process's exit
         does all of it too)."""
         self.logger.close()
+        self.tracer.close()
         if self.async_rollouts is not None:
             self.async_rollouts.close()
         for collector in (self.collector, self.eval_collector):

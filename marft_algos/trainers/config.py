@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 from marft_algos.common.losses import BEHAVIOUR_WEIGHT_CAP, BEHAVIOUR_WEIGHT_MODES
 from marft_algos.rollout.branch_settings import parse_branch
 from marft_algos.rollout.collector import GenerationSettings
+from marft_algos.runs.tracing import TraceSettings
 from marft_algos.trainers.branched import check_branch
 from marft_algos.trainers.schedule import check_agent_names, check_agent_settings
 
@@ -101,6 +102,15 @@ class TrainerConfig:
     skipped as non-finite (0: never stop)."""
     tensorboard: bool = False
     """Also write TensorBoard scalars."""
+    trace_otlp: str | None = None
+    """Send every episode as an OpenTelemetry trace over OTLP/HTTP to this collector URL ("": the
+    endpoint the standard OTEL_EXPORTER_OTLP_* variables name); needs the otel extra
+    (docs/tracing.md)."""
+    trace_file: str | None = None
+    """Append every episode's spans to this file, one OTLP/JSON request per line (docs/tracing.md)."""
+    trace_content: bool = False
+    """Record message text in the spans (gen_ai.input.messages, gen_ai.output.messages); also on
+    with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true."""
     entropy_blowup_factor: float | None = 3.0
     """Flag an entropy blow-up when train/entropy exceeds this multiple of its early average."""
     rollback_on_blowup: bool = False
@@ -149,6 +159,7 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         check_finite_numbers(self)
         check_branch(self)
+        TraceSettings.of_config(self)  # checks the trace destinations
         if (
             isinstance(self.seed, bool)
             or not isinstance(self.seed, int)

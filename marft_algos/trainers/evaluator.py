@@ -21,6 +21,7 @@ from marft_algos.runs.folder import RunDirectory
 from marft_algos.runs.metrics import MetricsLogger
 from marft_algos.runs.outcomes import write_outcomes
 from marft_algos.runs.samples import transcripts_markdown, write_samples
+from marft_algos.runs.tracing import EpisodeTracer, NoTracer
 from marft_algos.trainers.config import TrainerConfig
 from marft_algos.trainers.failures import report_failures
 
@@ -90,7 +91,8 @@ class Evaluator:
     """Greedy held-out evaluation on pinned episodes, plus a sampled one with ``eval_sampled``.
 
     With several processes each runs a share of the pinned episodes and the metrics cover all of
-    them; rank 0 writes the transcripts (``samples.jsonl``) and their TensorBoard text.
+    them; rank 0 writes the transcripts (``samples.jsonl``) and their TensorBoard text. With a
+    ``tracer`` every process sends its episodes' traces (``marft.split`` ``eval``, ``eval_sampled``).
     """
 
     def __init__(
@@ -99,9 +101,11 @@ class Evaluator:
         env_fn: Callable[[], Any],
         config: TrainerConfig,
         dist: DistributedContext,
+        tracer: EpisodeTracer | NoTracer | None = None,
     ) -> None:
         self.config = config
         self.dist = dist
+        self.tracer = tracer if tracer is not None else NoTracer()
         self.collector = RolloutCollector.from_factory(
             policy, env_fn, config.rollout_threads, config.generation, seed=config.seed
         )
@@ -114,9 +118,12 @@ class Evaluator:
         phase: Callable[[str, int], None],
     ) -> dict[str, Any]:
         requests = evaluation_requests(self.collector, self.config.eval_episodes)
-        requests = [requests[i] for i in self.dist.shard(len(requests))]
+        shard = self.dist.shard(len(requests))
+        requests = [requests[i] for i in shard]
         phase("eval", len(requests))
         episodes = self.collector.collect(requests, greedy(self.config.generation))
+        first, env = shard.start, self.collector.envs[0]
+        self.tracer.record(episodes, iteration, "eval", first_index=first, env=env)
         metrics = summarize(episodes, "eval", self.dist)
         self._report_failures(episodes, iteration, run_dir, "eval")
         self._keep_outcomes(run_dir, iteration, "eval", episodes)
@@ -126,6 +133,7 @@ class Evaluator:
         if self.config.eval_sampled:
             phase("eval (sampled)", len(requests))
             episodes = self.collector.collect(requests, self.config.generation)
+            self.tracer.record(episodes, iteration, "eval_sampled", first_index=first, env=env)
             metrics.update(summarize(episodes, "eval_sampled", self.dist))
             self._report_failures(episodes, iteration, run_dir, "eval_sampled")
             self._keep_outcomes(run_dir, iteration, "eval_sampled", episodes)

@@ -1,0 +1,498 @@
+"""Every episode as an OpenTelemetry trace: one root span per episode, one span per agent decision.
+
+Off by default, and free when off: nothing of OpenTelemetry is imported until a tracer is built
+(:func:`episode_tracer` returns None for settings that trace nowhere). On with
+:class:`TraceSettings` (``marft train/eval/serve --trace-otlp [URL] --trace-file PATH``; the
+trainer's ``trace_otlp`` / ``trace_file`` / ``trace_content``), spans go through the OpenTelemetry
+SDK: a ``TracerProvider`` with a batch processor per destination, the SDK's OTLP/HTTP exporter
+(which honours the standard ``OTEL_EXPORTER_OTLP_*`` variables) and
+:class:`~marft_algos.runs.trace_file.OTLPJsonLinesExporter` for a file.
+
+A decision's span follows the OpenTelemetry GenAI semantic conventions for a model call: name
+``chat {agent}``, kind CLIENT, ``gen_ai.operation.name="chat"``, the agent's name as
+``gen_ai.request.model`` and ``gen_ai.agent.name``, the prompt and reply token counts and the
+finish reason. Message text is recorded only when asked (``capture_content``, or
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``), as ``gen_ai.input.messages`` and
+``gen_ai.output.messages`` (JSON strings), as the conventions require. The ``marft.*``
+attributes (iteration, episode, policy version, rewards, failures, branch) are listed with the
+others in docs/tracing.md. Spans are made after the episode, with the times the collector
+recorded (:class:`~marft_algos.rollout.episodes.Decision` ``started_ns`` / ``ended_ns``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marft_algos.rollout.episodes import Decision, Episode
+from marft_algos.rollout.evaluation import episode_correct
+from marft_algos.rollout.failures import failure_kind
+
+__all__ = [
+    "CAPTURE_CONTENT_VARIABLE",
+    "TRACE_FIELDS",
+    "EpisodeTracer",
+    "NoTracer",
+    "TraceSettings",
+    "episode_tracer",
+    "genai_messages",
+]
+
+#: The standard switch for message text in GenAI spans (``true`` turns it on).
+CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+#: The trainer's config fields that say where spans go (not what the run computes: a resumed run
+#: may change them).
+TRACE_FIELDS = frozenset({"trace_otlp", "trace_file", "trace_content"})
+
+#: The ``gen_ai.provider.name`` of marft's own model calls.
+PROVIDER = "marft"
+
+
+@dataclass(frozen=True)
+class TraceSettings:
+    """Where episode spans go, and whether they hold message text.
+
+    Attributes:
+        otlp: Send spans over OTLP/HTTP: a collector's base URL (``/v1/traces`` is appended
+            unless the URL already ends with it), or ``""`` for the endpoint the standard
+            variables name (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else
+            ``OTEL_EXPORTER_OTLP_ENDPOINT``, else ``http://localhost:4318``); None: not sent.
+        file: Append spans to this JSON-lines file in the OTLP/JSON encoding; None: no file.
+        capture_content: Record message text (``gen_ai.input.messages`` /
+            ``gen_ai.output.messages``); also on when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
+            is ``true``.
+        service_name: The resource's ``service.name`` (``OTEL_SERVICE_NAME`` overrides it, as the
+            SDK reads it).
+    """
+
+    otlp: str | None = None
+    file: str | None = None
+    capture_content: bool = False
+    service_name: str = "marft"
+
+    def __post_init__(self) -> None:
+        if self.otlp and not self.otlp.startswith(("http://", "https://")):
+            raise ValueError(
+                f"The OTLP endpoint must be an http:// or https:// URL (OTLP/HTTP), got "
+                f"{self.otlp!r}; pass e.g. --trace-otlp http://127.0.0.1:4318, or no URL to use "
+                f"the OTEL_EXPORTER_OTLP_ENDPOINT variable."
+            )
+        if self.file is not None and (not self.file or Path(self.file).is_dir()):
+            raise ValueError(
+                f"The trace file must be a file path, got {self.file!r}; pass e.g. "
+                f"--trace-file runs/traces.jsonl."
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether spans go anywhere."""
+        return self.otlp is not None or self.file is not None
+
+    @property
+    def content(self) -> bool:
+        """Whether message text is recorded (the setting or the standard variable)."""
+        flag = os.environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower()
+        return self.capture_content or flag == "true"
+
+    @classmethod
+    def of_config(cls, config: Any) -> TraceSettings:
+        """The settings of a trainer config (its ``trace_otlp``, ``trace_file``, ``trace_content``)."""
+        return cls(
+            otlp=getattr(config, "trace_otlp", None),
+            file=getattr(config, "trace_file", None),
+            capture_content=bool(getattr(config, "trace_content", False)),
+        )
+
+
+def otlp_endpoint(url: str) -> str | None:
+    """The traces URL of a collector's base URL (None for ``""``: the SDK reads the variables)."""
+    if not url:
+        return None
+    url = url.rstrip("/")
+    return url if url.endswith("/v1/traces") else url + "/v1/traces"
+
+
+class NoTracer:
+    """What :func:`episode_tracer` gives for settings that trace nowhere: every call does nothing
+    (and nothing of OpenTelemetry is imported)."""
+
+    enabled = False
+
+    def record(
+        self, episodes: Iterable[Episode], iteration: int, split: str, **kwargs: Any
+    ) -> None:
+        return None
+
+    def record_call(self, agent: str, **kwargs: Any) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def episode_tracer(settings: TraceSettings | None, **kwargs: Any) -> EpisodeTracer | NoTracer:
+    """A tracer for ``settings``, or a :class:`NoTracer` when they trace nowhere (nothing of
+    OpenTelemetry is imported then); ``kwargs`` go to :class:`EpisodeTracer`."""
+    if settings is None or not settings.enabled:
+        return NoTracer()
+    return EpisodeTracer(settings, **kwargs)
+
+
+def _sdk() -> Any:
+    """The OpenTelemetry SDK's trace module, or an error naming the extra to install."""
+    try:
+        from opentelemetry.sdk import trace
+    except ImportError as err:
+        raise ImportError(
+            f"Tracing needs the OpenTelemetry packages ({err.name} is missing): "
+            f"pip install 'marft[otel]'."
+        ) from None
+    return trace
+
+
+def _exporters(settings: TraceSettings) -> list[Any]:
+    exporters: list[Any] = []
+    if settings.otlp is not None:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as err:
+            raise ImportError(
+                f"--trace-otlp needs the OTLP exporter ({err.name} is missing): "
+                f"pip install 'marft[otel]'."
+            ) from None
+        exporters.append(OTLPSpanExporter(endpoint=otlp_endpoint(settings.otlp)))
+    if settings.file is not None:
+        try:
+            from marft_algos.runs.trace_file import OTLPJsonLinesExporter
+        except ImportError as err:
+            raise ImportError(
+                f"--trace-file needs the OpenTelemetry packages ({err.name} is missing): "
+                f"pip install 'marft[otel]'."
+            ) from None
+        exporters.append(OTLPJsonLinesExporter(settings.file))
+    return exporters
+
+
+class EpisodeTracer:
+    """Turns finished episodes (and served calls) into spans, exported where the settings say.
+
+    Args:
+        settings: Destinations and content capture.
+        exporters: Further span exporters, each behind a simple (synchronous) processor (tests
+            pass the SDK's ``InMemorySpanExporter``).
+        resource: Further resource attributes (e.g. ``{"marft.run": "runs/x"}``).
+
+    Raises:
+        ImportError: The ``otel`` extra is not installed (the message says how to install it).
+    """
+
+    enabled = True
+
+    def __init__(
+        self,
+        settings: TraceSettings,
+        *,
+        exporters: Sequence[Any] = (),
+        resource: Mapping[str, Any] | None = None,
+    ) -> None:
+        trace = _sdk()
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+        self.settings = settings
+        attributes = {"service.name": settings.service_name, **(resource or {})}
+        self.provider = trace.TracerProvider(resource=Resource.create(attributes))
+        for exporter in _exporters(settings):
+            self.provider.add_span_processor(BatchSpanProcessor(exporter))
+        for exporter in exporters:
+            self.provider.add_span_processor(SimpleSpanProcessor(exporter))
+        self.tracer = self.provider.get_tracer("marft")
+
+    def record(
+        self,
+        episodes: Iterable[Episode],
+        iteration: int,
+        split: str,
+        *,
+        policy_version: int | None = None,
+        first_index: int = 0,
+        env: Any = None,
+    ) -> None:
+        """One trace per episode.
+
+        Args:
+            episodes: Finished episodes (failed ones included: their root span has status ERROR).
+            iteration: The training iteration they belong to (``marft.iteration``).
+            split: ``"train"``, ``"eval"`` or ``"eval_sampled"`` (``marft.split``).
+            policy_version: Updates applied to the adapters that sampled them, where a decision
+                records none (default ``iteration``).
+            first_index: ``marft.episode`` of the first episode (the others count up).
+            env: The env they ran in, or its id: its registered id is ``marft.env.id`` and in
+                the root span's name.
+        """
+        version = iteration if policy_version is None else policy_version
+        env_id = env if isinstance(env, str) or env is None else _env_id(env)
+        for offset, episode in enumerate(episodes):
+            common = {
+                "marft.iteration": iteration,
+                "marft.episode": first_index + offset,
+                "marft.split": split,
+            }
+            self._episode(episode, common, version, env_id)
+
+    def _episode(
+        self, episode: Episode, common: dict[str, Any], version: int, env_id: str | None
+    ) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        now = time.time_ns()
+        starts = [d.started_ns for d in episode.decisions if d.started_ns is not None]
+        ends = [d.ended_ns for d in episode.decisions if d.ended_ns is not None]
+        start = episode.started_ns or min(starts, default=now)
+        end = max([episode.ended_ns or 0, *ends]) or now
+        root = self.tracer.start_span(
+            "episode" if env_id is None else f"episode {env_id}",
+            context=context.Context(),  # a new trace, whatever span is current
+            attributes={**common, **_episode_attributes(episode, version, env_id)},
+            start_time=min(start, end),
+        )
+        kind = failure_kind(episode)
+        if kind is not None:
+            error = episode.info.get("program_error")
+            message = error.get("message") if isinstance(error, Mapping) else None
+            root.set_status(Status(StatusCode.ERROR, f"{kind}: {message}" if message else kind))
+        parent = trace.set_span_in_context(root)
+        for decision in episode.decisions:
+            span = self.tracer.start_span(
+                f"chat {decision.agent}",
+                context=parent,
+                kind=SpanKind.CLIENT,
+                attributes={**common, **self._decision_attributes(decision, version)},
+                start_time=decision.started_ns or start,
+            )
+            span.end(end_time=decision.ended_ns or decision.started_ns or start)
+        root.end(end_time=end)
+
+    def _decision_attributes(self, d: Decision, version: int) -> dict[str, Any]:
+        attributes = chat_attributes(
+            d.agent, len(d.prompt_ids), len(d.action_ids), bool(d.finished)
+        )
+        attributes.update(
+            {
+                "marft.policy_version": d.policy_version
+                if d.policy_version is not None
+                else version,
+                "marft.timestep": d.timestep,
+                "marft.turn": d.turn,
+                "marft.reward": float(d.reward),
+            }
+        )
+        if d.branch is not None:
+            attributes["marft.branch.id"] = branch_id(d.branch)
+            attributes["marft.branch.copy"] = d.branch_copy
+        if self.settings.content:
+            attributes["gen_ai.input.messages"] = json.dumps(
+                genai_messages(d.messages), ensure_ascii=False
+            )
+            attributes["gen_ai.output.messages"] = json.dumps(
+                [_output_message(d.text, bool(d.finished))], ensure_ascii=False
+            )
+            if d.tools:
+                attributes["gen_ai.tool.definitions"] = json.dumps(d.tools, ensure_ascii=False)
+        return attributes
+
+    def record_call(
+        self,
+        agent: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        finished: bool,
+        times: tuple[int, int],
+        messages: Sequence[Mapping[str, Any]] = (),
+        reply: str = "",
+        session: str | None = None,
+        carrier: Mapping[str, str] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """One served call as a span (``marft serve``).
+
+        It joins the caller's trace when ``carrier`` (the request's headers) holds a W3C
+        ``traceparent``; otherwise the calls of one ``session`` share a trace whose id is derived
+        from it, and a call without either is a trace of its own. ``session`` is recorded as
+        ``gen_ai.conversation.id``.
+        """
+        from opentelemetry import context
+        from opentelemetry.propagate import extract
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        parent = extract(carrier) if carrier is not None else context.Context()
+        if _no_span(parent) and session:
+            parent = _session_context(session)
+        attributes = chat_attributes(agent, input_tokens, output_tokens, finished)
+        if session:
+            attributes["gen_ai.conversation.id"] = session
+        if self.settings.content:
+            attributes["gen_ai.input.messages"] = json.dumps(
+                genai_messages(messages), ensure_ascii=False
+            )
+            attributes["gen_ai.output.messages"] = json.dumps(
+                [_output_message(reply, finished)], ensure_ascii=False
+            )
+        span = self.tracer.start_span(
+            f"chat {agent}",
+            context=parent,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=times[0],
+        )
+        if error is not None:
+            span.set_attribute("error.type", error)
+            span.set_status(Status(StatusCode.ERROR, error))
+        span.end(end_time=times[1])
+
+    def flush(self) -> None:
+        """Export every span recorded so far (waits for the exporters)."""
+        self.provider.force_flush()
+
+    def close(self) -> None:
+        """Export what is left and shut the exporters down (idempotent)."""
+        self.provider.shutdown()
+
+
+def chat_attributes(
+    agent: str, input_tokens: int, output_tokens: int, finished: bool
+) -> dict[str, Any]:
+    """The GenAI attributes of one model call of ``agent``."""
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": PROVIDER,
+        "gen_ai.request.model": agent,
+        "gen_ai.response.model": agent,
+        "gen_ai.agent.name": agent,
+        "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.usage.output_tokens": output_tokens,
+        "gen_ai.response.finish_reasons": [_finish_reason(finished)],
+    }
+
+
+def _finish_reason(finished: bool) -> str:
+    return "stop" if finished else "length"
+
+
+def branch_id(branch: Sequence[int]) -> str:
+    """A branch tree node as ``marft.branch.id``: its path, dot-separated (``"0.1.2"``)."""
+    return ".".join(str(i) for i in branch)
+
+
+def _episode_attributes(episode: Episode, version: int, env_id: str | None) -> dict[str, Any]:
+    kind = failure_kind(episode)
+    attributes: dict[str, Any] = {
+        "marft.policy_version": version,
+        "marft.seed": int(episode.seed),
+        "marft.reward": float(episode.team_return),
+        "marft.correct": episode_correct(episode),
+        "marft.failed": kind is not None,
+        "marft.dropped": bool(episode.info.get("drop", False)),
+        "marft.decisions": len(episode.decisions),
+    }
+    if env_id is not None:
+        attributes["marft.env.id"] = env_id
+    if kind is not None:
+        attributes["marft.error.type"] = kind
+    if episode.group is not None:
+        attributes["marft.group"] = int(episode.group)
+    if episode.branch is not None:
+        attributes["marft.branch.id"] = branch_id(episode.branch)
+    for agent, value in sorted(episode.agent_returns.items()):
+        attributes[f"marft.reward.agent.{agent}"] = float(value)
+    parts = episode.info.get("reward_parts")
+    if isinstance(parts, Mapping):
+        for name, value in parts.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[f"marft.reward.{name}"] = float(value)
+    return attributes
+
+
+def genai_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages in the GenAI conventions' message shape: ``{"role", "parts": [...]}`` with
+    ``text``, ``tool_call`` and ``tool_call_response`` parts."""
+    out = []
+    for message in messages:
+        role = str(message.get("role", "user"))
+        content = message.get("content")
+        parts: list[dict[str, Any]] = []
+        if role == "tool":
+            parts.append(
+                {
+                    "type": "tool_call_response",
+                    "id": message.get("tool_call_id"),
+                    "response": content,
+                }
+            )
+        elif isinstance(content, str) and content:
+            parts.append({"type": "text", "content": content})
+        elif isinstance(content, list):
+            parts.extend(
+                {"type": "text", "content": str(p.get("text", ""))}
+                for p in content
+                if isinstance(p, Mapping)
+            )
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": function.get("arguments"),
+                }
+            )
+        out.append({"role": role, "parts": parts})
+    return out
+
+
+def _output_message(text: str, finished: bool) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "parts": [{"type": "text", "content": text}],
+        "finish_reason": _finish_reason(finished),
+    }
+
+
+def _env_id(env: Any) -> str | None:
+    spec = getattr(getattr(env, "unwrapped", env), "spec", None)
+    name = getattr(spec, "id", None)
+    return str(name) if name is not None else None
+
+
+def _no_span(ctx: Any) -> bool:
+    from opentelemetry import trace
+
+    return not trace.get_current_span(ctx).get_span_context().is_valid
+
+
+def _session_context(session: str) -> Any:
+    """A context whose (never emitted) parent span makes every call of ``session`` one trace:
+    trace and parent ids are derived from the session id."""
+    from opentelemetry import trace
+
+    digest = hashlib.sha256(session.encode("utf-8")).digest()
+    parent = trace.SpanContext(
+        trace_id=int.from_bytes(digest[:16], "big") or 1,
+        span_id=int.from_bytes(digest[16:24], "big") or 1,
+        is_remote=True,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(parent))
