@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +62,12 @@ def report_failures(
     dist: DistributedContext,
     iteration: int,
     split: str = "rollout",
+    fields: Mapping[str, Any] | None = None,
 ) -> int:
     """Tell the failed episodes in one console line (``<when>: 5 of 64 episodes failed (Timeout 3,
     ValueError 2); <what>. Transcripts: <file>``) and append their transcripts to
-    ``program_errors.jsonl`` in ``folder`` (rows marked with ``split``); returns how many failed."""
+    ``program_errors.jsonl`` in ``folder`` (rows marked with ``split`` and ``fields``, e.g. the
+    command that ran them); returns how many failed."""
     failed = [(i, e) for i, e in enumerate(episodes) if failure_kind(e) is not None]
     if not failed:
         return 0
@@ -74,7 +76,7 @@ def report_failures(
         path = Path(folder) / FAILURES_FILE
         with path.open("a", encoding="utf-8") as f:
             for i, e in failed:
-                row = {"iteration": iteration, "split": split, "rank": dist.rank}
+                row = {"iteration": iteration, "split": split, "rank": dist.rank, **(fields or {})}
                 row.update(episode_transcript(e, i))
                 f.write(json.dumps(row, default=str) + "\n")
         where = str(path)

@@ -122,6 +122,48 @@ def test_a_failing_program_ends_marft_eval_in_one_line(
     assert f"{run / FAILURES_FILE}" in line and (run / FAILURES_FILE).is_file()
 
 
+HELD_OUT = [f"held {i}" for i in range(8)]
+
+
+def fails_on_some_held_out_tasks(task, client):
+    _ask(client)
+    n = int(task.split()[1])
+    if n % 4 == 1:
+        raise ValueError(f"no ticket {n}")
+    if n == 2:
+        raise KeyError(n)
+    return 1.0
+
+
+def test_held_out_failures_in_marft_eval_get_the_training_line_and_transcripts(
+    tiny_path, tmp_path, program_ids, caplog, capsys
+):
+    program_ids("flaky-team-v0", works, test_tasks=HELD_OUT)
+    run = tmp_path / "run"
+    main(_train(tiny_path, "flaky-team-v0", run))
+    (run / FAILURES_FILE).unlink(missing_ok=True)
+    program_ids("flaky-team-v0", fails_on_some_held_out_tasks, test_tasks=HELD_OUT)
+    capsys.readouterr()
+    with caplog.at_level("WARNING", logger="marft_algos.trainers.base"):
+        metrics = main(["eval", str(run), "--episodes", "8"])
+    lines = [r.getMessage() for r in caplog.records if "episodes failed" in r.getMessage()]
+    assert len(lines) == 2, lines  # the tuned team's and the untuned team's, one line each
+    for line, split in zip(lines, ["eval", "before"], strict=True):
+        assert f"({split}): 3 of 8 episodes failed (ValueError 2, KeyError 1)" in line, line
+        assert f"Transcripts: {run / FAILURES_FILE}" in line, line
+    rows = [json.loads(r) for r in (run / FAILURES_FILE).read_text().splitlines()]
+    assert [(r["split"], r["options"]["index"]) for r in rows] == [
+        (split, i) for split in ("eval", "before") for i in (1, 2, 5)
+    ]
+    assert all(r["command"] == "marft eval" and r["checkpoint"] == "checkpoint-1" for r in rows)
+    assert rows[0]["info"]["program_error"]["type"] == "ValueError"
+    # The reward mean is over the finished episodes, the failed share beside it.
+    assert metrics["eval/reward_mean"] == 1.0 and metrics["eval/episodes_failed"] == 3 / 8
+    assert metrics["before/program_errors/KeyError"] == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "tuned: reward mean 1.000 over 5 finished episodes; 3 of 8 failed" in out, out
+
+
 def test_a_failure_before_the_first_call_is_named_so_not_as_agent_none(tmp_path):
     from marft_algos.cli.program_failures import describe
     from marft_algos.rollout.collector import RolloutCollector

@@ -203,7 +203,7 @@ def test_a_checkpoint_being_read_is_kept_until_the_next_prune(tmp_path):
 
 
 def test_a_reader_learns_that_its_checkpoint_went_before_it_was_pinned(tmp_path, monkeypatch):
-    from marft_algos.cli import evaluate
+    from marft_algos.cli import eval_checkpoints
 
     run = RunDirectory(tmp_path / "run")
     gone, newest = _fake_checkpoints(run, range(1, 3))
@@ -213,8 +213,8 @@ def test_a_reader_learns_that_its_checkpoint_went_before_it_was_pinned(tmp_path,
     with reading_checkpoint(gone) as still_there:
         assert not still_there
     found = iter([gone, newest])
-    monkeypatch.setattr(evaluate, "find_checkpoint", lambda path: next(found))
-    with evaluate.open_checkpoint(run.path) as checkpoint:
+    monkeypatch.setattr(eval_checkpoints, "find_checkpoint", lambda path: next(found))
+    with eval_checkpoints.open_checkpoint(run.path) as checkpoint:
         assert checkpoint == newest
     run.clean_stale()  # the lock file the late reader left is removed; a live one's is kept
     assert sorted(p.name for p in run.path.iterdir()) == [".checkpoint-2.read", "checkpoint-2"]
