@@ -233,7 +233,11 @@ class ActorCriticTrainer(BranchedActorCritic, Trainer):
                 if not self.dist.sum([len(rows)])[0]:  # no rank has a decision to train on
                     continue
                 stats.add_step(self.policy_step(step, minibatch[rows], train_agents))
-        metrics = {**stats.metrics(), **self.learning_rate_metrics()}
+        metrics = {
+            **stats.metrics(),
+            **self.learning_rate_metrics(),
+            **self.branch_metrics(episodes),
+        }
         assert batch.values is not None and batch.advantages is not None
         mask = self.granularity.mask(batch)
         values, count = self.dist.sum([float(batch.values[mask].sum()), float(mask.sum())])

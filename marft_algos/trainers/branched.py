@@ -145,6 +145,15 @@ def batch_branch_advantages(
         )
     rows: list[tuple[BranchPath, Hashable]] = [(_node(e, d), d.agent) for e, d in trained]
     result = branch_advantages(leaves, rows, scale_rewards=scale_rewards)
+    return result.advantages.to(torch.float32), branch_metrics(episodes, agents)
+
+
+def branch_metrics(episodes: Sequence[Episode], agents: Sequence[str]) -> dict[str, Any]:
+    """The ``branch/...`` metrics of branched episodes: how many decisions had no sibling to
+    compare with (``alone_samples``) or were dropped with their branch (``dropped_samples``), and
+    per agent how far its alternatives' values spread and the share of its branch points where
+    they did not differ at all (:func:`~marft_algos.common.branching.branch_spread`)."""
+    leaves = _leaves(episodes)
     everything = [
         (_node(e, d), d.agent) for e in episodes for d in e.decisions if not d.branch_copy
     ]
@@ -158,7 +167,7 @@ def batch_branch_advantages(
         if agent in spread:
             metrics[f"branch/{agent}/value_spread"] = spread[agent].value_spread
             metrics[f"branch/{agent}/flat_share"] = spread[agent].flat_share
-    return result.advantages.to(torch.float32), metrics
+    return metrics
 
 
 def monte_carlo_decision_values(episodes: Sequence[Episode]) -> Tensor:
@@ -228,6 +237,12 @@ class BranchedActorCritic(BranchCollecting):
         grid = torch.full_like(values, math.nan)  # (N, T)
         grid[:, 0] = mc
         return monte_carlo_values(values, grid)
+
+    def branch_metrics(self, episodes: Sequence[Episode]) -> dict[str, Any]:
+        """The ``branch/...`` metrics (:func:`branch_metrics`); none without ``branch``."""
+        if self.config.branch is None:
+            return {}
+        return branch_metrics(episodes, self.agents)  # type: ignore[attr-defined]
 
     def trained_once(self, episodes: Sequence[Episode], *rows: Any) -> tuple[Any, ...]:
         """Each of ``rows`` (a batch, tensors or lists with one entry per decision of

@@ -244,3 +244,8 @@ def test_branched_marft_changes_parameters(tiny_path, kind):
     record = trainer.train()[-1]
     assert record["rollout/episodes"] == 4 and math.isfinite(record["train/policy_loss"])
     assert any(changed(before[a], adapter_params(trainer, a)) for a in trainer.agents)
+    # The same branch/... metrics as the critic-free trainers log.
+    assert record["branch/dropped_samples"] == 0
+    assert 0 <= record["branch/answerer/flat_share"] <= 1  # the agent branched at
+    assert record["branch/answerer/value_spread"] >= 0
+    assert "branch/writer/flat_share" not in record  # never branched at: nothing to compare
