@@ -1,4 +1,4 @@
-"""The ``marft`` command: ``marft train | eval | envs | export | serve``.
+"""The ``marft`` command: ``marft train | eval | envs | export | serve | sft``.
 
 Errors a user can act on (bad flags, files, settings, a run folder in use) end in one line that
 says what was wrong and how to fix it, and a non-zero exit status; ``MARFT_DEBUG=1`` shows the
@@ -23,11 +23,12 @@ commands:
   envs     list the registered environments: ids, teams, dependency functions
   export   each agent's adapter as a peft folder, optionally merged into a standalone model
   serve    the trained team on an OpenAI-compatible endpoint (model = agent) for its program
+  sft      fine-tune each agent on its own replies in transcripts (a warm start for train --init-from)
 """
 
 
 def _commands() -> dict[str, Callable[[Sequence[str]], Any]]:
-    from marft_algos.cli import envs, evaluate, export, serve, train
+    from marft_algos.cli import envs, evaluate, export, serve, sft, train
 
     return {
         "train": train.main,
@@ -35,10 +36,11 @@ def _commands() -> dict[str, Callable[[Sequence[str]], Any]]:
         "envs": envs.main,
         "export": export.main,
         "serve": serve.main,
+        "sft": sft.main,
     }
 
 
-COMMANDS = ("train", "eval", "envs", "export", "serve")
+COMMANDS = ("train", "eval", "envs", "export", "serve", "sft")
 
 
 def quiet_third_party() -> None:

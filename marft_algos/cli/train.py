@@ -31,6 +31,7 @@ from marft_algos.cli.train_build import (
     build_policy,
     build_rollout_backend,
     check_caps,
+    warm_start,
 )
 from marft_algos.runs.folder import ConfigMismatchError, RunDirectory, RunExistsError
 from marft_algos.trainers.branched import describe_branching
@@ -165,6 +166,8 @@ def _train(
         f"flags you set override it"
     )
     policy, template = build_policy(args, plan.agents, config, dist, dtype)
+    if args.init_from is not None:
+        console.print(f"adapters from {warm_start(policy, args.init_from, config, dist)}")
     backend = build_rollout_backend(args, policy, config, dist)
     trainer = build_trainer(
         args.algo,
@@ -181,6 +184,7 @@ def _train(
             "device": str(dist.device),
             "chat_template": template,
             "rollout_backend": args.rollout_backend,
+            "init_from": args.init_from,
         }
     )
     if args.resume:

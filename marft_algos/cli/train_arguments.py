@@ -51,6 +51,10 @@ class TrainArguments:
     """Continue the run in --output-dir from its newest checkpoint (or from the start if it has none)."""
     resume_from: str | None = None
     """Continue from this checkpoint folder instead of the newest one."""
+    init_from: str | None = None
+    """Start from the adapters of this run instead of fresh ones: marft sft's --output-dir (a
+    warm start), or any run or checkpoint-N folder of the same agents, base model and LoRA
+    settings; the optimizers and everything else start fresh."""
     allow_config_change: bool = False
     """Let --resume continue a run under settings that differ from the checkpoint's."""
     lora_rank: int = 8

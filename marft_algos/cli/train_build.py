@@ -20,6 +20,7 @@ __all__ = [
     "check_caps",
     "load_device",
     "read_chat_template",
+    "warm_start",
 ]
 
 
@@ -123,3 +124,14 @@ def load_device(config: Any, dist: Any) -> str:
     if not (config.fsdp and dist.enabled):
         return str(dist.device)
     return "cpu" if dist.rank == 0 else "meta"
+
+
+def warm_start(policy: Any, path: str, config: Any, dist: Any) -> str:
+    """``--init-from``: load the adapters of the run or checkpoint at ``path`` into ``policy``;
+    returns the checkpoint read. Under ``--fsdp`` only rank 0 reads them (the other ranks' models
+    are empty until sharding fills them from rank 0's)."""
+    from marft_algos.trainers.warm_start import init_adapters, warm_start_checkpoint
+
+    if load_device(config, dist) == "meta":
+        return str(warm_start_checkpoint(path))
+    return str(init_adapters(policy, path))
