@@ -7,7 +7,7 @@ A selector is one of:
 ``"root:ATTRIBUTE"``                    an attribute of the trace's root span (OTLP), e.g.
                                         ``"root:input.value"``
 ``"span:NAME:ATTRIBUTE"``               an attribute of the first span named ``NAME``
-``"record:PATH"``                       a field of the episode's first chat-log record, by a dotted
+``"record:PATH"``                       a field of the episode's first chat-log record that has it, by a dotted
                                         and indexed path: ``"record:metadata.ticket"``,
                                         ``"record:messages[1].content"``
 a function of the :class:`RecordedTrace`  whatever it returns (None: the trace has no task)
@@ -178,7 +178,14 @@ def _select(trace: RecordedTrace, selector: Any) -> Any:
             "record: selects a chat-log field, and this is "
             "an OTLP trace; use task='root:ATTRIBUTE' or 'span:NAME:ATTRIBUTE'.",
         )
-    return walk(trace.records[0], rest, trace.record_where[0], rest)
+    first: _Missing | None = None
+    for record, where in zip(trace.records, trace.record_where, strict=True):
+        try:
+            return walk(record, rest, where, rest)
+        except _Missing as missing:
+            first = first or missing
+    assert first is not None
+    raise first
 
 
 def select(trace: RecordedTrace, selector: Selector) -> Any:
