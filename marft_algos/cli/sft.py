@@ -4,8 +4,8 @@
     marft train --init-from runs/sft ...
 
 ``--from`` (repeatable) takes a marft run folder (its ``samples.jsonl``), a transcript file, the
-JSON of ``marft eval --samples N --json``, or a JSON-lines chat log
-(:mod:`marft_algos.trainers.sft_data`). Every field of :class:`~marft_algos.trainers.sft.SFTConfig`
+JSON of ``marft eval --samples N --json``, recorded traces (OTLP JSON files, a folder of them) or
+a JSON-lines chat log (:mod:`marft_algos.trainers.sft_data`). Every field of :class:`~marft_algos.trainers.sft.SFTConfig`
 is a flag. The team is the env's (``--env``; default: the first ``--from`` run's env) or
 ``--agents a,b``; when the first source is a run folder, its model, env, LoRA settings, chat
 template and reply budgets are the defaults, so that ``marft train --init-from`` on the same env
@@ -45,6 +45,9 @@ class SFTArguments:
     """Env constructor arguments as JSON (default: the first --from run's)."""
     agents: str | None = None
     """The team's agents in order, comma-separated, instead of --env (e.g. reasoner,actor)."""
+    agent_names: dict[str, str] | None = None
+    """Recorded agent names to the team's, as JSON, e.g. '{"gpt-4o-mini": "solver"}' (a trace
+    names a call's agent by gen_ai.agent.name, else the request model)."""
     lora_rank: int = 8
     """LoRA rank of every agent's adapter (use marft train's --lora-rank)."""
     lora_alpha: float = 16
@@ -135,8 +138,8 @@ def parse_sft_args(argv: Sequence[str]) -> tuple[SFTArguments, SFTConfig, list[s
         action="append",
         required=True,
         metavar="RUN_OR_FILE",
-        help="A marft run folder, a samples.jsonl(.gz), marft eval --json output, or a JSON-lines "
-        "chat log (repeat for several).",
+        help="A marft run folder, a samples.jsonl(.gz), marft eval --json output, an OTLP JSON "
+        "trace file (or a folder of them), or a JSON-lines chat log (repeat for several).",
     )
     parser.add_argument(
         "--out", dest="output_dir", default=argparse.SUPPRESS, help="Same as --output-dir."
@@ -169,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, config, sources, agents = parse_sft_args(argv)
     console = Console()
-    transcripts = [t for source in sources for t in read_transcripts(source)]
+    transcripts = [
+        t for source in sources for t in read_transcripts(source, agents=args.agent_names)
+    ]
     check_model_name(args.model)
     torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

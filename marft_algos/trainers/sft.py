@@ -88,7 +88,7 @@ class SFTTrainer:
         self.epoch = 0
 
     def _left_out(self) -> str:
-        parts = ("too_long", "empty", "frozen", "cut_at_budget")
+        parts = ("too_long", "empty", "tool_calls", "frozen", "cut_at_budget")
         return ", ".join(f"{k.replace('_', ' ')}: {self.counts[k]}" for k in parts)
 
     # ------------------------------------------------------------------ the loop

@@ -6,15 +6,12 @@
 - a marft run folder (its ``samples.jsonl`` or ``samples.jsonl.gz``), or such a file itself: one
   episode per line, as :mod:`marft_algos.runs.samples` writes it (``turns``, ``team_return``,
   ``correct``); the JSON that ``marft eval --samples N --json FILE`` writes (its ``samples``);
-- a JSON-lines chat log: one model call per line::
-
-      {"episode": "e1", "agent": "reasoner", "messages": [...], "reply": "...", "reward": 1.0}
-
-  ``reply`` is the text the agent wrote, or an assistant message; without it, the last message
-  of ``messages`` is the reply (it must be the assistant's). Lines with the same ``episode`` are
-  one episode (a line without one is an episode of its own); ``reward`` is the episode's team
-  reward (lines of one episode must not disagree); ``tools`` and ``finished`` (default true:
-  the reply ended its turn) are optional, as is ``agent`` for a team of one.
+- recorded traces, through :func:`marft_envs.programs.traces.read_trace_calls`: OTLP JSON files
+  (the spans of ``opentelemetry-instrumentation-openai-v2``, OpenInference, or marft's own with
+  ``trace_content``) and JSON-lines chat logs (``{"messages": [...], "output": ..., "agent": ...,
+  "episode": ...}`` a line; docs/programs.md, "From production traces"). The team reward is the
+  root span's ``marft.reward`` attribute, or a chat-log record's ``reward`` field (the records of
+  one episode must not disagree); a call whose finish reason is ``length`` was cut at its budget.
 
 :func:`keep_transcripts` applies ``min_reward`` (the team reward, rejection sampling from the
 team's successes) and a user's ``module:function``. A bad line is one error naming the file, the
@@ -23,6 +20,7 @@ line and the field.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib
 import json
@@ -57,6 +55,8 @@ class Turn:
         reply: What it wrote (the text, without end-of-turn tokens).
         tools: The tools its call offered, or None.
         finished: The reply ended the turn itself (False: it was cut at the token budget).
+        tool_calls: Structured tool calls the reply made (recorded traces); such a turn is not
+            trained on (its text in the model's own tool format is not recorded).
     """
 
     agent: str | None
@@ -64,6 +64,7 @@ class Turn:
     reply: str
     tools: list[dict[str, Any]] | None = None
     finished: bool = True
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -75,7 +76,9 @@ class Transcript:
         reward: The team reward (a marft run's ``team_return``), or None when not recorded.
         correct: Whether the team solved it, where recorded.
         source: ``file:line`` of its (first) line.
-        record: The recorded JSON object(s) as read, for user filters.
+        record: What was recorded, for user filters: a marft transcript's JSON object; for a
+            trace, ``episode`` (its id), ``attributes`` (its root span's, e.g. ``marft.split``)
+            and ``records`` (a chat log's records).
     """
 
     turns: list[Turn]
@@ -97,52 +100,88 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _source_file(path: Path) -> Path:
+    """The transcript file of a run folder, or ``path`` itself (a file, or a folder of traces)."""
     if path.is_dir():
         for name in _SAMPLE_FILES:
             if (path / name).is_file():
                 return path / name
-        raise TranscriptError(
-            f"{path} holds no {' or '.join(_SAMPLE_FILES)}; pass a marft run folder whose "
-            f"evaluations wrote transcripts (eval_samples > 0), or a transcript file."
-        )
+        if (path / "config.json").is_file():
+            raise TranscriptError(
+                f"{path} holds no {' or '.join(_SAMPLE_FILES)}; pass a marft run folder whose "
+                f"evaluations wrote transcripts (eval_samples > 0), or a transcript file."
+            )
+        return path
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such transcript file or run folder.")
     return path
 
 
-def read_transcripts(source: str | Path) -> list[Transcript]:
+def read_transcripts(
+    source: str | Path, *, agents: Mapping[str, str] | None = None
+) -> list[Transcript]:
     """Every episode recorded in ``source`` (a run folder or a file; see the module docstring).
+
+    Args:
+        source: A run folder, a transcript file, marft eval's JSON, an OTLP JSON file or a chat log.
+        agents: Recorded agent names to the team's (names it lacks stay as they are).
 
     Raises:
         TranscriptError: A line that is not JSON, or lacks a field it needs (the message names the
-            file, the line and the field).
+            file, the line and the field); traces raise the loader's ``TraceFormatError``.
         FileNotFoundError: ``source`` does not exist.
     """
     path = _source_file(Path(source))
-    if path.suffix == ".json":
-        return _eval_json(path)
-    episodes: list[Transcript] = []
-    calls: dict[Any, Transcript] = {}
+    if path.is_dir():
+        return _trace_transcripts(path, agents)
+    if path.suffix == ".json" and _is_eval_json(path):
+        episodes = _eval_json(path)
+    elif _is_samples(path):
+        episodes = _samples(path)
+    else:
+        return _trace_transcripts(path, agents)
+    if agents:
+        for episode in episodes:
+            episode.turns = [
+                dataclasses.replace(t, agent=agents.get(t.agent, t.agent) if t.agent else None)
+                for t in episode.turns
+            ]
+    return episodes
+
+
+def _is_samples(path: Path) -> bool:
+    """Whether the file's first line is a marft transcript (it has ``turns``)."""
+    for _, line in _lines(path):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            return False
+        return isinstance(row, dict) and "turns" in row
+    return False
+
+
+def _samples(path: Path) -> list[Transcript]:
+    episodes = []
     for number, line in _lines(path):
         where = f"{path}:{number}"
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise TranscriptError(f"{where}: not JSON ({exc.msg}).") from None
-        if not isinstance(row, dict):
+        if not isinstance(row, dict) or "turns" not in row:
             raise TranscriptError(
-                f"{where}: a line must be a JSON object, got {type(row).__name__}."
+                f"{where}: field 'turns' is missing (the file's first line is a marft transcript, "
+                f"so every line must be one)."
             )
-        if "turns" in row:
-            episodes.append(_sample_episode(row, where))
-        elif "messages" in row:
-            _add_call(row, where, episodes, calls)
-        else:
-            raise TranscriptError(
-                f"{where}: neither 'turns' (a marft transcript) nor 'messages' (a chat-log call); "
-                f"the line has keys {sorted(row)}."
-            )
+        episodes.append(_sample_episode(row, where))
     return episodes
+
+
+def _is_eval_json(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and "samples" in data
 
 
 def _eval_json(path: Path) -> list[Transcript]:
@@ -206,53 +245,65 @@ def _sample_episode(row: Mapping[str, Any], where: str) -> Transcript:
     )
 
 
-def _reply(row: Mapping[str, Any], where: str) -> tuple[list[dict[str, Any]], str]:
-    messages = _messages(row["messages"], where, "messages")
-    reply = row.get("reply")
-    if reply is None:
-        if not messages or messages[-1]["role"] != "assistant":
-            raise TranscriptError(
-                f"{where}: field 'reply' is missing and the last message is not the assistant's; "
-                f"give the agent's reply as 'reply' or as the last (assistant) message."
-            )
-        reply, messages = messages[-1], messages[:-1]
-    if isinstance(reply, dict):
-        if reply.get("tool_calls") and not reply.get("content"):
-            raise TranscriptError(
-                f"{where}: field 'reply' holds structured tool_calls and no text; give the reply "
-                f"as the text the model wrote (e.g. its <tool_call> blocks)."
-            )
-        reply = reply.get("content")
-    if not isinstance(reply, str):
-        raise TranscriptError(f"{where}: field 'reply' must be text or an assistant message.")
-    return messages, reply
+def _root_attributes(trace: Any) -> dict[str, Any]:
+    """The root span's attributes ({} for a chat log or a trace without one root)."""
+    from marft_envs.programs.traces import TraceFormatError
+
+    if not trace.spans:
+        return {}
+    try:
+        return dict(trace.root().attributes)
+    except TraceFormatError:
+        return {}
 
 
-def _add_call(
-    row: Mapping[str, Any], where: str, episodes: list[Transcript], calls: dict[Any, Transcript]
-) -> None:
-    messages, reply = _reply(row, where)
-    agent = row.get("agent")
-    if agent is not None and not isinstance(agent, str):
-        raise TranscriptError(f"{where}: field 'agent' must be the agent's name, got {agent!r}.")
-    turn = Turn(agent, messages, reply, row.get("tools") or None, bool(row.get("finished", True)))
-    reward = _number(row.get("reward"), where, "reward")
-    key = row.get("episode")
-    episode = calls.get(key) if key is not None else None
-    if episode is None:
-        episode = Transcript([], reward, row.get("correct"), where, {"calls": []})
-        episodes.append(episode)
-        if key is not None:
-            calls[key] = episode
-    elif reward is not None:
-        if episode.reward is not None and episode.reward != reward:
+def _trace_reward(trace: Any) -> tuple[float | None, bool | None]:
+    """The team reward and success a trace records: its root span's ``marft.reward`` and
+    ``marft.correct``, or a chat-log record's ``reward`` and ``correct``."""
+    if trace.spans:
+        attributes = _root_attributes(trace)
+        correct = attributes.get("marft.correct")
+        reward = _number(attributes.get("marft.reward"), trace.where, "marft.reward")
+        return reward, None if correct is None else bool(correct)
+    reward, correct, first = None, None, trace.where
+    for record, where in zip(trace.records, trace.record_where, strict=True):
+        value = _number(record.get("reward"), where, "reward")
+        if value is not None and reward is not None and value != reward:
             raise TranscriptError(
-                f"{where}: field 'reward' is {reward:g} but an earlier line of episode {key!r} "
-                f"({episode.source}) gave {episode.reward:g}; an episode has one team reward."
+                f"{where}: field 'reward' is {value:g} but an earlier record of the episode "
+                f"({first}) gave {reward:g}; an episode has one team reward."
             )
-        episode.reward = reward
-    episode.turns.append(turn)
-    episode.record["calls"].append(dict(row))
+        if value is not None:
+            reward, first = value, where
+        if record.get("correct") is not None:
+            correct = bool(record["correct"])
+    return reward, correct
+
+
+def _trace_transcripts(path: Path, agents: Mapping[str, str] | None) -> list[Transcript]:
+    from marft_envs.programs.traces import read_trace_calls
+    from marft_envs.programs.traces.chatlog import DEFAULT_AGENT
+
+    out = []
+    for trace in read_trace_calls(path, agents=dict(agents) if agents else None):
+        turns = [
+            Turn(
+                agent=None if call.agent == DEFAULT_AGENT else call.agent,
+                messages=[dict(m) for m in call.messages],
+                reply=call.reply,
+                finished=call.finish_reason != "length",
+                tool_calls=call.output.get("tool_calls") or None,
+            )
+            for call in trace.calls
+        ]
+        reward, correct = _trace_reward(trace)
+        record = {
+            "episode": trace.episode,
+            "attributes": _root_attributes(trace),
+            "records": list(trace.records),
+        }
+        out.append(Transcript(turns, reward, correct, trace.where, record))
+    return out
 
 
 def load_filter(spec: str) -> Callable[[Transcript], bool]:

@@ -98,7 +98,9 @@ def build_examples(
 
     Returns:
         ``(examples, counts)``: counts of ``replies`` read, ``examples`` made, ``cut_at_budget``,
-        ``too_long`` and ``empty`` replies left out, and ``frozen`` (an agent that does not train).
+        ``too_long``, ``empty`` and ``tool_calls`` (structured tool calls, whose text in the
+        model's own format is not recorded) replies left out, and ``frozen`` (an agent that does
+        not train).
 
     Raises:
         TranscriptError: A turn names an agent the policy does not have.
@@ -112,6 +114,9 @@ def build_examples(
             agent = _agent_of(turn, agents, transcript.source)
             if not policy.is_trainable(agent):
                 counts["frozen"] += 1
+                continue
+            if turn.tool_calls:
+                counts["tool_calls"] += 1
                 continue
             observation: Any = {"messages": turn.messages}
             if turn.tools:

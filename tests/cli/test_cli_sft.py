@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from marft_algos.cli import train as train_command
 from marft_algos.cli.main import main, run
 from marft_algos.runs.checkpoint import CheckpointError
+from marft_algos.trainers.sft_data import read_transcripts
 
 SYSTEM = {"role": "system", "content": "Solve."}
 
@@ -115,6 +116,9 @@ def test_rl_starts_from_exactly_the_sft_adapters(sft_run, tiny_path, tmp_path, m
             "--no-plot",
             "--progress",
             "off",
+            "--trace-file",
+            str(tmp_path / "trace.jsonl"),
+            "--trace-content",
         ]
     )
     for agent in ("reasoner", "actor"):
@@ -126,6 +130,11 @@ def test_rl_starts_from_exactly_the_sft_adapters(sft_run, tiny_path, tmp_path, m
         assert any(v.abs().sum() > 0 for k, v in saved.items() if "lora_B" in k)  # trained
     assert (rl / "checkpoint-1" / "manifest.json").is_file()
     assert json.loads((rl / "config.json").read_text())["run"]["init_from"] == str(run_dir)
+    # The run's own trace file is a source too: every episode, with its team reward.
+    traces = read_transcripts(tmp_path / "trace.jsonl")
+    assert len(traces) == 12  # 4 training episodes, 4 held-out before and after
+    assert all(isinstance(t.reward, float) for t in traces)
+    assert [t.agent for t in traces[0].turns] == ["reasoner", "actor"]
 
 
 def test_a_warm_start_for_another_team_or_model_is_refused(sft_run, tiny_path, tmp_path):

@@ -5,6 +5,7 @@ and bad settings and transcripts are refused with the file, line and field."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from marft_algos.trainers.sft_data import (
 from marft_algos.trainers.sft_examples import IGNORE_INDEX, build_examples, reply_log_likelihood
 
 SYSTEM = {"role": "system", "content": "Add."}
+DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
 def turn(agent: str, question: str, reply: str, finished: bool = True) -> Turn:
@@ -126,10 +128,10 @@ def test_min_reward_and_a_user_function_filter_the_episodes(tmp_path, monkeypatc
         load_filter("my_filters:nope")
 
 
-def test_chat_logs_group_calls_by_episode_and_bad_lines_name_file_line_and_field(tmp_path):
+def test_chat_logs_and_otlp_traces_are_read_with_their_rewards(tmp_path):
     log = tmp_path / "calls.jsonl"
     rows = [
-        {"episode": 1, "agent": "solver", "messages": [SYSTEM], "reply": "x", "reward": 1},
+        {"episode": 1, "agent": "solver", "messages": [SYSTEM], "output": "x", "reward": 1},
         {
             "episode": 2,
             "agent": "solver",
@@ -139,24 +141,39 @@ def test_chat_logs_group_calls_by_episode_and_bad_lines_name_file_line_and_field
             "episode": 1,
             "agent": "checker",
             "messages": [SYSTEM],
-            "reply": {"role": "assistant", "content": "z"},
+            "output": {"role": "assistant", "content": "z"},
         },
     ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     first, second = read_transcripts(log)
     assert [(t.agent, t.reply) for t in first.turns] == [("solver", "x"), ("checker", "z")]
     assert first.reward == 1.0 and second.reward is None and second.turns[0].messages == [SYSTEM]
+    log.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[2], "reward": 0}) + "\n")
+    with pytest.raises(TranscriptError, match=r"calls\.jsonl:2: field 'reward' is 0 but"):
+        read_transcripts(log)
+    # Spans of opentelemetry-instrumentation-openai-v2, agents renamed to the team's.
+    traces = read_transcripts(DATA / "openai_v2_latest.jsonl", agents={"router": "checker"})
+    assert len(traces) == 4 and {t.reward for t in traces} == {None}
+    assert [t.agent for t in traces[0].turns] == ["checker", "solver"]
+    assert traces[0].turns[0].reply == "billing" and traces[0].turns[0].finished
+
+
+def test_bad_transcript_lines_name_the_file_the_line_and_the_field(tmp_path):
+    samples = tmp_path / "samples.jsonl"
+    good = {"team_return": 1.0, "turns": [{"agent": "solver", "messages": [SYSTEM], "action": "2"}]}
     cases = {
-        '{"episode": 1, "messages": [{"role": "user", "content": "q"}]}': "field 'reply' is missing",
-        '{"agent": "solver", "reply": "r"}': "neither 'turns'",
-        '{"messages": "hi", "reply": "r"}': "field 'messages' must be a list",
-        '{"messages": [], "reply": "r", "reward": "high"}': "field 'reward' must be a number",
+        '{"turns": [{"agent": "solver", "messages": []}]}': "field 'turns\\[0\\].action'",
+        '{"turns": [{"agent": "solver", "messages": "hi", "action": "2"}]}': "field 'turns\\[0\\].messages' must be a list",
+        '{"team_return": "high", "turns": []}': "field 'team_return' must be a number",
+        '{"messages": []}': "field 'turns' is missing",
         "not json": "not JSON",
     }
     for line, message in cases.items():
-        log.write_text(json.dumps(rows[0]) + "\n" + line + "\n")
-        with pytest.raises(TranscriptError, match=f"calls.jsonl:2: {message}"):
-            read_transcripts(log)
+        samples.write_text(json.dumps(good) + "\n" + line + "\n")
+        with pytest.raises(TranscriptError, match=f"samples.jsonl:2: {message}"):
+            read_transcripts(samples)
+    (tmp_path / "config.json").write_text("{}")
+    samples.unlink()
     with pytest.raises(TranscriptError, match=r"holds no samples\.jsonl"):
         read_transcripts(tmp_path)
 
