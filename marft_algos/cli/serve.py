@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +52,12 @@ class ServeArguments:
     """Weight dtype (default: the run's)."""
     threads: int | None = None
     """Torch CPU threads (default: torch's own)."""
+    trace_otlp: str | None = field(default=None, metadata={"nargs": "?", "const": ""})
+    """Send every served call as an OpenTelemetry span over OTLP/HTTP to this collector's URL (the flag without a URL: the endpoint of the standard OTEL_EXPORTER_OTLP_* variables); needs the otel extra (docs/tracing.md)."""
+    trace_file: str | None = None
+    """Append every served call's span to this file, one OTLP/JSON request per line (docs/tracing.md)."""
+    trace_content: bool = False
+    """Record message text in the spans; also on with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -64,6 +70,16 @@ class ServeArguments:
                 raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= 1.")
         if self.api_key == "":
             raise UsageError("--api-key is empty; pass a key, or leave the flag out.")
+        self.trace_settings()
+
+    def trace_settings(self) -> Any:
+        """Where the calls' spans go (:class:`~marft_algos.runs.tracing.TraceSettings`)."""
+        from marft_algos.runs.tracing import TraceSettings
+
+        try:
+            return TraceSettings(self.trace_otlp, self.trace_file, self.trace_content)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
 
     def limits(self) -> RequestLimits:
         """The request bounds the flags spell (``--max-body-bytes`` is ``max_request_bytes``)."""
@@ -96,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import torch
     from rich.console import Console
 
+    from marft_algos.runs.tracing import episode_tracer
     from marft_algos.serving import serve
     from marft_algos.serving.server import is_loopback
 
@@ -132,16 +149,21 @@ def main(argv: Sequence[str] | None = None) -> None:
             soft_wrap=True,
         )
 
-    generating = serve(
-        team,
-        host=args.host,
-        port=args.port,
-        api_key=api_key,
-        limits=args.limits(),
-        max_batch=args.max_batch,
-        announce=announce,
-        shutdown_timeout=args.shutdown_timeout,
-    )
+    tracer = episode_tracer(args.trace_settings())
+    try:
+        generating = serve(
+            team,
+            host=args.host,
+            port=args.port,
+            api_key=api_key,
+            limits=args.limits(),
+            max_batch=args.max_batch,
+            announce=announce,
+            shutdown_timeout=args.shutdown_timeout,
+            tracer=tracer,
+        )
+    finally:
+        tracer.close()  # exports the calls' spans still queued
     if generating:  # answered already; torch aborts if finalisation tears its thread down
         logging.shutdown()
         sys.stdout.flush()

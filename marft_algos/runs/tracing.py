@@ -341,15 +341,21 @@ class EpisodeTracer:
         if _no_span(parent) and session:
             parent = _session_context(session)
         attributes = chat_attributes(agent, input_tokens, output_tokens, finished)
+        if error is not None:  # refused or failed: nothing was generated
+            for name in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
+                attributes.pop(name)
+            attributes.pop("gen_ai.response.finish_reasons")
+            attributes["error.type"] = error
         if session:
             attributes["gen_ai.conversation.id"] = session
         if self.settings.content:
             attributes["gen_ai.input.messages"] = json.dumps(
                 genai_messages(messages), ensure_ascii=False
             )
-            attributes["gen_ai.output.messages"] = json.dumps(
-                [_output_message(reply, finished)], ensure_ascii=False
-            )
+            if error is None:
+                attributes["gen_ai.output.messages"] = json.dumps(
+                    [_output_message(reply, finished)], ensure_ascii=False
+                )
         span = self.tracer.start_span(
             f"chat {agent}",
             context=parent,
@@ -358,7 +364,6 @@ class EpisodeTracer:
             start_time=times[0],
         )
         if error is not None:
-            span.set_attribute("error.type", error)
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=times[1])
 

@@ -28,11 +28,14 @@ import dataclasses
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from marft_algos.protocols import GenerationSettings
+from marft_algos.runs.tracing import EpisodeTracer, NoTracer
 from marft_algos.serving.batcher import Batcher, BatcherClosed
+from marft_algos.serving.call_traces import trace_call
 from marft_algos.serving.disconnect import ClientGone, until_answered
 from marft_algos.serving.guards import check_api_key, check_host, read_body, refused
 from marft_algos.serving.team import ServedTeam
@@ -104,6 +107,7 @@ def build_app(
     api_key: str | None = None,
     limits: RequestLimits | None = None,
     loopback: bool = True,
+    tracer: EpisodeTracer | NoTracer | None = None,
 ) -> Any:
     """The Starlette app serving ``team``; generation goes through ``batcher``.
 
@@ -114,6 +118,7 @@ def build_app(
         limits: Request bounds (default :class:`~marft_envs.wire.RequestLimits`, the training
             endpoint's; ``max_concurrent_calls`` is not used: calls queue in ``batcher``).
         loopback: The server is bound to a loopback address: answer only loopback ``Host`` names.
+        tracer: Records every call as a span (:mod:`marft_algos.serving.call_traces`); None: none.
     """
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
@@ -182,6 +187,19 @@ def build_app(
             return error(500, f"generation failed: {type(err).__name__}: {err}", "server_error")
         return team.reply(generation, bool(tools), next(calls))
 
+    traced = tracer if tracer is not None else NoTracer()
+
+    async def traced_answer(
+        model: Any, messages: Any, fields: dict[str, Any], request: Any, body: Mapping[str, Any]
+    ) -> Any:
+        """:func:`answer`, recorded as a span when tracing is on."""
+        started = time.time_ns()
+        outcome = await answer(model, messages, fields, request)
+        if traced.enabled:
+            times = (started, time.time_ns())
+            trace_call(traced, str(model), messages, request.headers, body, outcome, times)
+        return outcome
+
     async def call_body(request: Any) -> tuple[Any, Any]:
         """The body of a call the guards let through: ``(body, None)`` or ``(None, refusal)``."""
         refusal = guard(request)
@@ -196,7 +214,7 @@ def build_app(
         stream, options = bool(body.get("stream")), body.get("stream_options") or {}
         skipped = ("model", "messages", "stream", "stream_options")
         fields = {k: v for k, v in body.items() if k not in skipped}
-        reply = await answer(body.get("model"), body.get("messages"), fields, request)
+        reply = await traced_answer(body.get("model"), body.get("messages"), fields, request, body)
         if not isinstance(reply, Reply):
             return reply
         data = without_none(dataclasses.asdict(completion(str(body["model"]), reply)))
@@ -213,7 +231,7 @@ def build_app(
             call = responses_request(body)
         except (TypeError, ValueError) as err:
             return error(400, str(err), "invalid_request_error")
-        reply = await answer(call.model, call.messages, call.fields, request)
+        reply = await traced_answer(call.model, call.messages, call.fields, request, body)
         if not isinstance(reply, Reply):
             return reply
         data = response_object(str(call.model), reply, call.echo)

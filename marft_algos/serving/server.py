@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from marft_algos.runs.tracing import EpisodeTracer, NoTracer
 from marft_algos.serving.app import build_app
 from marft_algos.serving.batcher import Batcher
 from marft_algos.serving.team import ServedTeam
@@ -73,6 +74,7 @@ def _server(
     limits: RequestLimits | None,
     max_batch: int,
     shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+    tracer: EpisodeTracer | NoTracer | None = None,
 ) -> tuple[Any, Batcher]:
     try:
         import uvicorn
@@ -83,7 +85,8 @@ def _server(
         ) from None
     policy = team.policy
     batcher = Batcher(lambda agent, ids, s: policy.generate_from_ids(agent, ids, s), max_batch)
-    app = build_app(team, batcher, api_key=api_key, limits=limits, loopback=is_loopback(host))
+    loopback = is_loopback(host)
+    app = build_app(team, batcher, api_key=api_key, limits=limits, loopback=loopback, tracer=tracer)
     config = uvicorn.Config(
         app,
         host=host,
@@ -117,6 +120,7 @@ def serve(
     max_batch: int = 8,
     announce: Callable[[str], None] | None = None,
     shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+    tracer: EpisodeTracer | NoTracer | None = None,
 ) -> bool:
     """Serve ``team`` in the foreground until Ctrl-C or SIGTERM, then stop within about
     ``shutdown_timeout`` seconds (see the module notes).
@@ -124,6 +128,8 @@ def serve(
     Args:
         announce: Called with the base URL once the port is bound (port 0: the port it got).
         shutdown_timeout: Seconds a stop waits for the batch in progress.
+        tracer: Records every call as a span (docs/tracing.md, "Served calls"); the caller
+            closes it.
 
     Returns:
         Whether a generation was still running when serving stopped (its calls were answered).
@@ -132,7 +138,9 @@ def serve(
     """
     listener = bind(host, port)
     try:
-        server, batcher = _server(team, host, port, api_key, limits, max_batch, shutdown_timeout)
+        server, batcher = _server(
+            team, host, port, api_key, limits, max_batch, shutdown_timeout, tracer
+        )
     except BaseException:
         listener.close()
         raise
@@ -194,10 +202,11 @@ class BackgroundServer:
         max_batch: int = 8,
         start_timeout: float = 30.0,
         shutdown_timeout: float = SHUTDOWN_TIMEOUT,
+        tracer: EpisodeTracer | NoTracer | None = None,
     ) -> None:
         self.shutdown_timeout = shutdown_timeout
         self._server, self.batcher = _server(
-            team, host, port, api_key, limits, max_batch, shutdown_timeout
+            team, host, port, api_key, limits, max_batch, shutdown_timeout, tracer
         )
         self._thread = threading.Thread(target=self._server.run, name="marft-serve", daemon=True)
         self._thread.start()

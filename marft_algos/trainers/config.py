@@ -102,10 +102,10 @@ class TrainerConfig:
     skipped as non-finite (0: never stop)."""
     tensorboard: bool = False
     """Also write TensorBoard scalars."""
-    trace_otlp: str | None = None
-    """Send every episode as an OpenTelemetry trace over OTLP/HTTP to this collector URL ("": the
-    endpoint the standard OTEL_EXPORTER_OTLP_* variables name); needs the otel extra
-    (docs/tracing.md)."""
+    trace_otlp: str | None = dataclasses.field(default=None, metadata={"nargs": "?", "const": ""})
+    """Send every episode as an OpenTelemetry trace over OTLP/HTTP to this collector's URL (the
+    flag without a URL, or "": the endpoint the standard OTEL_EXPORTER_OTLP_* variables name);
+    needs the otel extra (docs/tracing.md)."""
     trace_file: str | None = None
     """Append every episode's spans to this file, one OTLP/JSON request per line (docs/tracing.md)."""
     trace_content: bool = False
