@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,16 +63,19 @@ class OTLPJsonLinesExporter(SpanExporter):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        # Each line is one write() to a file opened for appending, so the processes of a
+        # distributed run may share the file without tearing each other's lines.
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        line = json.dumps(otlp_json(spans), ensure_ascii=False, separators=(",", ":"))
+        line = json.dumps(otlp_json(spans), ensure_ascii=False, separators=(",", ":")) + "\n"
+        data = memoryview(line.encode("utf-8"))
         with self._lock:
-            if self._file.closed:
+            if self._fd is None:
                 return SpanExportResult.FAILURE
-            self._file.write(line + "\n")
-            self._file.flush()
+            while data:
+                data = data[os.write(self._fd, data) :]
         return SpanExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -79,4 +83,6 @@ class OTLPJsonLinesExporter(SpanExporter):
 
     def shutdown(self) -> None:
         with self._lock:
-            self._file.close()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
