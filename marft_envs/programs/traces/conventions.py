@@ -2,25 +2,20 @@
 
 Three, each the form a widely used instrumentation writes:
 
-==========================  ====================================================================
-GenAI, newer (semconv 1.37+) span attributes ``gen_ai.input.messages``, ``gen_ai.output.messages``
-                            and ``gen_ai.system_instructions``: JSON lists of ``{"role", "parts":
-                            [{"type": "text", "content"}, ...]}`` (``opentelemetry-util-genai``
-                            with ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``); the
-                            same attributes on a ``gen_ai.client.inference.operation.details``
-                            event are read too.
-GenAI, older (events)       ``gen_ai.system.message``, ``gen_ai.user.message``,
-                            ``gen_ai.assistant.message``, ``gen_ai.tool.message`` and
-                            ``gen_ai.choice`` events, as log records tied to the span (what
-                            ``opentelemetry-instrumentation-openai-v2`` emits with
-                            ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``) or as span
-                            events; the body (``{"content"}``, ``{"message": {...}}`` for a
-                            choice) or, on span events, a ``content`` attribute.
-OpenInference               ``llm.input_messages.{i}.message.role`` / ``.message.content`` (or
-                            ``.message.contents.{j}.message_content.text``), likewise
-                            ``llm.output_messages``, on spans with ``openinference.span.kind`` =
-                            ``LLM``; the model in ``llm.model_name``.
-==========================  ====================================================================
+- **GenAI, newer** (semconv 1.37+): span attributes ``gen_ai.input.messages``,
+  ``gen_ai.output.messages`` and ``gen_ai.system_instructions``, JSON lists of ``{"role", "parts":
+  [{"type": "text", "content"}, ...]}`` (``opentelemetry-util-genai`` with
+  ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``); the same attributes on a
+  ``gen_ai.client.inference.operation.details`` event are read too.
+- **GenAI, older** (events): ``gen_ai.system.message``, ``gen_ai.user.message``,
+  ``gen_ai.assistant.message``, ``gen_ai.tool.message`` and ``gen_ai.choice`` events, as log
+  records tied to the span (what ``opentelemetry-instrumentation-openai-v2`` up to 2.1b0 emits
+  with ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``) or as span events; the body
+  (``{"content"}``, ``{"message": {...}}`` for a choice) or, on span events, a ``content``
+  attribute (or a JSON ``gen_ai.event.content``).
+- **OpenInference**: ``llm.input_messages.{i}.message.role`` / ``.message.content`` (or
+  ``.message.contents.{j}.message_content.text``), likewise ``llm.output_messages``, on spans
+  whose ``openinference.span.kind`` is ``LLM``; the model in ``llm.model_name``.
 
 A span is a model call when ``gen_ai.operation.name`` is ``chat`` (or ``text_completion``,
 ``generate_content``) or its OpenInference kind is ``LLM``.

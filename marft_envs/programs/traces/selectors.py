@@ -2,17 +2,15 @@
 
 A selector is one of:
 
-======================================  ============================================================
-``"first_user_message"`` (the default)  the first user message of the episode's first model call
-``"root:ATTRIBUTE"``                    an attribute of the trace's root span (OTLP), e.g.
-                                        ``"root:input.value"``
-``"span:NAME:ATTRIBUTE"``               an attribute of the first span named ``NAME``
-``"record:PATH"``                       a field of the episode's first chat-log record that has it, by a dotted
-                                        and indexed path: ``"record:metadata.ticket"``,
-                                        ``"record:messages[1].content"``
-a function of the :class:`RecordedTrace`  whatever it returns (None: the trace has no task)
-a mapping ``{"key": selector, ...}``    a dict task, one key a selector
-======================================  ============================================================
+- ``"first_user_message"`` (the default): the first user message of the episode's first model
+  call;
+- ``"root:ATTRIBUTE"``: an attribute of the trace's root span (OTLP), e.g. ``"root:input.value"``;
+- ``"span:NAME:ATTRIBUTE"``: an attribute of the first span named ``NAME``;
+- ``"record:PATH"``: a field of the episode's first chat-log record that has it, by a dotted and
+  indexed path: ``"record:metadata.ticket"``, ``"record:messages[1].content"``;
+- a function of the :class:`~marft_envs.programs.traces.RecordedTrace`: whatever it returns
+  (None: the trace has no task);
+- a mapping ``{"key": selector, ...}``: a dict task, one key a selector.
 
 ``root:`` and ``span:`` take ``#PATH`` after the attribute to read into an attribute that holds
 JSON: ``"root:input.value#ticket.text"``. A task is the selected value and nothing else: no

@@ -37,6 +37,12 @@ TICKETS = [
     "The app crashes when I upload a photo.",
     "My invoice #1042 was charged twice.",
 ]
+#: What it needs beyond marft (see the module notes for the versions of each file).
+PACKAGES = (
+    "opentelemetry-sdk",
+    "opentelemetry-instrumentation-openai-v2",
+    "openinference-instrumentation-openai",
+)
 MODES = {
     "openai_v2_events": {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"},
     "openai_v2_latest": {
@@ -62,6 +68,10 @@ def _hex_ids(value):  # type: ignore[no-untyped-def]
 
 
 def run(mode: str) -> None:
+    try:
+        import opentelemetry.sdk  # noqa: F401
+    except ImportError:
+        sys.exit(f"generate.py needs: pip install {' '.join(PACKAGES)}")
     import httpx
     import openai
     from google.protobuf.json_format import MessageToDict
