@@ -66,9 +66,9 @@ def _traced(episodes, settings=None, **record):
 
 
 def test_one_trace_per_episode_with_a_chat_span_per_decision():
-    spans = _traced([_episode(), _episode()], env="math-dual-v6")
+    spans = _traced([_episode(), _episode()], env="math-dual-v7")
     roots = [s for s in spans if s.parent is None]
-    assert [s.name for s in roots] == ["episode math-dual-v6"] * 2
+    assert [s.name for s in roots] == ["episode math-dual-v7"] * 2
     assert len({s.context.trace_id for s in roots}) == 2, "one trace per episode"
     for root in roots:
         children = [s for s in spans if s.parent and s.parent.span_id == root.context.span_id]
@@ -90,7 +90,7 @@ def test_one_trace_per_episode_with_a_chat_span_per_decision():
     assert root.attributes["marft.reward.format"] == 0.25
     assert root.attributes["marft.reward.agent.critic"] == 0.5
     assert root.attributes["marft.correct"] is True and root.attributes["marft.failed"] is False
-    assert root.attributes["marft.env.id"] == "math-dual-v6"
+    assert root.attributes["marft.env.id"] == "math-dual-v7"
     assert "marft.error.type" not in root.attributes and "marft.branch.id" not in root.attributes
     critic = next(s for s in spans if s.name == "chat critic")
     assert dict(critic.attributes) == {
@@ -234,3 +234,32 @@ def test_nothing_of_opentelemetry_is_imported_while_off():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_trace_file_reads_back_as_recorded_calls(tmp_path):
+    """The trace loader (marft_envs.programs.traces) reads the file: each episode's calls in
+    order, with their agent, messages, reply and finish reason."""
+    from marft_envs.programs.traces import load_trace_tasks, read_trace_calls
+
+    path = tmp_path / "spans.jsonl"
+    tracer = EpisodeTracer(TraceSettings(file=str(path), capture_content=True))
+    tracer.record([_episode(), _episode()], 0, "eval", env="math-dual-v6")
+    tracer.close()
+    traces = read_trace_calls([path])
+    assert len(traces) == 2
+    for trace in traces:
+        calls = [(c.agent, c.messages, c.output, c.finish_reason) for c in trace.calls]
+        assert calls == [
+            (
+                agent,
+                [
+                    {"role": "system", "content": f"You are {agent}."},
+                    {"role": "user", "content": "What is 2+2?"},
+                ],
+                {"role": "assistant", "content": f"{agent} says hi"},
+                reason,
+            )
+            for agent, reason in (("reasoner", "stop"), ("critic", "length"))
+        ]
+    tasks = load_trace_tasks([path])
+    assert list(tasks) == ["What is 2+2?"] and tasks.summary.duplicates == 1
