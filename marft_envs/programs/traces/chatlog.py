@@ -193,7 +193,10 @@ def read_chat_log(
         key = f"{found}={episode}" if found else where
         if key not in episodes:
             episodes[key] = RecordedTrace(
-                episode=str(episode) if found else where, where=where, read_calls=reader
+                episode=str(episode) if found else where,
+                where=where,
+                read_calls=reader,
+                messages_field=fields.messages,
             )
         episodes[key].records.append(record)
         episodes[key].record_where.append(where)

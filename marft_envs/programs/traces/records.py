@@ -72,6 +72,7 @@ class RecordedTrace:
         spans: Its spans (:class:`~marft_envs.programs.traces.otlp.Span`), empty for a chat log.
         records: Its chat-log records in file order, empty for OTLP.
         record_where: ``file:line`` of each record.
+        messages_field: The records' field of chat messages (:class:`ChatLogFields`).
     """
 
     episode: str
@@ -79,6 +80,7 @@ class RecordedTrace:
     spans: list[Any] = field(default_factory=list)
     records: list[Mapping[str, Any]] = field(default_factory=list)
     record_where: list[str] = field(default_factory=list)
+    messages_field: str = "messages"
     read_calls: Callable[[RecordedTrace], list[RecordedCall]] | None = field(
         default=None, repr=False, compare=False
     )

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from marft_envs.programs.traces.records import RecordedTrace, TraceFormatError
+from marft_envs.programs.traces.records import RecordedTrace, TraceFormatError, message_text
 
 __all__ = ["Selector", "check_selector", "select"]
 
@@ -133,11 +133,37 @@ def _attribute(span: Any, spec: str) -> Any:
     return walk(data, path, span.where, f"{name}#{path}")
 
 
+def _first_logged_user_message(trace: RecordedTrace) -> Any:
+    """A chat log's first user message, read from its records (a log of requests without replies
+    holds tasks too)."""
+    for record, where in zip(trace.records, trace.record_where, strict=True):
+        messages = record.get(trace.messages_field)
+        if not isinstance(messages, list):
+            raise TraceFormatError(where, trace.messages_field, "must be a list of messages.")
+        for message in messages:
+            if isinstance(message, Mapping) and message.get("role") == "user":
+                text = message_text(message.get("content"))
+                if text is None:
+                    raise TraceFormatError(
+                        where,
+                        f"{trace.messages_field}.content",
+                        "the first user message holds no text; select another field with task=.",
+                    )
+                return text
+    raise _Missing(
+        trace.where,
+        trace.messages_field,
+        "no user message in the episode's records; select another field with task=.",
+    )
+
+
 def _select(trace: RecordedTrace, selector: Any) -> Any:
     if callable(selector):
         return selector(trace)
     if isinstance(selector, Mapping):
         return {key: _select(trace, value) for key, value in selector.items()}
+    if selector == "first_user_message" and trace.records:
+        return _first_logged_user_message(trace)
     if selector == "first_user_message":
         if not trace.calls:
             raise _Missing(

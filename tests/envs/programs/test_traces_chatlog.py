@@ -91,3 +91,12 @@ def test_renamed_fields(tmp_path):
         ValueError, match=r"log\.jsonl:1: format: unknown \(found \['bot', 'thread', 'turns'\]\)"
     ):
         read_trace_calls(path)
+
+
+def test_a_log_of_requests_without_replies_holds_tasks_but_no_calls(tmp_path):
+    path = write_lines(
+        tmp_path / "requests.jsonl", [{"messages": [SYSTEM, ASK]}, {"messages": [MORE]}]
+    )
+    assert list(load_trace_tasks(path)) == [ASK["content"], MORE["content"]]
+    with pytest.raises(ValueError, match=r"requests\.jsonl:1: messages: holds no assistant reply"):
+        read_trace_calls(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 
 import pytest
 from trace_files import RECORDED, genai_call, request, span, ticket_trace, write_lines
@@ -114,6 +115,8 @@ def test_duplicates_are_counted_and_dropped_and_logged(tmp_path, caplog):
     assert "Loaded 3 tasks from 5 traces in 2 files: 2 duplicates dropped" in caplog.text
     # A run records the list's count and sha256, not the tasks (they stay with the user).
     assert set(tasks.run_record()) == {"inline", "sha256"} and tasks.run_record()["inline"] == 3
+    again = pickle.loads(pickle.dumps(tasks))  # a program env travels to its child process
+    assert again == tasks and again.summary == tasks.summary and again.sha256 == tasks.sha256
 
 
 def test_split_holds_no_task_on_both_sides(tmp_path):
