@@ -54,6 +54,10 @@ TRACE_FIELDS = frozenset({"trace_otlp", "trace_file", "trace_content"})
 #: The ``gen_ai.provider.name`` of marft's own model calls.
 PROVIDER = "marft"
 
+#: Spans recorded between two waits for the exporters: half the SDK's default queue of a batch
+#: processor (2048), which drops spans that arrive while it is full (a large evaluation would).
+FLUSH_EVERY = 1024
+
 
 @dataclass(frozen=True)
 class TraceSettings:
@@ -217,6 +221,7 @@ class EpisodeTracer:
         for exporter in exporters:
             self.provider.add_span_processor(SimpleSpanProcessor(exporter))
         self.tracer = self.provider.get_tracer("marft")
+        self._unflushed = 0  # spans recorded since the exporters last caught up
 
     def record(
         self,
@@ -249,6 +254,9 @@ class EpisodeTracer:
                 "marft.split": split,
             }
             self._episode(episode, common, version, env_id)
+            self._unflushed += 1 + len(episode.decisions)
+            if self._unflushed >= FLUSH_EVERY:
+                self.flush()
 
     def _episode(
         self, episode: Episode, common: dict[str, Any], version: int, env_id: str | None
@@ -369,6 +377,7 @@ class EpisodeTracer:
 
     def flush(self) -> None:
         """Export every span recorded so far (waits for the exporters)."""
+        self._unflushed = 0
         self.provider.force_flush()
 
     def close(self) -> None:

@@ -263,3 +263,25 @@ def test_the_trace_file_reads_back_as_recorded_calls(tmp_path):
         ]
     tasks = load_trace_tasks([path])
     assert list(tasks) == ["What is 2+2?"] and tasks.summary.duplicates == 1
+
+
+def test_a_large_batch_of_episodes_loses_no_span(tmp_path, monkeypatch):
+    """The batch processor drops spans that arrive while its queue is full: recording waits for
+    the exporters every FLUSH_EVERY spans (here a queue of 16 and 60 spans)."""
+    import marft_algos.runs.tracing as tracing
+
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "16")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16")
+    monkeypatch.setattr(tracing, "FLUSH_EVERY", 8)
+    path = tmp_path / "spans.jsonl"
+    tracer = EpisodeTracer(TraceSettings(file=str(path)))
+    tracer.record([_episode() for _ in range(20)], 0, "eval")
+    tracer.close()
+    spans = [
+        span
+        for line in path.read_text().splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    assert len(spans) == 60
