@@ -166,6 +166,13 @@ METRICS: dict[str, str] = {
     "rollouts, while it waited for the batch); absent on CPUs",
     "memory/update_peak_gib": "on GPUs: the same during the update (under `--fsdp`, what the "
     "sharding saves); absent on CPUs",
+    "sft/loss/<agent>": "`marft sft` (one record per epoch, `iteration` the epoch): the agent's "
+    "negative log-likelihood per trained token over the epoch, each step's taken before its update",
+    "sft/tokens/<agent>": "`marft sft`: tokens the agent's loss covered in the epoch (its replies' "
+    "with `completion_only_loss`)",
+    "sft/examples/<agent>": "`marft sft`: the agent's replies trained on in each epoch",
+    "sft/steps/<agent>": "`marft sft`: optimizer steps of the agent's adapter in the epoch (an "
+    "adapter several agents share is named by the first)",
 }
 
 _PLACEHOLDERS = {"<agent>": "[^/]+", "<name>": ".+"}

@@ -14,10 +14,12 @@ from safetensors.torch import load_file
 
 from marft_algos.cli import train as train_command
 from marft_algos.cli.main import main, run
+from marft_algos.cli.train_arguments import TrainArguments
 from marft_algos.runs.checkpoint import CheckpointError
 from marft_algos.trainers.sft_data import read_transcripts
 
 SYSTEM = {"role": "system", "content": "Solve."}
+ENV = TrainArguments().env  # marft train's default env: the math-dual team
 
 
 def write_transcripts(path: Path) -> Path:
@@ -56,7 +58,7 @@ def sft_run(tiny_path, tmp_path_factory):
             "--from",
             str(data),
             "--env",
-            "math-dual-v6",
+            "math-dual-v7",
             "--model",
             tiny_path,
             "--out",
@@ -135,13 +137,14 @@ def test_rl_starts_from_exactly_the_sft_adapters(sft_run, tiny_path, tmp_path, m
     assert len(traces) == 12  # 4 training episodes, 4 held-out before and after
     assert all(isinstance(t.reward, float) for t in traces)
     assert [t.agent for t in traces[0].turns] == ["reasoner", "actor"]
+    assert sum(t.record["attributes"]["marft.split"] == "train" for t in traces) == 4
 
 
 def test_a_warm_start_for_another_team_or_model_is_refused(sft_run, tiny_path, tmp_path):
     run_dir, _ = sft_run
     base = ["train", "--init-from", str(run_dir), "--output-dir", str(tmp_path / "rl"), *TINY]
     with pytest.raises(CheckpointError, match=r"trained agents \['reasoner', 'actor'\], and this"):
-        main([*base, "--model", tiny_path, "--env", "choice-team-v0"])
+        main([*base, "--model", tiny_path, "--env", "choice-team-v1"])
     moved = shutil.copytree(tiny_path, tmp_path / "other-model")
     with pytest.raises(CheckpointError, match="trained on other base models"):
         main([*base, "--model", str(moved)])
@@ -151,7 +154,7 @@ def test_bad_sft_commands_end_in_one_line(tiny_path, tmp_path, capsys):
     data = write_transcripts(tmp_path / "calls.jsonl")
     for extra, message in [
         ([], "say whose team to fine-tune: --env ENV"),
-        (["--env", "math-dual-v6", "--packing"], "--packing=True is not supported"),
+        (["--env", "math-dual-v7", "--packing"], "--packing=True is not supported"),
         (["--agents", "solver"], "agent 'reasoner' is not in the team ['solver']"),
     ]:
         argv = ["sft", "--from", str(data), "--model", tiny_path, "--out", str(tmp_path / "s")]
