@@ -10,7 +10,7 @@ client, registered as env ids with ``marft_envs.register_program``:
   approves the answer or sends it back once. Reward: success minus 0.02 per model call
   (reward parts ``success`` and ``cost``).
 - ``program-math-dual-v0``: the paper's reasoner -> actor team, written as a program that sends
-  exactly the messages the native ``math-dual-v6`` env sends (the tests check the prompt token
+  exactly the messages the native ``math-dual-v7`` env sends (the tests check the prompt token
   ids are identical).
 
 Any flag of ``marft train`` works (``--help``); the output goes to ``runs/program_team``.
@@ -73,9 +73,9 @@ REASONER_PROMPT, ACTOR_PROMPT = (p.system_prompt for p in DUAL_PROFILES)
 
 
 def dual_math(problem, client):
-    """The reasoner -> actor team of math-dual-v6, as a program: the same messages. It grades
+    """The reasoner -> actor team of math-dual-v7, as a program: the same messages. It grades
     with the grader alone (no problem text), so an unevaluated form that restates nothing, which
-    math-dual-v6 accepts, is refused here as it was in v4."""
+    math-dual-v7 accepts, is refused here as it was in v4."""
     question = f"Problem: {problem.problem}"
     steps = client.chat.completions.create(
         model="reasoner",
@@ -111,7 +111,7 @@ marft_envs.register_program(
     agents=[{"role": "reasoner"}, {"role": "actor", "graded": True}],
     tasks=list(load_dataset("builtin:train")),
     test_tasks=list(load_dataset("builtin:test")),
-    description="math-dual-v6's reasoner -> actor team, written as a program.",
+    description="math-dual-v7's reasoner -> actor team, written as a program.",
 )
 
 

@@ -1,9 +1,9 @@
 """Train an LLM team on math problems with MARFT (or a baseline) on a laptop CPU.
 
-    python examples/train_math.py                      # action-level MARFT, math-dual-v6, built-in model
+    python examples/train_math.py                      # action-level MARFT, math-dual-v7, built-in model
     python examples/train_math.py --algo token-marft
-    python examples/train_math.py --algo ppo --env math-single-v6
-    python examples/train_math.py --algo grpo --env math-dual-v6 --num-generations 4
+    python examples/train_math.py --algo ppo --env math-single-v7
+    python examples/train_math.py --algo grpo --env math-dual-v7 --num-generations 4
     python examples/train_math.py --dataset math500.jsonl --model Qwen/Qwen2.5-0.5B-Instruct
     python examples/train_math.py --output-dir runs/demo --resume       # continue a stopped run
     torchrun --nproc_per_node 2 examples/train_math.py                  # data-parallel, 2 processes

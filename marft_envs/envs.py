@@ -22,7 +22,7 @@ register(
     description="Orchestrator routes a request to the calculator or the speller (dynamic D).",
 )
 register(
-    "choice-team-v0",
+    "choice-team-v1",
     "marft_envs.choice.env:ChoiceEnv",
     description="Planner picks +, - or \\times for a request in words; only the right one lets the "
     "graded solver compute the answer.",
@@ -30,28 +30,28 @@ register(
 
 # --- math teams (paper §5): built-in problems by default; dataset=... loads MATH/GSM8K/tables --
 # Earlier versions' graders paid some wrong answers (see marft_envs/math/env.py); they are not kept,
-# since a copy would keep the holes. make("math-dual-v0") ... make("math-dual-v5") still make an
-# env, as in gymnasium: math-dual-v6, with a warning that says so.
+# since a copy would keep the holes. make("math-dual-v0") ... make("math-dual-v6") still make an
+# env, as in gymnasium: math-dual-v7, with a warning that says so.
 register(
-    "math-single-v6",
+    "math-single-v7",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor solves a math problem; reward 1 for an equivalent \\boxed{} answer.",
 )
 register(
-    "math-dual-v6",
+    "math-dual-v7",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual"},
     description="Reasoner -> actor (the paper's dual team); the actor's \\boxed{} answer is graded.",
 )
 register(
-    "math-trio-v6",
+    "math-trio-v7",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "trio"},
     description="Reasoner -> actor -> verifier; the verifier's \\boxed{} answer is graded.",
 )
 register(
-    "math-dual-retry-v6",
+    "math-dual-retry-v7",
     "marft_envs.math.env:MathEnv",
     kwargs={"profiles": "dual", "max_attempts": 3},
     description="Dual team with up to 3 attempts; wrong answers come back as feedback.",
@@ -102,30 +102,42 @@ GRADER_FIX_V6 = (
     "prompts and data; no wrong answer is paid (5 (six), 1'00 and 1 000 0000 stay unreadable), "
     "and the old graders are not kept."
 )
-_V6 = f"; then, {GRADER_FIX_V6}"
+#: What the grader of v7 changed, for every env that grades math answers.
+GRADER_FIX_V7 = (
+    "its grader refused right answers written in more edge forms: digits grouped by spaces with "
+    "a decimal part (1 000.5), number words joined by a hyphen (twenty-one), a mixed number with "
+    "a slash (1 1/2), the words that announce an answer (Answer: 5, Final answer: 42, "
+    "\\text{The answer is } 5) and markdown bold around it (**5**). The newest version has the "
+    "same prompts and data; no wrong answer is paid (1 3/2 and Answer: not 3 stay unreadable), "
+    "and the old graders are not kept."
+)
+_V7 = f"; then, {GRADER_FIX_V7}"
+_V6 = f"; then, {GRADER_FIX_V6[:-1]}{_V7}"
+deprecate("choice-team-v0", "choice-team-v1", GRADER_FIX_V7)
 for _name in ("math-single", "math-dual", "math-trio", "math-dual-retry"):
-    deprecate(f"{_name}-v5", f"{_name}-v6", GRADER_FIX_V6)
+    deprecate(f"{_name}-v6", f"{_name}-v7", GRADER_FIX_V7)
+    deprecate(f"{_name}-v5", f"{_name}-v7", GRADER_FIX_V6[:-1] + _V7)
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v6",
+        f"{_name}-v7",
         f"{_GRADER_FIX_V1[:-1]}; later, {GRADER_FIX_V2[:-1]}; later still, {GRADER_FIX_V3[:-1]}; "
         f"then, {GRADER_FIX_V4[:-1]}; last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v1",
-        f"{_name}-v6",
+        f"{_name}-v7",
         f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
         f"last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v2",
-        f"{_name}-v6",
+        f"{_name}-v7",
         f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; later still, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
-        f"{_name}-v3", f"{_name}-v6", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5[:-1]}{_V6}"
+        f"{_name}-v3", f"{_name}-v7", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5[:-1]}{_V6}"
     )
-    deprecate(f"{_name}-v4", f"{_name}-v6", GRADER_FIX_V5[:-1] + _V6)
+    deprecate(f"{_name}-v4", f"{_name}-v7", GRADER_FIX_V5[:-1] + _V6)
 
 # --- code teams: programs graded by hidden unit tests in a sandbox (marft_envs.sandbox.runner) -----
 register(
@@ -206,13 +218,13 @@ for _name in ("planpath-single", "planpath-dual"):
 
 # --- tool use: <python>expression</python> runs in the code sandbox; the output comes back ------
 register(
-    "tool-math-single-v6",
+    "tool-math-single-v7",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "single"},
     description="One graded actor may run up to 3 Python expressions before its \\boxed{} answer.",
 )
 register(
-    "tool-math-dual-v6",
+    "tool-math-dual-v7",
     "marft_envs.tools.env:ToolMathEnv",
     kwargs={"profiles": "dual"},
     description="Caller runs Python (up to 3 calls); the answerer, routed to when it stops, answers.",
@@ -226,56 +238,58 @@ _TOOL_SANDBOX_FIX_V4 = (
     "refused, and no host path reaches the output."
 )
 for _name in ("tool-math-single", "tool-math-dual"):
-    deprecate(f"{_name}-v5", f"{_name}-v6", GRADER_FIX_V6)
+    deprecate(f"{_name}-v6", f"{_name}-v7", GRADER_FIX_V7)
+    deprecate(f"{_name}-v5", f"{_name}-v7", GRADER_FIX_V6[:-1] + _V7)
     deprecate(
         f"{_name}-v0",
-        f"{_name}-v6",
+        f"{_name}-v7",
         f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
         f"then, {_TOOL_SANDBOX_FIX_V4[:-1]}; last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v1",
-        f"{_name}-v6",
+        f"{_name}-v7",
         f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; then, {_TOOL_SANDBOX_FIX_V4[:-1]}; "
         f"last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v2",
-        f"{_name}-v6",
+        f"{_name}-v7",
         f"{GRADER_FIX_V4[:-1]}; and {_TIMEOUT_WORDS[:-1]}; later, {_TOOL_SANDBOX_FIX_V4[:-1]}; "
         f"last, {GRADER_FIX_V5[:-1]}{_V6}",
     )
     deprecate(
         f"{_name}-v3",
-        f"{_name}-v6",
+        f"{_name}-v7",
         f"{_TOOL_SANDBOX_FIX_V4[:-1]}; later, {GRADER_FIX_V5[:-1]}{_V6}",
     )
-    deprecate(f"{_name}-v4", f"{_name}-v6", GRADER_FIX_V5[:-1] + _V6)
+    deprecate(f"{_name}-v4", f"{_name}-v7", GRADER_FIX_V5[:-1] + _V6)
 
 # --- debate: the judge's verdict decides, round by round, who speaks and what is final ----------
 register(
-    "debate-v6",
+    "debate-v7",
     "marft_envs.debate.env:DebateEnv",
     kwargs={"profiles": "debate"},
     description="Solvers A and B answer, the judge picks one or asks for rebuttals (up to 3 rounds).",
 )
-deprecate("debate-v5", "debate-v6", GRADER_FIX_V6)
-deprecate("debate-v4", "debate-v6", GRADER_FIX_V5[:-1] + _V6)
-deprecate("debate-v3", "debate-v6", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5[:-1]}{_V6}")
+deprecate("debate-v6", "debate-v7", GRADER_FIX_V7)
+deprecate("debate-v5", "debate-v7", GRADER_FIX_V6[:-1] + _V7)
+deprecate("debate-v4", "debate-v7", GRADER_FIX_V5[:-1] + _V6)
+deprecate("debate-v3", "debate-v7", f"{GRADER_FIX_V4[:-1]}; later, {GRADER_FIX_V5[:-1]}{_V6}")
 deprecate(
     "debate-v2",
-    "debate-v6",
+    "debate-v7",
     f"{GRADER_FIX_V3[:-1]}; later, {GRADER_FIX_V4[:-1]}; later still, {GRADER_FIX_V5[:-1]}{_V6}",
 )
 deprecate(
     "debate-v1",
-    "debate-v6",
+    "debate-v7",
     f"{GRADER_FIX_V2[:-1]}; later, {GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; "
     f"last, {GRADER_FIX_V5[:-1]}{_V6}",
 )
 deprecate(
     "debate-v0",
-    "debate-v6",
+    "debate-v7",
     "v0 paid only the final round's agents; later versions also pay a solver idle in the final "
     f"round (pass credit_scope='round' for v0's rule). Also, {GRADER_FIX_V2[:-1]}; later, "
     f"{GRADER_FIX_V3[:-1]}; later still, {GRADER_FIX_V4[:-1]}; last, {GRADER_FIX_V5[:-1]}{_V6}",

@@ -2,9 +2,9 @@
 
 Single-agent RL tooling (Gymnasium wrappers, vector envs, the env checker) expects the
 ``reset() -> (obs, info)`` / ``step(a) -> (obs, reward, terminated, truncated, info)`` API. Any
-one-agent :class:`~marft_envs.FlexPOMDPEnv` (e.g. ``math-single-v6``) can be used that way::
+one-agent :class:`~marft_envs.FlexPOMDPEnv` (e.g. ``math-single-v7``) can be used that way::
 
-    env = marft_envs.make_gymnasium("math-single-v6")
+    env = marft_envs.make_gymnasium("math-single-v7")
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step("\\\\boxed{4}")
 """

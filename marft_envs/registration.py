@@ -1,6 +1,6 @@
 """The environment registry: versioned ids mapped to lazy entry points.
 
-A registration is data: an id ending in a version (``math-dual-v6``), an entry point (a class, a
+A registration is data: an id ending in a version (``math-dual-v7``), an entry point (a class, a
 callable, or a lazy ``"module:attr"`` string) and default keyword arguments. :func:`make` merges
 overrides into the defaults, builds the env, stamps the resulting :class:`EnvSpec` on it
 (``env.unwrapped.spec``, as gymnasium does) and wraps it so that API misuse fails loudly.
@@ -90,7 +90,7 @@ def deprecate(id: str, successor: str, what_changed: str) -> None:
 
     Args:
         id: The out-of-date id, e.g. ``"math-dual-v0"``.
-        successor: A registered id it now builds, e.g. ``"math-dual-v6"``.
+        successor: A registered id it now builds, e.g. ``"math-dual-v7"``.
         what_changed: One or two sentences for the warning: what the successor does differently.
     """
     if not isinstance(id, str) or not ID_PATTERN.match(id):
@@ -133,7 +133,7 @@ def register(
     """Register an environment under a versioned id.
 
     Args:
-        id: ``[namespace/]name-vN``, e.g. ``"math-dual-v6"`` or ``"myorg/triage-v1"``.
+        id: ``[namespace/]name-vN``, e.g. ``"math-dual-v7"`` or ``"myorg/triage-v1"``.
         entry_point: Env class, callable returning an ``AECEnv``, or ``"module:attr"`` (imported at
             :func:`make`, so registering costs nothing).
         kwargs: Default constructor arguments.
@@ -145,7 +145,7 @@ def register(
     """
     if not isinstance(id, str) or not ID_PATTERN.match(id):
         raise ValueError(
-            f"Env id {id!r} must look like 'name-vN' or 'namespace/name-vN' (e.g. 'math-dual-v6'); "
+            f"Env id {id!r} must look like 'name-vN' or 'namespace/name-vN' (e.g. 'math-dual-v7'); "
             f"the version suffix is required so behaviour changes get new ids."
         )
     if not (isinstance(entry_point, str) or callable(entry_point)):
@@ -320,7 +320,7 @@ def make(id: str, **overrides: Any) -> AECEnv:
     """Build a registered environment.
 
     Args:
-        id: A registered id, e.g. ``"math-dual-v6"``.
+        id: A registered id, e.g. ``"math-dual-v7"``.
         **overrides: Constructor arguments that replace the registered defaults
             (e.g. ``dataset=...``, ``dependency=...``, ``render_mode="ansi"``).
     """

@@ -3,8 +3,8 @@
 The model is a small Llama causal LM with a byte-level BPE tokenizer (ChatML chat template, every
 whole number up to 999 one token), trained from scratch, supervised, on the built-in generated
 problems (``builtin:train``, ``digits`` family, levels 1-3; ``builtin:test`` is held out). Every
-training prompt is rendered from the real environment observations of ``math-dual-v6`` and
-``math-single-v6``, with the tokenizer's chat template, so the model sees at RL time exactly the
+training prompt is rendered from the real environment observations of ``math-dual-v7`` and
+``math-single-v7``, with the tokenizer's chat template, so the model sees at RL time exactly the
 prompts it was trained on. Targets:
 
 - reasoner (dual team): the worked steps of the solution, without the final ``\\boxed{}`` line;
@@ -51,8 +51,8 @@ from marft_algos.rollout.evaluation import evaluation_requests, summarize_episod
 from marft_envs.math.data import MathDataset, MathProblem, load_dataset
 from marft_envs.math.profiles import DUAL_PROFILES, SINGLE_PROFILES, TRIO_PROFILES
 
-DUAL_ENV = "math-dual-v6"
-SINGLE_ENV = "math-single-v6"
+DUAL_ENV = "math-dual-v7"
+SINGLE_ENV = "math-single-v7"
 EOS = "<|im_end|>"
 
 

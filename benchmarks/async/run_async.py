@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-ENV = "math-dual-v6"
+ENV = "math-dual-v7"
 ALGORITHMS = ("grpo", "action-marft")
 MODELS = ("marft-tiny-math", "smollm2-135m-instruct")
 SMOKE = {

@@ -16,7 +16,7 @@ from marft_algos.rollout.collector import Episode, EpisodeRequest, RolloutCollec
 from marft_algos.rollout.evaluation import EVAL_SEED_OFFSET
 from marft_algos.trainers.grpo import GRPOConfig, GRPOTrainer
 
-ENV_ID = "choice-team-v0"
+ENV_ID = "choice-team-v1"
 MODEL = "marft-tiny-math"
 AGENTS = ("planner", "solver")
 CHOOSER = "planner"

@@ -1,5 +1,5 @@
 """Plain GRPO against branched GRPO (``branch={planner: {width: 3, rollouts: 4}}``) on
-``choice-team-v0`` with the built-in model, at equal generated tokens, over seeds (README.md).
+``choice-team-v1`` with the built-in model, at equal generated tokens, over seeds (README.md).
 
 Each run trains from the untuned model until the policy has generated ``--budget`` tokens in
 training rollouts (counted at ``generate``: a tree's shared prefix once), then evaluates greedily

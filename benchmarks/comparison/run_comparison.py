@@ -1,7 +1,7 @@
 """The paper's comparison in miniature: single agent vs reasoner → actor team, untuned and fine-tuned.
 
-Settings (DESIGN §5): untuned single agent (``math-single-v6``), single-agent PPO at action and at
-token level, GRPO single, untuned dual team (``math-dual-v6``), action-level MARFT on the team
+Settings (DESIGN §5): untuned single agent (``math-single-v7``), single-agent PPO at action and at
+token level, GRPO single, untuned dual team (``math-dual-v7``), action-level MARFT on the team
 (also with per-agent advantage normalisation), token-level MARFT, GRPO, RLOO and REINFORCE++ dual. Every trained
 setting gets the same budget (iterations × episodes per iteration, the same max tokens per agent,
 the same shared hyper-parameters) and runs for each seed; held-out greedy accuracy on
@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 
 #: Shared hyper-parameters of every trained setting: marft_algos.cli.presets.DEMO_DEFAULTS (the
 #: CPU preset for the built-in model) with a smaller budget per iteration (32 episodes; iterations
-#: from the command line), and one change: no 8-token cap on the actor. In math-single-v6 the lone
+#: from the command line), and one change: no 8-token cap on the actor. In math-single-v7 the lone
 #: agent is also named "actor" and must write the whole solution, so the cap would cut the
 #: single-agent settings short; every agent of every setting gets the same 24 tokens instead (one
 #: message holds a three-step problem's worked steps, or its answer, but not both).
@@ -95,39 +95,39 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("single-untuned", "math-single-v6", None, label="single, untuned"),
+    Setting("single-untuned", "math-single-v7", None, label="single, untuned"),
     Setting(
         "single-ppo-action",
-        "math-single-v6",
+        "math-single-v7",
         "ppo",
         {"level": "action"},
         label="single, PPO action-level",
     ),
     Setting(
         "single-ppo-token",
-        "math-single-v6",
+        "math-single-v7",
         "ppo",
         {"level": "token"},
         label="single, PPO token-level",
     ),
-    Setting("single-grpo", "math-single-v6", "grpo", label="single, GRPO"),
-    Setting("dual-untuned", "math-dual-v6", None, label="dual, untuned"),
-    Setting("dual-action-marft", "math-dual-v6", "action-marft", label="dual, action-level MARFT"),
+    Setting("single-grpo", "math-single-v7", "grpo", label="single, GRPO"),
+    Setting("dual-untuned", "math-dual-v7", None, label="dual, untuned"),
+    Setting("dual-action-marft", "math-dual-v7", "action-marft", label="dual, action-level MARFT"),
     Setting(
         "dual-action-marft-agent-norm",
-        "math-dual-v6",
+        "math-dual-v7",
         "action-marft",
         {"normalize_advantages_per_agent": True},
         label="dual, action-level MARFT, per-agent adv. norm",
     ),
-    Setting("dual-token-marft", "math-dual-v6", "token-marft", label="dual, token-level MARFT"),
-    Setting("dual-grpo", "math-dual-v6", "grpo", label="dual, GRPO"),
-    Setting("dual-rloo", "math-dual-v6", "rloo", label="dual, RLOO (action level)"),
+    Setting("dual-token-marft", "math-dual-v7", "token-marft", label="dual, token-level MARFT"),
+    Setting("dual-grpo", "math-dual-v7", "grpo", label="dual, GRPO"),
+    Setting("dual-rloo", "math-dual-v7", "rloo", label="dual, RLOO (action level)"),
     # REINFORCE++ as its paper runs it: one sample per task (32 tasks per iteration, the same
     # 32 episodes as every other setting).
     Setting(
         "dual-reinforce-pp",
-        "math-dual-v6",
+        "math-dual-v7",
         "reinforce-pp",
         {"num_generations": 1},
         label="dual, REINFORCE++ (token level)",
@@ -491,7 +491,7 @@ def plot(
     colors = plt.get_cmap("tab10")
     for i, setting in enumerate(SETTINGS):
         color = colors(i)
-        style = "-" if setting.env_id == "math-dual-v6" else "--"
+        style = "-" if setting.env_id == "math-dual-v7" else "--"
         if setting.algorithm is None:
             if setting.name in rows:
                 level = 100 * rows[setting.name]["accuracy_mean"]

@@ -23,7 +23,7 @@ from marft_algos.trainers.proximal import attach_proximal, logprob_mismatch
 
 
 def measure(model: str, dtype: torch.dtype, episodes: int, tokens: int) -> dict:
-    env_fn = lambda: marft_envs.make("math-dual-v6")  # noqa: E731
+    env_fn = lambda: marft_envs.make("math-dual-v7")  # noqa: E731
     agents = env_fn().possible_agents
     policy = MultiAgentPolicy.from_pretrained(model, agents, seed=0, torch_dtype=dtype)
     config = GRPOConfig(

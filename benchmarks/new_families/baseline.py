@@ -34,10 +34,10 @@ DEFAULT_IDS = [
     "sudoku-dual-v1",
     "planpath-single-v1",
     "planpath-dual-v1",
-    "tool-math-single-v6",
-    "tool-math-dual-v6",
-    "math-single-v6",
-    "debate-v6",
+    "tool-math-single-v7",
+    "tool-math-dual-v7",
+    "math-single-v7",
+    "debate-v7",
 ]
 #: Held-out arguments per id: the puzzles' test split, the math family's built-in test split.
 MATH_DATA = {"dataset": "builtin:test"}

@@ -3,7 +3,7 @@
     python benchmarks/programs/throughput.py                       # built-in model
     python benchmarks/programs/throughput.py --model smollm2-135m-instruct --episodes 16
 
-The team is the paper's reasoner -> actor: ``math-dual-v6`` (native ``FlexPOMDPEnv``) against
+The team is the paper's reasoner -> actor: ``math-dual-v7`` (native ``FlexPOMDPEnv``) against
 ``program-math-dual-v0`` (``examples/program_team.py``: the same prompts as a plain function),
 in process and over the local OpenAI-compatible endpoint (``transport="http"``). Same model, same
 pinned problems, same sampling seed, so the same tokens are generated (the tests check the ids
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> dict:
         transport="http",
     )
     settings = {
-        "native": lambda: marft_envs.make("math-dual-v6"),
+        "native": lambda: marft_envs.make("math-dual-v7"),
         "program": lambda: marft_envs.make("program-math-dual-v0"),
         "program_http": lambda: marft_envs.make("bench/program-math-dual-http-v0"),
     }
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
         and len({next(iter(t)) for t in tokens.values()}) == 1,
         "tokens_per_s": {n: [r["tokens_per_s"] for r in rs] for n, rs in runs.items()},
         "ratio_to_native": ratios,
-        "run_info": run_info(["math-dual-v6", "program-math-dual-v0"]),
+        "run_info": run_info(["math-dual-v7", "program-math-dual-v0"]),
     }
     print(json.dumps({k: v for k, v in result.items() if k != "run_info"}, indent=1))
     if args.out:

@@ -2,7 +2,7 @@
 
 The setting (chosen from measurements of the untuned model, see RESULTS.md): single-digit
 arithmetic chains from the built-in generator (``digits`` family, one or two operations), the
-``math-single-v6`` env with a one-line actor profile that shows the ``\\boxed{}`` format, short
+``math-single-v7`` env with a one-line actor profile that shows the ``\\boxed{}`` format, short
 actions (32 tokens), rollouts sampled at temperature 0.5 (at 1.0 this 135M model's samples are
 mostly off-topic and never solve a problem), GRPO with groups of 8, and LoRA (r 8) on every linear
 layer. Held-out accuracy is greedy, on the built-in test split (problem texts never in the training
@@ -32,7 +32,7 @@ from marft_envs.math.data import load_dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 from runner import run_info
 
-#: The actor's profile: math-single-v6's instruction plus an example of the answer format and a
+#: The actor's profile: math-single-v7's instruction plus an example of the answer format and a
 #: request for brevity (the untuned model greedily solves 6% of 50 held-out problems with it, 0% of
 #: 32 with the env's default profile, which it answers with long derivations and rarely a box).
 PROFILE = AgentProfile(
@@ -64,8 +64,8 @@ def main() -> None:
     choice = {"subjects": ["digits"], "levels": [1, 2]}
     train_set = load_dataset("builtin:train", size=1000, **choice)
     eval_set = load_dataset("builtin:test", size=args.eval_episodes, **choice)
-    env_fn = lambda: marft_envs.make("math-single-v6", dataset=train_set, profiles=[PROFILE])  # noqa: E731
-    eval_fn = lambda: marft_envs.make("math-single-v6", dataset=eval_set, profiles=[PROFILE])  # noqa: E731
+    env_fn = lambda: marft_envs.make("math-single-v7", dataset=train_set, profiles=[PROFILE])  # noqa: E731
+    eval_fn = lambda: marft_envs.make("math-single-v7", dataset=eval_set, profiles=[PROFILE])  # noqa: E731
     config_class, _ = ALGORITHMS[args.algo]
     results = []
     for seed in args.seeds:

@@ -94,7 +94,7 @@ def prompts_for(policy: MultiAgentPolicy, agent: str, batch: int) -> list[list[i
     """Rendered actor prompts of the first ``batch`` GSM8K problems (or built-in ones)."""
     gsm8k = find_data_file(GSM8K)
     data = load_dataset(str(gsm8k) if gsm8k is not None else "builtin:test")
-    env = marft_envs.make("math-single-v6", dataset=data)
+    env = marft_envs.make("math-single-v7", dataset=data)
     out = []
     for i in range(batch):
         env.reset(options={"index": i})

@@ -4,9 +4,9 @@ Three trained settings at the same budget (iterations x episodes per iteration, 
 tokens per problem), each from the same untuned model and evaluated greedily on the same held-out
 problems:
 
-- ``dual``: a reasoner -> actor team (``math-dual-v6`` with the profiles below) tuned with
+- ``dual``: a reasoner -> actor team (``math-dual-v7`` with the profiles below) tuned with
   action-level MARFT (one LoRA adapter per agent, a critic on the frozen base, shared reward);
-- ``ppo``: one agent (``math-single-v6``) tuned with single-agent PPO (same critic and settings);
+- ``ppo``: one agent (``math-single-v7``) tuned with single-agent PPO (same critic and settings);
 - ``grpo``: the same single agent tuned with GRPO (groups of 8, no critic).
 
 The task: single-digit arithmetic chains of one or two operations (the built-in ``digits``
@@ -67,9 +67,9 @@ SINGLE = (AgentProfile("actor", PROFILE, graded=True),)
 #: Setting -> (env id, profiles, algorithm, tokens per agent). Every setting may generate 48
 #: tokens per problem: the team's reasoner and actor 24 each, the single agent 48.
 SETTINGS: dict[str, tuple[str, tuple[AgentProfile, ...], str, dict[str, int]]] = {
-    "dual": ("math-dual-v6", TEAM, "action-marft", {"reasoner": 24, "actor": 24}),
-    "ppo": ("math-single-v6", SINGLE, "ppo", {"actor": 48}),
-    "grpo": ("math-single-v6", SINGLE, "grpo", {"actor": 48}),
+    "dual": ("math-dual-v7", TEAM, "action-marft", {"reasoner": 24, "actor": 24}),
+    "ppo": ("math-single-v7", SINGLE, "ppo", {"actor": 48}),
+    "grpo": ("math-single-v7", SINGLE, "grpo", {"actor": 48}),
 }
 
 DATA = {"subjects": ["digits"], "levels": [1, 2]}

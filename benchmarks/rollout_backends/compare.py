@@ -1,9 +1,9 @@
 """Rollouts on transformers vs vLLM: tokens per second and whole-iteration time, back to back.
 
-Same model (SmolLM2-135M-Instruct, float32), same team (math-dual-v6's reasoner and actor, each with
+Same model (SmolLM2-135M-Instruct, float32), same team (math-dual-v7's reasoner and actor, each with
 its own LoRA adapter, moved off zero so LoRA does real work), same prompts and sampling settings.
 
-- **Rollout**: for each agent, one batched call on ``--batch`` observations of math-dual-v6 with
+- **Rollout**: for each agent, one batched call on ``--batch`` observations of math-dual-v7 with
   ``--max-new-tokens`` (sampled at T=1), as the rollout collector calls it. Tokens per second
   counts the action tokens returned. The two backends alternate (A B, then B A) ``--repeats`` times.
 - **Iteration**: one GRPO iteration (``--episodes`` episodes, all generated together, groups of
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from runner import run_info
 
 MODEL = "smollm2-135m-instruct"
-ENV = "math-dual-v6"
+ENV = "math-dual-v7"
 
 
 def build_policy(agents: list[str]) -> MultiAgentPolicy:

@@ -2,7 +2,7 @@
 
     python benchmarks/scaling/run_scaling.py [--iterations 6] [--processes 1 2]
 
-Runs ``examples/train_math.py`` (the README main job: action-level MARFT, math-dual-v6, the
+Runs ``examples/train_math.py`` (the README main job: action-level MARFT, math-dual-v7, the
 built-in model, its demo preset) for a few iterations with one torch thread per process, once as a
 plain process and once under ``torchrun --nproc_per_node N``, on the same global batch (64
 episodes per iteration). Iteration times come from each run's ``metrics.jsonl`` (``time/rollout_s``,

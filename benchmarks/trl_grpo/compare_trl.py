@@ -1,7 +1,7 @@
 """marft's GRPOTrainer vs TRL's GRPOTrainer: throughput and held-out accuracy, same budget, one run.
 
 Both trainers fine-tune a LoRA adapter (the same ``LoraSettings`` → peft ``LoraConfig``) on the same
-base model, on the same prompts (the ``math-single-v6`` chat messages of ``builtin:train``
+base model, on the same prompts (the ``math-single-v7`` chat messages of ``builtin:train``
 problems), with the same reward (``marft_envs.math.grade_answer(completion, gold)``), the same
 group size, completion length, learning rate, clip range, loss aggregation (``dapo``), group reward
 scaling, ``beta=0``, one optimizer update per batch of ``prompts_per_update × num_generations``
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from runner import run_info
 
 HERE = Path(__file__).resolve().parent
-ENV_ID = "math-single-v6"
+ENV_ID = "math-single-v7"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -1,6 +1,6 @@
 """``marft sft``: fine-tune each agent's adapter on its own replies in recorded transcripts.
 
-    marft sft --from runs/math-dual-v6-action-marft --min-reward 1 --output-dir runs/sft
+    marft sft --from runs/math-dual-v7-action-marft --min-reward 1 --output-dir runs/sft
     marft train --init-from runs/sft ...
 
 ``--from`` (repeatable) takes a marft run folder (its ``samples.jsonl``), a transcript file, the

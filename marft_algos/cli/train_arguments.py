@@ -27,7 +27,7 @@ __all__ = ["TrainArguments", "argv_config", "parse_train_args"]
 class TrainArguments:
     """What to train, on what, and where: the settings outside the trainer's config."""
 
-    env: str = "math-dual-v6"
+    env: str = "math-dual-v7"
     """Registered env id (marft envs lists them), or 'package.module:name-vN' to import the module that registers it first."""
     algo: str = "action-marft"
     """Training algorithm (the choices: every registered trainer)."""

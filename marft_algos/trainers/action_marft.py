@@ -9,7 +9,7 @@ action's token or word count.
 Example::
 
     policy = MultiAgentPolicy.from_pretrained(model_path, env.possible_agents)
-    trainer = ActionMARFTTrainer(policy, lambda: marft_envs.make("math-dual-v6"),
+    trainer = ActionMARFTTrainer(policy, lambda: marft_envs.make("math-dual-v7"),
                                  ActionMARFTConfig(iterations=50), critic=Critic(policy))
     trainer.train(progress=True)
 """

@@ -62,7 +62,7 @@ class Trainer(PolicySteps, BackendSync, ABC):
 
     Args:
         policy: A multi-agent policy (``marft_algos.policy.MultiAgentPolicy``) covering every agent.
-        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v6")``.
+        env_fn: Builds one training env copy, e.g. ``lambda: marft_envs.make("math-dual-v7")``.
         config: The trainer's config dataclass.
         critic: Value function, for actor-critic trainers.
         eval_env_fn: Builds one held-out env copy (e.g. on the test split); None skips evaluation.

@@ -35,7 +35,7 @@ class PPOConfig(ActorCriticConfig):
 
 
 class PPOTrainer(ActorCriticTrainer):
-    """PPO for a one-agent env (e.g. ``math-single-v6``)."""
+    """PPO for a one-agent env (e.g. ``math-single-v7``)."""
 
     algorithm: ClassVar[str] = "ppo"
     config_class: ClassVar[type[TrainerConfig]] = PPOConfig
@@ -73,5 +73,5 @@ class PPOTrainer(ActorCriticTrainer):
             raise ValueError(
                 f"PPO is the single-agent baseline, but the env has agents {list(agents)}; train a "
                 f"team with action- or token-level MARFT, GRPO, RLOO or REINFORCE++, or use a "
-                f"one-agent env (e.g. math-single-v6)."
+                f"one-agent env (e.g. math-single-v7)."
             )

@@ -1,4 +1,4 @@
-"""A team where one agent's choice decides whether the rest can succeed (``choice-team-v0``)."""
+"""A team where one agent's choice decides whether the rest can succeed (``choice-team-v1``)."""
 
 from marft_envs.choice.env import CHOICE_PROFILES, ChoiceEnv
 from marft_envs.choice.tasks import OPERATIONS, ChoiceTask, parse_choice

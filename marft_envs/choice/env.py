@@ -8,7 +8,7 @@
 | Action | any text; the planner's first operation symbol (``+``, ``-``, ``\\times``; ``*`` reads as ``\\times``) is its choice, the solver's last ``\\boxed{}`` its answer |
 | Reward | 1 when the solver's answer equals the request's value with the named operation, else 0 (credit ``team``: both agents receive it); ``info["reward_parts"]``: ``success`` and ``right_choice`` (weight 0, logged as ``rollout/reward/right_choice``) |
 | Termination | after one round |
-| Versions | v0: initial release |
+| Versions | v0: initial release (out of date: ``make`` builds v1 and warns); v1: graded by the math grader of math-*-v7 (``1 000.5``, ``twenty-one``, ``1 1/2``, ``Answer: 5``, ``**5**``); tasks and prompts unchanged |
 
 The three operations give three different values (:mod:`marft_envs.choice.tasks`), so after a
 wrong choice the solver can only score by an arithmetic slip: the planner's choice decides whether

@@ -1,6 +1,6 @@
 """A built-in, seeded, procedurally generated math problem set with exact answers.
 
-``make("math-dual-v6")`` must work on a fresh machine with no download, so the default data of the
+``make("math-dual-v7")`` must work on a fresh machine with no download, so the default data of the
 math environments is generated here. Every problem has an exact answer, written the way the MATH
 benchmark writes answers (``\\frac{3}{4}``, ``-7``, ``6\\sqrt{2}``, ``(2,-3)``, ``-3, \\frac{1}{2}``),
 and a short worked solution: the intermediate results, one per line, ending in ``\\boxed{answer}``.

@@ -129,7 +129,7 @@ def check_sandbox_runs(sandbox: Sandbox | None = None) -> None:
         raise ToolSandboxError(
             f"The tool sandbox cannot run Python on this machine (the probe 1 + 1 gave "
             f"{result.output!r}); tool calls would all fail. Run where the code sandbox works "
-            f"(see docs/code_envs.md), or use a math env without tools (math-single-v6)."
+            f"(see docs/code_envs.md), or use a math env without tools (math-single-v7)."
         )
     _WORKING.add(id(box))
 

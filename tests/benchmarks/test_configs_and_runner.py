@@ -104,7 +104,7 @@ def test_sweep_gives_each_seed_its_own_folder_and_passes_extra_flags(tmp_path) -
     assert command[command.index("--seed") + 1] == "4"
     assert command[command.index("--output-dir") + 1] == str(tmp_path / "seed4")
     assert command[-2:] == ["--iterations", "1"]
-    assert sweep.config_env_ids(config) == ["math-dual-v6"]
+    assert sweep.config_env_ids(config) == ["math-dual-v7"]
     assert sweep.portable(config) == "benchmarks/configs/main_job.yaml"
 
 

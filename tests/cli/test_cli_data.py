@@ -87,7 +87,7 @@ def test_math_filters_are_refused_for_code_data():
 
 
 def test_a_family_owns_its_loader():
-    math_family = marft_envs.spec("math-dual-v6").data_family
+    math_family = marft_envs.spec("math-dual-v7").data_family
     code_family = marft_envs.spec("code-dual-v2").data_family
     assert (math_family.name, code_family.name) == ("math", "code")
     assert marft_envs.spec("relay-v0").data_family is None

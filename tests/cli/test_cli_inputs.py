@@ -99,7 +99,7 @@ def test_ppo_on_a_team_is_refused_before_the_model_loads():
     with pytest.raises(
         UsageError, match=r"--algo ppo: PPO is the single-agent baseline.*\['reasoner', 'actor'\]"
     ):
-        train("--algo", "ppo", "--env", "math-dual-v6", "--model", MISSING_MODEL)
+        train("--algo", "ppo", "--env", "math-dual-v7", "--model", MISSING_MODEL)
 
 
 def test_per_agent_caps_naming_missing_agents():
@@ -195,8 +195,8 @@ def test_envs_lists_teams_and_dependencies(capsys, user_package):
     rows = main(["envs", "--json", "--import-module", "user_envs.triage"])
     by_id = {r["id"]: r for r in rows}
     assert (
-        by_id["math-dual-v6"]["agents"] == ["reasoner", "actor"]
-        and by_id["math-dual-v6"]["dependency"] == "Chain"
+        by_id["math-dual-v7"]["agents"] == ["reasoner", "actor"]
+        and by_id["math-dual-v7"]["dependency"] == "Chain"
     )
     assert by_id["dispatch-v0"]["dependency"] == "Orchestrator"
     assert by_id["triage-v0"]["takes_dataset"] is False
@@ -325,5 +325,5 @@ def test_tool_math_refuses_to_start_where_the_sandbox_cannot_run(monkeypatch):
     with pytest.raises(
         calls.ToolSandboxError, match=r"cannot run Python .*Operation not permitted"
     ):
-        marft_envs.make("tool-math-single-v6")
+        marft_envs.make("tool-math-single-v7")
     assert issubclass(calls.ToolSandboxError, user_errors())

@@ -122,13 +122,13 @@ def test_resume_with_changed_settings_is_refused_and_keeps_config(tiny_path, tmp
         ValueError, match=r"learning_rate: checkpoint 2e-05 vs now 0.5.*--allow-config-change"
     ):
         train(run, tiny_path, 2, "--learning-rate", "0.5", "--resume")
-    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v6' vs now 'math-trio-v6'"):
+    with pytest.raises(ValueError, match=r"env_id: run 'math-dual-v7' vs now 'math-trio-v7'"):
         train(
             run,
             tiny_path,
             2,
             "--env",
-            "math-trio-v6",
+            "math-trio-v7",
             "--max-new-tokens-per-agent",
             "{}",
             "--resume",

@@ -22,7 +22,7 @@ def teams(tiny_path):
     from marft_algos.policy import MultiAgentPolicy
 
     out = {}
-    for env_id in ("math-dual-v6", "math-single-v6"):
+    for env_id in ("math-dual-v7", "math-single-v7"):
         plan = plan_env(env_id, None)
         out[env_id] = plan, MultiAgentPolicy.from_pretrained(tiny_path, plan.agents, seed=0)
     return out
@@ -33,7 +33,7 @@ def teams(tiny_path):
 def test_every_preset_and_algorithm_starts_on_8_processes(teams, preset, algo, tmp_path):
     from marft_algos.policy.critic import Critic
 
-    plan, policy = teams["math-single-v6" if algo == "ppo" else "math-dual-v6"]
+    plan, policy = teams["math-single-v7" if algo == "ppo" else "math-dual-v7"]
     _, _, values, given = parse_train_args(
         ["--algo", algo, "--preset", preset, "--output-dir", str(tmp_path / "run")]
     )

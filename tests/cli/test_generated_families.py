@@ -18,7 +18,7 @@ FAMILY_IDS = [
     "planpath-dual-v1",
 ]
 #: Families whose problems come from the math data family (--dataset as for math envs).
-MATH_DATA_IDS = ["tool-math-single-v6", "tool-math-dual-v6", "debate-v6"]
+MATH_DATA_IDS = ["tool-math-single-v7", "tool-math-dual-v7", "debate-v7"]
 REAL = [
     *["--iterations", "1", "--max-new-tokens", "4", "--eval-episodes", "2"],
     *["--episodes-per-iteration", "2", "--rollout-threads", "2", "--eval-every", "1"],
@@ -48,7 +48,7 @@ def test_trains_one_iteration_with_the_builtin_model(env_id, tiny_path, tmp_path
 
 
 #: With the real model in the fast suite: none. Every family and single-agent id runs with the
-#: real model under -m slow (debate-v6 too, since 2026-11-28), to keep the suite within its time
+#: real model under -m slow (debate-v7 too, since 2026-11-28), to keep the suite within its time
 #: budget; every id trains with the built-in model above.
 REAL_FAST: set[str] = set()
 
@@ -96,9 +96,9 @@ def test_marft_envs_lists_the_new_ids_with_their_dependency_functions():
         "sudoku-dual-v1": (["planner", "executor"], "Chain"),
         "planpath-single-v1": (["navigator"], "Chain"),
         "planpath-dual-v1": (["planner", "executor"], "Chain"),
-        "tool-math-single-v6": (["actor"], "Chain"),
-        "tool-math-dual-v6": (["caller", "answerer"], "ToolRouter"),
-        "debate-v6": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
+        "tool-math-single-v7": (["actor"], "Chain"),
+        "tool-math-dual-v7": (["caller", "answerer"], "ToolRouter"),
+        "debate-v7": (["solver_a", "solver_b", "judge"], "JudgeSchedule"),
     }
     for env_id, (agents, dependency) in expected.items():
         assert "error" not in rows[env_id], rows[env_id]

@@ -176,7 +176,7 @@ def test_a_relative_dataset_is_pinned_by_absolute_path_and_hash(tiny_path, tmp_p
     monkeypatch.chdir(first)
     run = tmp_path / "run"
     argv = ["--model", tiny_path, "--iterations", "1", "--output-dir", str(run), *BUDGET]
-    main(["train", "--env", "math-single-v6", "--dataset", "data/p.jsonl", *argv])
+    main(["train", "--env", "math-single-v7", "--dataset", "data/p.jsonl", *argv])
     plan = json.loads((run / "config.json").read_text())["run"]["data"]
     pinned = str((first / "data" / "p.jsonl").resolve())
     assert plan["train"]["source"] == plan["eval"]["source"] == pinned
@@ -186,7 +186,7 @@ def test_a_relative_dataset_is_pinned_by_absolute_path_and_hash(tiny_path, tmp_p
     other = tmp_path / "b"
     _problems(other / "data" / "p.jsonl", 100)
     monkeypatch.chdir(other)
-    golds = {p.answer for p in load_part(family_of("math-single-v6"), plan["eval"])}
+    golds = {p.answer for p in load_part(family_of("math-single-v7"), plan["eval"])}
     assert golds and all(int(g) < 100 for g in golds)
     assert evaluate_checkpoint(run / "checkpoint-1")["eval/episodes"] == len(golds)
 

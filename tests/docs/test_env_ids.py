@@ -85,8 +85,8 @@ def test_every_env_id_named_exists(page: Path) -> None:
 
 def test_the_check_catches_unknown_and_unmarked_old_ids() -> None:
     text = (
-        "Train `math-dual-v6`, or `math-dual-v9`.\n\n`debate-v0` pays the final round.\n\n"
-        "`debate-v1` is out of date: it builds debate-v6.\n\n"
+        "Train `math-dual-v7`, or `math-dual-v9`.\n\n`debate-v0` pays the final round.\n\n"
+        "`debate-v1` is out of date: it builds debate-v7.\n\n"
         "Your own: `marft train --env my_package.envs:triage-v0`.\n"
     )
     assert problems(text, "page.md") == [

@@ -44,7 +44,7 @@ def recipes() -> list[tuple[str, str]]:
 
 def test_the_pages_give_recipes_on_a_math_and_a_new_family() -> None:
     envs = {argv[argv.index("--env") + 1] for _, c in recipes() if "--env" in (argv := c.split())}
-    assert "math-single-v6" in envs
+    assert "math-single-v7" in envs
     assert "code-single-v2" in envs
 
 

@@ -182,19 +182,20 @@ def test_installed_plugins_register_through_the_entry_point_group(monkeypatch, s
 
 @pytest.mark.parametrize("name", ["math-single", "math-dual", "math-trio", "math-dual-retry"])
 @pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3", "v4"])
-def test_out_of_date_math_ids_still_make_with_a_warning_naming_v6_and_what_changed(name, old):
+def test_out_of_date_math_ids_still_make_with_a_warning_naming_v7_and_what_changed(name, old):
     # Gymnasium's convention: an old version makes, and warns with the newest one.
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v6'.*"
+        match=rf"'{name}-{old}' is out of date: the newest version is '{name}-v7'.*"
         rf"What changed: its grader .*refused right answers.*2\^\{{10\}} for 1024.*"
         rf"refuses a computation only when it restates the problem.*"
         rf"refused right answers written in edge forms.*"
-        rf"make\('{name}-{old}'\) now builds '{name}-v6'",
+        rf"refused right answers written in more edge forms.*"
+        rf"make\('{name}-{old}'\) now builds '{name}-v7'",
     ):
         env = marft_envs.make(f"{name}-{old}")
-    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v6")  # what was built, recorded as such
-    assert marft_envs.spec(f"{name}-v6").kwargs["profiles"] in ("single", "dual", "trio")
+    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v7")  # what was built, recorded as such
+    assert marft_envs.spec(f"{name}-v7").kwargs["profiles"] in ("single", "dual", "trio")
     assert f"{name}-{old}" not in marft_envs.registry  # listed once, under its newest id
 
 
@@ -218,16 +219,16 @@ def test_ids_older_than_v3_also_name_v3s_fix(old):
 @pytest.mark.parametrize(
     ("old", "new"),
     [
-        ("tool-math-single-v0", "tool-math-single-v6"),
-        ("tool-math-single-v1", "tool-math-single-v6"),
-        ("tool-math-single-v2", "tool-math-single-v6"),
-        ("tool-math-dual-v0", "tool-math-dual-v6"),
-        ("tool-math-dual-v1", "tool-math-dual-v6"),
-        ("tool-math-dual-v2", "tool-math-dual-v6"),
-        ("debate-v0", "debate-v6"),
-        ("debate-v1", "debate-v6"),
-        ("debate-v2", "debate-v6"),
-        ("debate-v3", "debate-v6"),
+        ("tool-math-single-v0", "tool-math-single-v7"),
+        ("tool-math-single-v1", "tool-math-single-v7"),
+        ("tool-math-single-v2", "tool-math-single-v7"),
+        ("tool-math-dual-v0", "tool-math-dual-v7"),
+        ("tool-math-dual-v1", "tool-math-dual-v7"),
+        ("tool-math-dual-v2", "tool-math-dual-v7"),
+        ("debate-v0", "debate-v7"),
+        ("debate-v1", "debate-v7"),
+        ("debate-v2", "debate-v7"),
+        ("debate-v3", "debate-v7"),
     ],
 )
 def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old, new):
@@ -241,47 +242,66 @@ def test_other_math_graded_ids_make_their_newest_version_with_the_grader_fix(old
 
 
 @pytest.mark.parametrize("old", ["tool-math-single-v4", "tool-math-dual-v4", "debate-v4"])
-def test_the_v4_ids_of_tool_math_and_debate_name_the_fixes_of_v5_and_v6(old):
-    new = old[:-1] + "6"
+def test_the_v4_ids_of_tool_math_and_debate_name_the_fixes_of_v5_to_v7(old):
+    new = old[:-1] + "7"
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"newest version is '{new}'.*3\\frac12 as 3/2.*restates the problem.*edge forms",
+        match=rf"newest version is '{new}'.*3\\frac12 as 3/2.*restates the problem.*edge forms"
+        r".*more edge forms",
     ):
         env = marft_envs.make(old)
     assert env.unwrapped.spec == marft_envs.spec(new)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "math-single",
-        "math-dual",
-        "math-trio",
-        "math-dual-retry",
-        "tool-math-single",
-        "tool-math-dual",
-        "debate",
-    ],
-)
-def test_the_v5_ids_make_v6_and_name_the_edge_forms_of_its_grader(name):
+_MATH_GRADED = [
+    "math-single",
+    "math-dual",
+    "math-trio",
+    "math-dual-retry",
+    "tool-math-single",
+    "tool-math-dual",
+    "debate",
+]
+
+
+@pytest.mark.parametrize("name", _MATH_GRADED)
+def test_the_v5_ids_make_v7_and_name_the_edge_forms_of_v6_and_v7(name):
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=rf"newest version is '{name}-v6'.*edge forms: vulgar fractions \(½, 1½\).*1'000"
-        r".*5 \(five\).*no wrong answer is paid",
+        match=rf"newest version is '{name}-v7'.*edge forms: vulgar fractions \(½, 1½\).*1'000"
+        r".*5 \(five\).*more edge forms.*1 000\.5.*twenty-one.*1 1/2.*Answer: 5",
     ):
         env = marft_envs.make(f"{name}-v5")
-    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v6")
+    assert env.unwrapped.spec == marft_envs.spec(f"{name}-v7")
     assert f"{name}-v5" not in marft_envs.registry
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        *((f"{name}-v6", f"{name}-v7") for name in _MATH_GRADED),
+        ("choice-team-v0", "choice-team-v1"),
+    ],
+)
+def test_the_v6_ids_and_choice_team_v0_make_the_grader_of_v7(old, new):
+    with pytest.warns(
+        marft_envs.OutdatedEnvWarning,
+        match=rf"newest version is '{new}'.*more edge forms.*\(1 000\.5\).*\(twenty-one\)"
+        r".*\(1 1/2\).*\(Answer: 5, Final answer: 42.*\(\*\*5\*\*\).*no wrong answer is paid",
+    ):
+        env = marft_envs.make(old)
+    assert env.unwrapped.spec == marft_envs.spec(new)
+    assert old not in marft_envs.registry
 
 
 @pytest.mark.parametrize("old", ["v0", "v1", "v2", "v3"])
 def test_tool_math_ids_name_the_sandbox_fix_of_v4(old):
     with pytest.warns(
         marft_envs.OutdatedEnvWarning,
-        match=r"newest version is 'tool-math-dual-v6'.*killed by signal 9.*no host path",
+        match=r"newest version is 'tool-math-dual-v7'.*killed by signal 9.*no host path",
     ):
         env = marft_envs.make(f"tool-math-dual-{old}")
-    assert env.unwrapped.spec == marft_envs.spec("tool-math-dual-v6")
+    assert env.unwrapped.spec == marft_envs.spec("tool-math-dual-v7")
 
 
 def test_the_design_cards_first_line_makes_an_env_that_passes_the_api_test():

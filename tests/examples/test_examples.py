@@ -94,14 +94,14 @@ SLOW = pytest.mark.slow
 @pytest.mark.parametrize(
     ("algo", "env", "extra"),
     [
-        ("action-marft", "math-dual-v6", []),
-        pytest.param("token-marft", "math-dual-v6", [], marks=SLOW),
-        pytest.param("ppo", "math-single-v6", ["--level", "token"], marks=SLOW),
-        pytest.param("grpo", "math-dual-v6", ["--num-generations", "2"], marks=SLOW),
+        ("action-marft", "math-dual-v7", []),
+        pytest.param("token-marft", "math-dual-v7", [], marks=SLOW),
+        pytest.param("ppo", "math-single-v7", ["--level", "token"], marks=SLOW),
+        pytest.param("grpo", "math-dual-v7", ["--num-generations", "2"], marks=SLOW),
         pytest.param(
-            "rloo", "math-dual-v6", ["--num-generations", "2", "--level", "token"], marks=SLOW
+            "rloo", "math-dual-v7", ["--num-generations", "2", "--level", "token"], marks=SLOW
         ),
-        pytest.param("reinforce-pp", "math-dual-v6", [], marks=SLOW),
+        pytest.param("reinforce-pp", "math-dual-v7", [], marks=SLOW),
     ],
 )
 def test_train_math_runs_every_algorithm(algo, env, extra, model_path, tmp_path):
@@ -153,12 +153,12 @@ def test_stop_resume_and_evaluate(model_path, tmp_path):
 
 def test_evaluate_rejects_a_checkpoint_from_another_team(model_path, tmp_path):
     out = tmp_path / "single"
-    run_once("train_math.py", model_path, out, "--env", "math-single-v6")
+    run_once("train_math.py", model_path, out, "--env", "math-single-v7")
     result = launch(
         str(ROOT / "examples" / "evaluate.py"),
         str(out / "checkpoint-1"),
         "--env",
-        "math-dual-v6",
+        "math-dual-v7",
         "--episodes",
         "2",
     )

@@ -181,7 +181,7 @@ def grpo_config():
 
 def test_a_grpo_iteration_on_the_engine_starts_at_ratio_one(smollm2_path):
     algo = "grpo"
-    env_fn = lambda: marft_envs.make("math-dual-v6")  # noqa: E731
+    env_fn = lambda: marft_envs.make("math-dual-v7")  # noqa: E731
     agents = env_fn().possible_agents
     policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
     config = grpo_config()
@@ -246,7 +246,7 @@ def test_marft_train_and_eval_on_the_engine(smollm2_path, tmp_path, capsys):
 def test_an_async_grpo_run_generates_on_the_engine_while_it_updates(smollm2_path):
     """max_staleness 1: the engine samples iteration k+1 in a thread while iteration k updates,
     with the adapters synced after update k-1 (version k-1); every update is finite."""
-    env_fn = lambda: marft_envs.make("math-dual-v6")  # noqa: E731
+    env_fn = lambda: marft_envs.make("math-dual-v7")  # noqa: E731
     agents = env_fn().possible_agents
     policy = MultiAgentPolicy.from_pretrained("smollm2-135m-instruct", agents, seed=0)
     config = dataclasses.replace(grpo_config(), iterations=3, max_staleness=1)

@@ -15,6 +15,11 @@ Each rewrite here keeps the value and only changes how it is written; every one 
 - A number followed by its own spelled-out words in parentheses: ``5 (five)`` → ``5``; words
   that name another number (``5 (six)``) are kept, so the answer does not parse
   (:func:`drop_spelled_out`).
+- A mixed number written with a slash, ``1 1/2`` → ``(1+\frac{1}{2})``, only when the fraction is
+  proper (:data:`SLASH_MIXED_RE`).
+- The words that announce an answer before it, ``Answer: 5``, ``Final answer: 42``,
+  ``\text{The answer is } 5``, and markdown bold around the whole answer, ``**5**``
+  (:func:`answer_wrappers`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import unicodedata
 __all__ = [
     "APOSTROPHE_GROUPS_RE",
     "SCI_TIMES_RE",
+    "SLASH_MIXED_RE",
+    "answer_wrappers",
     "drop_spelled_out",
     "number_forms",
     "spelled_number",
@@ -62,9 +69,49 @@ SCI_TIMES_RE = re.compile(
 the variable ``x``."""
 
 
+SLASH_MIXED_RE = re.compile(r"(?<![\w^_.}\\/])(?<!\d\s)(\d+)\s+(\d+)\s*/\s*(\d+)(?![\w/.^])")
+"""``1 1/2``, ``-2 3/4``: a whole number, a space and a proper fraction (numerator below the
+denominator) is a mixed number, as ``3\\frac12`` is; ``1 3/2`` is left as written."""
+
+
+def _slash_mixed(m: re.Match[str]) -> str:
+    whole, numerator, denominator = m.groups()
+    if not 0 < int(numerator) < int(denominator):
+        return m.group()
+    return f"({whole}+\\frac{{{numerator}}}{{{denominator}}})"
+
+
+_ANNOUNCED = r"(?:the\s+)?(?:final\s+)?answer(?![a-zA-Z])(?:\s+is(?![a-zA-Z]))?\s*:?"
+_ANNOUNCED_RE = re.compile(
+    rf"\s*(?:\\(?:text|textbf|textrm|mbox|mathrm)\s*\{{\s*{_ANNOUNCED}\s*\}}|{_ANNOUNCED})\s*",
+    re.IGNORECASE,
+)
+_BOLD_RE = re.compile(r"\s*\*\*([^*]+)\*\*\s*")
+
+
+def answer_wrappers(text: str) -> str:
+    """The answer without markdown bold around all of it (``**5**``) and without the words that
+    announce it at its start (``Answer: 5``, ``The final answer is 5``, ``\\text{Answer: } 5``);
+    those words alone are left as written.
+
+    Args:
+        text: An answer.
+
+    Returns:
+        What the wrappers held.
+    """
+    bold = _BOLD_RE.fullmatch(text)
+    if bold is not None:
+        text = bold.group(1)
+    announced = _ANNOUNCED_RE.match(text)
+    if announced is not None and text[announced.end() :].strip():
+        text = text[announced.end() :]
+    return text
+
+
 def number_forms(text: str) -> str:
-    """Apply the rewrites of single numbers: vulgar fractions, superscripts, apostrophe groups
-    and scientific notation with ``x`` or ``*`` (the module's first four rules).
+    """Apply the rewrites of single numbers: vulgar fractions, superscripts, apostrophe groups,
+    scientific notation with ``x`` or ``*`` and mixed numbers with a slash.
 
     Args:
         text: An answer, with its Unicode symbols not yet rewritten.
@@ -74,7 +121,8 @@ def number_forms(text: str) -> str:
     """
     text = superscripts(vulgar_fractions(text))
     text = APOSTROPHE_GROUPS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), text)
-    return SCI_TIMES_RE.sub(lambda m: f"{m.group(1) or m.group(2)}\\times", text)
+    text = SCI_TIMES_RE.sub(lambda m: f"{m.group(1) or m.group(2)}\\times", text)
+    return SLASH_MIXED_RE.sub(_slash_mixed, text)
 
 
 def vulgar_fractions(text: str) -> str:

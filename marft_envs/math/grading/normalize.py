@@ -10,7 +10,13 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from marft_envs.math.grading.forms import drop_spelled_out, number_forms, tex_over
+from marft_envs.math.grading.forms import (
+    answer_wrappers,
+    drop_spelled_out,
+    number_forms,
+    spelled_number,
+    tex_over,
+)
 
 __all__ = [
     "FILLER_PHRASES",
@@ -120,29 +126,16 @@ _SCI_RE = re.compile(r"(?<![a-zA-Z\d.])(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?\d+)(?![\d
 # fraction is never written that way); not after ^, _, a letter or a digit ("x^2\frac{1}{3}").
 # The TeX shorthand counts too: 3\frac12 is 3 + 1/2, never 3 * 1/2 (each argument one digit).
 _MIXED_RE = re.compile(r"(?<![\w^_.}\\])(\d+)\s*\\frac\s*(?:\{(\d+)\}|(\d))\s*(?:\{(\d+)\}|(\d))")
-# 1 000, 1\ 000, 12~345: digits grouped by threes with a space are one number (a space between
-# two numbers means nothing else in an answer).
+# 1 000, 1\ 000, 12~345, 1 000.5: digits grouped by threes with a space are one number (a space
+# between two numbers means nothing else in an answer).
 # Every group after the first has three digits: "1 000 0000" and "12 1 000" are left alone.
 _SEP = r"(?:\\[ ,;:]|~|\s)"
 _SPACE_GROUPS_RE = re.compile(
-    rf"(?<![\w.,^_])(?<!\d\s)(?<!\d~)(?<!\d\\[ ,;:])\d{{1,3}}(?:{_SEP}\d{{3}})+(?![\d.]?\d|{_SEP}\d)"
+    rf"(?<![\w.,^_])(?<!\d\s)(?<!\d~)(?<!\d\\[ ,;:])\d{{1,3}}(?:{_SEP}\d{{3}})+(?:\.\d+)?"
+    rf"(?![\d.]?\d|{_SEP}\d)"
 )
 # USD 5, EUR 5: a currency code before a number is presentation, like a dollar sign.
 _CURRENCY_CODE_RE = re.compile(r"^\s*(?:USD|US\$|EUR|GBP|JPY|CAD|AUD)\s*(?=[-+]?\.?\d)")
-# An answer that is one number word, alone ("five"), is that number.
-_NUMBER_WORDS_TEXT = """
-    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
-    sixteen seventeen eighteen nineteen twenty
-"""
-_NUMBER_WORDS = {word: value for value, word in enumerate(_NUMBER_WORDS_TEXT.split())} | {
-    "thirty": 30,
-    "forty": 40,
-    "fifty": 50,
-    "sixty": 60,
-    "seventy": 70,
-    "eighty": 80,
-    "ninety": 90,
-}
 # 0.1\overline{6}: a repeating decimal, an exact fraction.
 # Digits after the repeating block are not part of it (0.\overline{3}5 is no number), so such a
 # numeral is left as written and does not parse.
@@ -325,7 +318,7 @@ def normalize_answer(text: str) -> str:
     Returns:
         The normalised answer (possibly empty).
     """
-    s = text.strip()
+    s = answer_wrappers(text.strip())  # **5**, Answer: 5
     s = number_forms(s)  # ½, 10², 1'000, 3.9 x 10^2 (marft_envs.math.grading.forms)
     for src, dst in _UNICODE.items():
         s = s.replace(src, dst)
@@ -337,7 +330,7 @@ def normalize_answer(text: str) -> str:
     s = _SIZING_RE.sub("", s)
     s = re.sub(r",\\!\s*(?=\d{3})", ",", s)  # 10,\!080 is a thousands separator
     s = re.sub(r"(?<=\d)\\,(?=\d{3}(?!\d))", "", s)  # 3\,000: a thin space groups digits
-    s = _SPACE_GROUPS_RE.sub(lambda m: re.sub(r"\D", "", m.group()), s)
+    s = _SPACE_GROUPS_RE.sub(lambda m: re.sub(r"[^\d.]", "", m.group()), s)
     s = _CURRENCY_CODE_RE.sub("", s)
     s = _SPACING_RE.sub(" ", s)
     s = tex_over(s)  # {1 \\over 2}
@@ -365,9 +358,10 @@ def normalize_answer(text: str) -> str:
     # as a list where "1,500" reads as fifteen hundred.
     s = re.sub(r"(?<=[(\[{]) | (?=[)\]},]|\\\})", "", s)
     s = re.sub(r"(?:\s*(?<!\\)[.;])+$", "", s).strip()
-    word = re.fullmatch(r"(?:\\(?:text|mbox)\{)?\s*([a-zA-Z]+)\s*\}?", s)
-    if word is not None and word.group(1).lower() in _NUMBER_WORDS:
-        s = str(_NUMBER_WORDS[word.group(1).lower()])
+    word = re.fullmatch(r"(?:\\(?:text|mbox)\{)?\s*([a-zA-Z][a-zA-Z -]*)\s*\}?", s)
+    value = spelled_number(word.group(1).lower()) if word is not None else None
+    if value is not None:  # five, twenty-one, one hundred and five
+        s = str(value)
     return s
 
 

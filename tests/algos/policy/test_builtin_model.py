@@ -69,7 +69,7 @@ def test_loads_offline_with_transformers(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_untuned_dual_team_is_neither_useless_nor_perfect() -> None:
     dataset = load_dataset("builtin:test", levels=LEVELS, subjects=SUBJECTS)
-    env_fn = lambda: marft_envs.make("math-dual-v6", dataset=dataset)  # noqa: E731
+    env_fn = lambda: marft_envs.make("math-dual-v7", dataset=dataset)  # noqa: E731
     policy = MultiAgentPolicy.from_pretrained(NAME, env_fn().possible_agents, seed=0)
     # The reasoner's worked steps are at most 25 tokens and the actor's \\boxed{} 5.
     settings = GenerationSettings(
@@ -96,8 +96,8 @@ def test_a_24_token_budget_gives_the_team_an_edge_that_comes_from_the_reasoner()
     settings = GenerationSettings(max_new_tokens=24, do_sample=False)
     dual = MultiAgentPolicy.from_pretrained(NAME, ["reasoner", "actor"], seed=0)
     single = MultiAgentPolicy.from_pretrained(NAME, ["actor"], seed=0)
-    team = _accuracy(dual, "math-dual-v6", dataset, settings)
-    alone = _accuracy(single, "math-single-v6", dataset, settings)
-    noisy = _accuracy(NoisyMessages(dual, ["reasoner"]), "math-dual-v6", dataset, settings)
+    team = _accuracy(dual, "math-dual-v7", dataset, settings)
+    alone = _accuracy(single, "math-single-v7", dataset, settings)
+    noisy = _accuracy(NoisyMessages(dual, ["reasoner"]), "math-dual-v7", dataset, settings)
     assert team > alone, (team, alone)
     assert noisy <= alone < team, (noisy, alone, team)

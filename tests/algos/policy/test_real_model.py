@@ -92,7 +92,7 @@ def test_converting_without_the_gguf_package_says_how_to_install_it(tmp_path, mo
 def test_env_system_prompt_replaces_the_templates_default(policy):
     """SmolLM2's template adds "You are a helpful AI assistant named SmolLM, ..." only when a
     transcript has no system turn; the math envs always send the agent's profile as one."""
-    env = marft_envs.make("math-dual-v6")
+    env = marft_envs.make("math-dual-v7")
     env.reset(seed=0)
     text = render_prompt_text(policy.tokenizer("reasoner"), env.observe("reasoner"))
     assert text.startswith("<|im_start|>system\nYou are the Reasoner")

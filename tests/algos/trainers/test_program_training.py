@@ -55,7 +55,7 @@ def _collect(policy, env_id, n, settings, **kwargs):
 def test_the_program_and_the_native_env_give_identical_token_ids(example, tiny_path, do_sample):
     policy = MultiAgentPolicy.from_pretrained(tiny_path, ["reasoner", "actor"], seed=0)
     settings = GenerationSettings(max_new_tokens=8, do_sample=do_sample)
-    native = _collect(policy, "math-dual-v6", 6, settings)
+    native = _collect(policy, "math-dual-v7", 6, settings)
     program = _collect(policy, "program-math-dual-v0", 6, settings, split="train")
     for a, b in zip(native, program, strict=True):
         assert [d.agent for d in a.decisions] == [d.agent for d in b.decisions]

@@ -133,7 +133,7 @@ def _uncut(trainer, batch, reference):
 
 def test_grpo_with_a_kl_penalty_trains_under_nucleus_sampling_on_the_built_in_team(tmp_path):
     run = tmp_path / "run"
-    # The built-in team (math-dual-v6, built-in data, marft-tiny-math, its CPU preset) at the
+    # The built-in team (math-dual-v7, built-in data, marft-tiny-math, its CPU preset) at the
     # audit's settings: before the fix the KL was inf and updates were skipped by iteration 6.
     main(
         [

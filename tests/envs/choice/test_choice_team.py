@@ -1,4 +1,4 @@
-"""choice-team-v0: the planner's choice decides whether the solver can be right; each option is
+"""choice-team-v1: the planner's choice decides whether the solver can be right; each option is
 graded; the right-choice rate is in the info as a weight-0 reward part."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from marft_envs.core.splits import in_test_split
 def _play(planner_text, solver_text_for, seed=0, **kwargs):
     """One episode: the planner writes ``planner_text``, the solver ``solver_text_for(env)``;
     returns (final rewards, final info, the solver's observation text)."""
-    env = marft_envs.make("choice-team-v0", **kwargs)
+    env = marft_envs.make("choice-team-v1", **kwargs)
     env.reset(seed=seed)
     rewards, info, seen = {}, {}, ""
     for agent in env.agent_iter():
@@ -88,7 +88,7 @@ def test_each_option_is_graded_and_only_the_right_one_can_win(operation):
     seed = next(
         s
         for s in range(1000)
-        if (env := marft_envs.make("choice-team-v0")).reset(seed=s) is None
+        if (env := marft_envs.make("choice-team-v1")).reset(seed=s) is None
         and env.unwrapped.task.operation == operation
     )
     for chosen in OPERATIONS:
@@ -117,7 +117,7 @@ def test_no_symbol_leaves_the_question_mark_and_fails():
 
 
 def test_planner_sees_the_request_not_the_tail_and_solver_not_the_planner():
-    env = marft_envs.make("choice-team-v0")
+    env = marft_envs.make("choice-team-v1")
     env.reset(seed=3)
     task = env.unwrapped.task
     planner_obs = env.observe("planner")["messages"][-1]["content"]
@@ -130,11 +130,11 @@ def test_planner_sees_the_request_not_the_tail_and_solver_not_the_planner():
 
 def test_splits_are_disjoint_and_the_env_copies():
     for split, held_out in (("train", False), ("test", True)):
-        env = marft_envs.make("choice-team-v0", split=split)
+        env = marft_envs.make("choice-team-v1", split=split)
         for seed in range(40):
             env.reset(seed=seed)
             assert in_test_split(env.unwrapped.task.key) == held_out
-    env = marft_envs.make("choice-team-v0")
+    env = marft_envs.make("choice-team-v1")
     env.reset(seed=5)
     env.step("5 + 2")
     twin = copy.deepcopy(env)
@@ -143,11 +143,11 @@ def test_splits_are_disjoint_and_the_env_copies():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="tail_length"):
-        marft_envs.make("choice-team-v0", tail_length=-1)
+        marft_envs.make("choice-team-v1", tail_length=-1)
     with pytest.raises(ValueError, match="split"):
-        marft_envs.make("choice-team-v0", split="dev")
+        marft_envs.make("choice-team-v1", split="dev")
     with pytest.raises(ValueError, match="graded solver"):
         marft_envs.make(
-            "choice-team-v0",
+            "choice-team-v1",
             profiles=[{"role": "a", "system_prompt": "x"}, {"role": "b", "system_prompt": "y"}],
         )

@@ -123,7 +123,7 @@ def test_debate_credit_scopes_differ_only_in_who_shares_a_rebuttal_round(scope, 
     from marft_envs.math.data import MathProblem
 
     problems = [MathProblem("What is 17 * 23?", "391")]
-    env = marft_envs.make("debate-v6", dataset=problems, credit_scope=scope)
+    env = marft_envs.make("debate-v7", dataset=problems, credit_scope=scope)
     env.reset(seed=0)
     script = {
         "solver_a": ["\\boxed{391}"],

@@ -38,7 +38,7 @@ def test_teams_are_rejected_with_a_pointer_to_pettingzoo():
 
 
 def test_math_single_env_through_gymnasium():
-    env = marft_envs.make_gymnasium("math-single-v6")
+    env = marft_envs.make_gymnasium("math-single-v7")
     env.reset(seed=0)
     gold = env.aec.unwrapped.problem.answer
     _, reward, terminated, truncated, info = env.step(f"The answer is \\boxed{{{gold}}}")

@@ -1,4 +1,4 @@
-"""debate-v6 (with v0's round credit where rewards are checked): the verdict grammar, the
+"""debate-v7 (with v0's round credit where rewards are checked): the verdict grammar, the
 judge-driven schedule (who speaks, who sees what, how many rounds) and the team reward from the
 final answer, on a hand-made problem (17 * 23 = 391)."""
 
@@ -41,7 +41,7 @@ def test_parse_verdict(text, verdict):
 
 def debate(script, **kwargs):
     """Play a debate where ``script`` maps each agent to its texts (one per turn, in order)."""
-    env = marft_envs.make("debate-v6", dataset=PROBLEM, **{"credit_scope": "round", **kwargs})
+    env = marft_envs.make("debate-v7", dataset=PROBLEM, **{"credit_scope": "round", **kwargs})
     env.reset(seed=0)
     lines = {agent: list(texts) for agent, texts in script.items()}
     seen = []
@@ -125,7 +125,7 @@ def test_rebuttals_schedule_only_the_named_solver_and_the_latest_answer_counts()
 
 
 def test_solvers_see_earlier_rounds_but_not_each_others_current_answer():
-    env = marft_envs.make("debate-v6", dataset=PROBLEM)
+    env = marft_envs.make("debate-v7", dataset=PROBLEM)
     env.reset(seed=0)
     env.step("A-SAYS-ONE \\boxed{1}")
     assert "A-SAYS-ONE" not in env.observe("solver_b")["messages"][-1]["content"]
@@ -156,8 +156,8 @@ def test_schedule_and_settings_are_checked():
     with pytest.raises(ValueError, match="at least two solvers"):
         JudgeSchedule(("solver_a",))
     with pytest.raises(ValueError, match="JudgeSchedule names agent"):
-        marft_envs.make("debate-v6", dependency=JudgeSchedule(("x", "y"), "judge"))
+        marft_envs.make("debate-v7", dependency=JudgeSchedule(("x", "y"), "judge"))
     with pytest.raises(ValueError, match="max_rounds must be a positive integer"):
-        marft_envs.make("debate-v6", max_rounds=0)
+        marft_envs.make("debate-v7", max_rounds=0)
     with pytest.raises(ValueError, match="exactly one graded agent"):
-        marft_envs.make("debate-v6", profiles=[{"role": "a"}, {"role": "b"}])
+        marft_envs.make("debate-v7", profiles=[{"role": "a"}, {"role": "b"}])

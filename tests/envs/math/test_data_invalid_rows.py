@@ -145,9 +145,9 @@ def test_non_utf8_file_names_the_file_and_byte_offset(tmp_path: Path) -> None:
 
 def test_env_takes_on_invalid_through_dataset_kwargs(mixed_file: Path) -> None:
     with pytest.raises(MathDataError):
-        marft_envs.make("math-single-v6", dataset=str(mixed_file))
+        marft_envs.make("math-single-v7", dataset=str(mixed_file))
     env = marft_envs.make(
-        "math-single-v6", dataset=str(mixed_file), dataset_kwargs={"on_invalid": "skip"}
+        "math-single-v7", dataset=str(mixed_file), dataset_kwargs={"on_invalid": "skip"}
     )
     dataset = env.unwrapped.dataset if hasattr(env, "unwrapped") else env.dataset
     assert len(dataset) == 7 and dataset.rows_read == 10

@@ -84,3 +84,56 @@ def test_digit_groups(answer: str, normalised: str) -> None:
 )
 def test_edge_forms_are_paid_only_when_right(answer: str, gold: str, paid: bool) -> None:
     assert grade_answer(f"The answer is $\\boxed{{{answer}}}$.", gold) is paid
+
+
+def test_answer_wrappers_drop_only_the_announcement_and_the_bold() -> None:
+    from marft_envs.math.grading.forms import answer_wrappers
+
+    assert answer_wrappers("Answer: 5") == "5"
+    assert answer_wrappers("Final answer: 42") == "42"
+    assert answer_wrappers("The final answer is \\frac12") == "\\frac12"
+    assert answer_wrappers("\\text{The answer is } 5") == "5"
+    assert answer_wrappers("**5**") == "5"
+    assert answer_wrappers("**Answer: 5**") == "5"
+    # Alone, in another word, or with other words first: left as written.
+    assert answer_wrappers("Answer:") == "Answer:"
+    assert answer_wrappers("answers: 5") == "answers: 5"
+    assert answer_wrappers("\\text{The answer is not } 3") == "\\text{The answer is not } 3"
+    assert answer_wrappers("2**3") == "2**3"
+
+
+@pytest.mark.parametrize(
+    ("answer", "normalised"),
+    [
+        ("1 1/2", "(1+\\frac{1}{2})"),
+        ("-2 3/4", "-(2+\\frac{3}{4})"),
+        ("1 3/2", "1 3/2"),  # not a proper fraction: not a mixed number
+        ("1 000.5", "1000.5"),
+        ("twenty-one", "21"),
+        ("one hundred and five", "105"),
+    ],
+)
+def test_slash_mixed_numbers_grouped_decimals_and_compound_words(
+    answer: str, normalised: str
+) -> None:
+    assert normalize_answer(answer) == normalised
+
+
+@pytest.mark.parametrize(
+    ("response", "gold", "paid"),
+    [
+        ("\\boxed{1 1/2}", "\\frac{3}{2}", True),
+        ("\\boxed{1 1/2}", "\\frac{1}{2}", False),
+        ("\\boxed{1 000.5}", "1000.5", True),
+        ("\\boxed{1 000.5}", "1000", False),
+        ("\\boxed{twenty-one}", "21", True),
+        ("\\boxed{twenty-one}", "20", False),
+        ("Answer: 5", "5", True),
+        ("Answer: 5", "6", False),
+        ("Answer: not 5", "5", False),
+        ("**12**", "12", True),
+        ("The answer is **12**.", "12", False),  # prose without a box has no answer
+    ],
+)
+def test_edge_forms_of_math_v7(response: str, gold: str, paid: bool) -> None:
+    assert grade_answer(response, gold) is paid

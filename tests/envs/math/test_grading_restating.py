@@ -228,13 +228,13 @@ def play(env_id: str, problem: MathProblem, answer: str) -> float:
 
 
 GRADED_ENVS = [
-    "math-single-v6",
-    "math-dual-v6",
-    "math-trio-v6",
-    "math-dual-retry-v6",
-    "tool-math-single-v6",
-    "tool-math-dual-v6",
-    "debate-v6",
+    "math-single-v7",
+    "math-dual-v7",
+    "math-trio-v7",
+    "math-dual-retry-v7",
+    "tool-math-single-v7",
+    "tool-math-dual-v7",
+    "debate-v7",
 ]
 
 

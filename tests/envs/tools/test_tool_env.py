@@ -1,4 +1,4 @@
-"""tool-math-single-v6 / tool-math-dual-v6: calls, outputs in the next observation, the budget,
+"""tool-math-single-v7 / tool-math-dual-v7: calls, outputs in the next observation, the budget,
 routing of the dual team, and hand-graded final answers."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def episode(env_id, script, **kwargs):
 @needs_sandbox
 def test_single_agent_calls_reads_the_output_and_answers():
     _, seen, final = episode(
-        "tool-math-single-v6",
+        "tool-math-single-v7",
         ["Let me compute. <python>17 * 23</python>", "The tool says 391, so \\boxed{391}."],
     )
     assert [a for a, _ in seen] == ["actor", "actor"]
@@ -64,7 +64,7 @@ def test_single_agent_calls_reads_the_output_and_answers():
     ],
 )
 def test_final_answers_are_graded_exactly(answer, reward):
-    _, _, final = episode("tool-math-single-v6", [answer])
+    _, _, final = episode("tool-math-single-v7", [answer])
     assert final["actor"][0] == reward
     assert final["actor"][1]["tool_calls"] == 0
 
@@ -72,7 +72,7 @@ def test_final_answers_are_graded_exactly(answer, reward):
 @needs_sandbox
 def test_the_budget_is_enforced_and_a_call_without_budget_ends_the_episode():
     calls = [f"<python>{k} + 1</python>" for k in range(3)]
-    env, seen, final = episode("tool-math-single-v6", [*calls, "<python>99</python>"], max_calls=3)
+    env, seen, final = episode("tool-math-single-v7", [*calls, "<python>99</python>"], max_calls=3)
     assert "No tool calls left" in seen[-1][1]
     assert "Output: 3" in seen[-1][1]  # the third call, 2 + 1
     reward, info, term, _ = final["actor"]
@@ -83,7 +83,7 @@ def test_the_budget_is_enforced_and_a_call_without_budget_ends_the_episode():
 @needs_sandbox
 def test_hostile_or_malformed_calls_cost_a_call_and_come_back_as_errors():
     _, seen, final = episode(
-        "tool-math-single-v6",
+        "tool-math-single-v7",
         [
             "<python>open('/proc/1/environ').read() if 0 else 1/0</python>",
             "<python>import os</python>",
@@ -102,14 +102,14 @@ def test_hostile_or_malformed_calls_cost_a_call_and_come_back_as_errors():
 
 
 def test_no_call_and_no_answer_ends_with_zero():
-    _, seen, final = episode("tool-math-single-v6", ["I am not sure."])
+    _, seen, final = episode("tool-math-single-v7", ["I am not sure."])
     assert len(seen) == 1 and final["actor"][0] == 0.0
 
 
 @needs_sandbox
 def test_dual_router_skips_the_answerer_while_the_caller_calls():
     env, seen, final = episode(
-        "tool-math-dual-v6",
+        "tool-math-dual-v7",
         ["<python>17 * 23</python>", "The product is 391. NOTE-FOR-ANSWERER", "\\boxed{391}"],
     )
     assert [a for a, _ in seen] == ["caller", "caller", "answerer"]
@@ -123,7 +123,7 @@ def test_dual_router_skips_the_answerer_while_the_caller_calls():
 
 def test_dual_answerer_is_routed_to_when_no_calls_are_left():
     _, seen, final = episode(
-        "tool-math-dual-v6", ["<python>17 * 23</python>", "\\boxed{391}"], max_calls=0
+        "tool-math-dual-v7", ["<python>17 * 23</python>", "\\boxed{391}"], max_calls=0
     )
     assert [a for a, _ in seen] == ["caller", "answerer"]
     assert final["answerer"][0] == 1.0 and final["answerer"][1]["tool_calls"] == 0
@@ -131,16 +131,16 @@ def test_dual_answerer_is_routed_to_when_no_calls_are_left():
 
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="max_calls must be a non-negative integer"):
-        marft_envs.make("tool-math-single-v6", max_calls=-1)
+        marft_envs.make("tool-math-single-v7", max_calls=-1)
     with pytest.raises(TypeError, match=r"sandbox must be a marft_envs\.sandbox\.Sandbox"):
-        marft_envs.make("tool-math-single-v6", sandbox="local")
+        marft_envs.make("tool-math-single-v7", sandbox="local")
     with pytest.raises(ValueError, match="ToolRouter names agent"):
-        marft_envs.make("tool-math-single-v6", dependency=ToolRouter())
+        marft_envs.make("tool-math-single-v7", dependency=ToolRouter())
 
 
 @needs_sandbox
 def test_prepare_step_runs_the_call_before_the_step():
-    env = marft_envs.make("tool-math-single-v6", dataset=PROBLEM)
+    env = marft_envs.make("tool-math-single-v7", dataset=PROBLEM)
     env.reset(seed=0)
     base = env.unwrapped
     base.prepare_step("<python>2 ** 5</python>")
