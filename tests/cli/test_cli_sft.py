@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from marft_algos.cli import train as train_command
 from marft_algos.cli.main import main, run
+from marft_algos.cli.sft import parse_sft_args
 from marft_algos.cli.train_arguments import TrainArguments
 from marft_algos.runs.checkpoint import CheckpointError
 from marft_algos.trainers.sft_data import read_transcripts
@@ -163,3 +164,18 @@ def test_bad_sft_commands_end_in_one_line(tiny_path, tmp_path, capsys):
         assert exit_info.value.code == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_a_source_run_gives_the_model_env_lora_and_budgets(tiny_path, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_transcripts(run_dir / "samples.jsonl")
+    recorded = {"env_id": ENV, "env_kwargs": {}, "model": tiny_path, "lora": {"r": 4, "alpha": 8}}
+    config = {"max_new_tokens": 12, "max_new_tokens_per_agent": {"actor": 4}, "run": recorded}
+    (run_dir / "config.json").write_text(json.dumps(config))
+    args, sft, sources, agents = parse_sft_args(["--from", str(run_dir), "--out", "x"])
+    assert (args.model, args.env, args.lora_rank, args.lora_alpha) == (tiny_path, ENV, 4, 8)
+    assert (sft.max_new_tokens, sft.max_new_tokens_per_agent) == (12, {"actor": 4})
+    assert sources == [str(run_dir)] and agents == ["reasoner", "actor"] and sft.output_dir == "x"
+    args, sft, _, _ = parse_sft_args(["--from", str(run_dir), "--out", "x", "--lora-rank", "16"])
+    assert args.lora_rank == 16  # a flag overrides the run's
