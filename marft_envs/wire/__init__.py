@@ -17,6 +17,8 @@ request is checked, answered and refused the same way whichever route it takes:
 - :mod:`~marft_envs.wire.responses`: the Responses API (``POST /v1/responses``) translated onto
   the chat-completions call path, and its ``Response`` objects;
 - :mod:`~marft_envs.wire.streaming`: ``stream=true`` replies as server-sent events;
+- :mod:`~marft_envs.wire.formats`: structured outputs (``response_format``, ``text.format``),
+  checked in the OpenAI shape and not enforced;
 - :mod:`~marft_envs.wire.routes`: model cards, and unknown routes as JSON errors.
 """
 

@@ -3,7 +3,8 @@
 
 What the request's sampling fields mean to a program's call: the trainer samples every rollout
 with its own settings and evaluates greedily, so ``temperature``, ``top_p``, ``max_tokens``,
-``stop``, ``seed`` and ``tool_choice`` are accepted and ignored there (:data:`IGNORED_FIELDS`);
+``stop``, ``seed`` and ``tool_choice`` are accepted and ignored there (:data:`IGNORED_FIELDS`),
+and ``response_format`` is checked and not enforced (:mod:`marft_envs.wire.formats`);
 ``marft serve`` reads some of them (:func:`marft_algos.serving.request_settings`). Streaming and
 ``n > 1`` are refused with a clear error.
 """
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from marft_envs.wire.formats import check_output_format
 from marft_envs.wire.protocol import RequestLimits, RequestRefused, UnknownAgentError
 
 __all__ = [
@@ -170,6 +172,8 @@ def check_request(
     unknown = sorted(set(fields) - IGNORED_FIELDS - {"stream", "n", "tools"})
     if unknown:
         raise TypeError(f"create() got unexpected keyword argument(s) {unknown}.")
+    if fields.get("response_format") is not None:  # checked, not enforced (wire.formats)
+        check_output_format(_plain(fields["response_format"]), "response_format", str(model))
     if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
         raise TypeError(
             f"messages must be a non-empty list of {{'role': ..., 'content': ...}} dicts, got "

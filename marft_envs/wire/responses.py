@@ -21,7 +21,8 @@ How the input maps (the ``openai`` package's input items):
 Function tools (``{"type": "function", "name": ..., "parameters": ...}``) become chat tools with
 the same fields in the order chat clients write them, so a call renders the same prompt through
 either API. Marft keeps no state between calls: ``previous_response_id``, ``conversation`` and
-``prompt`` are refused (send the whole input), ``background`` too.
+``prompt`` are refused (send the whole input), ``background`` too. ``text.format`` (structured
+outputs) is checked, repeated in the Response, and not enforced (:mod:`marft_envs.wire.formats`).
 
 A reply cut at the agent's token budget is a ``completed`` response whose message item has
 ``status: "incomplete"``: the budget is part of the trained decision (a chat completion's
@@ -37,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from marft_envs.wire.formats import check_text_config
 from marft_envs.wire.protocol import Reply
 
 __all__ = [
@@ -206,7 +208,9 @@ def responses_request(body: Mapping[str, Any]) -> ResponsesRequest:
     }
     if tools:
         fields["tools"] = [_function_tool(tool, k) for k, tool in enumerate(tools)]
+    text = check_text_config(body.get("text"), str(body.get("model")))  # not enforced
     echo = {
+        "text": text or {"format": {"type": "text"}},
         "instructions": instructions,
         "tools": tools,
         "tool_choice": body.get("tool_choice") or "auto",

@@ -253,3 +253,29 @@ def test_a_served_tiny_model_answers_the_agents_sdk_default_client(tiny_served):
     result = asyncio.run(Runner.run(agent, "2 + 2?", run_config=config))
     expected = client.chat.completions.create(model="math", messages=ASK)
     assert result.final_output == expected.choices[0].message.content
+
+
+def test_structured_outputs_are_served_as_generated_and_a_malformed_format_is_400(served):
+    _, policy, client = served
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    plain = client.chat.completions.create(model="math", messages=ASK)
+    chat = client.chat.completions.create(
+        model="math",
+        messages=ASK,
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    )
+    response = client.responses.create(
+        model="math",
+        input=ASK,
+        text={"format": {"type": "json_schema", "name": "a", "schema": schema}},
+    )
+    # Not enforced: the reply is the one the same call gets without a format.
+    assert chat.choices[0].message.content == plain.choices[0].message.content
+    assert response.output_text == plain.choices[0].message.content
+    assert response.text.format.type == "json_schema" and response.text.format.name == "a"
+    assert policy.seen[0] == policy.seen[1] == policy.seen[2]  # the format changes no prompt
+    with pytest.raises(openai.BadRequestError, match="response_format must be") as caught:
+        client.chat.completions.create(model="math", messages=ASK, response_format={"type": "xml"})
+    assert caught.value.body["type"] == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError, match=r"text\.format must be"):
+        client.responses.create(model="math", input=ASK, text={"format": {"type": "yaml"}})
