@@ -30,19 +30,16 @@ IGNORE_INDEX = -100
 
 
 class SFTExample(NamedTuple):
-    """One agent reply to train on.
-
-    Attributes:
-        agent: The agent whose adapter learns it.
-        prompt_ids: The rendered prompt, assistant turn opened (what the agent read).
-        completion_ids: The reply's tokens (and the end-of-turn token when it ended its turn).
-        source: ``file:line`` of its transcript.
-    """
+    """One agent reply to train on."""
 
     agent: str
+    """The agent whose adapter learns it."""
     prompt_ids: list[int]
+    """The rendered prompt, assistant turn opened (what the agent read)."""
     completion_ids: list[int]
+    """The reply's tokens (and the end-of-turn token when it ended its turn)."""
     source: str
+    """``file:line`` of its transcript."""
 
     @property
     def input_ids(self) -> list[int]:
