@@ -75,6 +75,13 @@ def test_labels_mask_every_prompt_token_and_the_loss_is_the_replies_alone(policy
     assert count == 2
     assert float(-log_likelihood) == pytest.approx(float(reference), rel=1e-5)
     assert float(reference) == pytest.approx(float(by_hand), rel=1e-5)
+    # completion_only_loss=False: every token after the first is labelled, the prompt's too.
+    with torch.no_grad():
+        everything, count = reply_log_likelihood(policy, "solver", [example], completion_only=False)
+        targets = torch.tensor(example.input_ids)
+        whole = torch.nn.functional.cross_entropy(logits[:-1], targets[1:], reduction="sum")
+    assert count == len(example.input_ids) - 1
+    assert float(-everything) == pytest.approx(float(whole), rel=1e-5)
 
 
 def test_a_reply_past_the_agents_budget_is_cut_without_its_end_token(policy):
