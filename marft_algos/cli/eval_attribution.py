@@ -50,20 +50,31 @@ def attribution_table(rows: Sequence[Mapping[str, Any]], decoding: str) -> Any:
     table.add_column("Δ points", justify="right")
     table.add_column("→right/→wrong (p)", justify="right")
     table.add_column("reward (Δ)", justify="right")
+    failures = any(r.get("episodes_failed") for r in rows)
+    if failures:  # agent programs: rewards are over the finished episodes
+        table.add_column("failed", justify="right")
     for r in rows:
         first = not r["untuned"]
-        table.add_row(
+        cells = [
             r["setting"].replace(" = ", "\n= "),
             f"{r['accuracy']:.3f} ± {r['accuracy_se']:.3f}",
             ""
             if first
             else f"{100 * r['accuracy_difference']:+.1f} ± {100 * r['accuracy_difference_se']:.1f}",
             "" if first else f"{r['wrong_to_right']}/{r['right_to_wrong']} (p={r['p_value']:.2g})",
-            f"{r['reward_mean']:.3f}"
-            + (
-                ""
-                if first
-                else f" ({r['reward_difference']:+.3f} ± {r['reward_difference_se']:.3f})"
-            ),
-        )
+            _reward_cell(r, first),
+        ]
+        if failures:
+            cells.append(f"{r.get('episodes_failed', 0)} of {r['episodes']}")
+        table.add_row(*cells)
     return table
+
+
+def _reward_cell(row: Mapping[str, Any], first: bool) -> str:
+    """The mean reward of the finished episodes and, against all tuned, its paired difference."""
+    if row.get("reward_mean") is None:
+        return "no episode finished"
+    cell = f"{row['reward_mean']:.3f}"
+    if not first and row.get("reward_difference") is not None:
+        cell += f" ({row['reward_difference']:+.3f} ± {row['reward_difference_se']:.3f})"
+    return cell

@@ -34,6 +34,7 @@ import torch
 from marft_algos.protocols import GenerationSettings, Messages
 from marft_algos.rollout.collector import Episode
 from marft_algos.rollout.evaluation import episode_correct, standard_error
+from marft_algos.rollout.failures import failure_kind
 from marft_algos.rollout.paired import paired_comparison, paired_difference
 
 __all__ = [
@@ -159,16 +160,20 @@ def attribution_rows(
     """Each setting's team accuracy and mean team return, with the paired difference to
     ``all tuned`` (same episodes, same order) and its standard error.
 
+    A failed episode (its agent program raised, timed out, ...) counts as wrong; its return is
+    what the env paid it, not what the team earned, so reward means are over the finished
+    episodes and the paired reward difference over those that finished in both settings.
+
     Returns:
         One dict per setting: ``setting``, ``untuned`` (sorted names), ``episodes``,
-        ``accuracy``, ``accuracy_se``, ``reward_mean``, ``accuracy_difference`` and
-        ``accuracy_difference_se`` (setting minus all tuned, paired), ``wrong_to_right`` and
-        ``right_to_wrong`` (episodes that changed from all tuned), ``p_value`` (McNemar's exact
-        test), ``reward_difference`` and ``reward_difference_se``.
+        ``episodes_failed`` (how many), ``accuracy``, ``accuracy_se``, ``reward_mean`` (None when
+        none finished), ``accuracy_difference`` and ``accuracy_difference_se`` (setting minus all
+        tuned, paired), ``wrong_to_right`` and ``right_to_wrong`` (episodes that changed from all
+        tuned), ``p_value`` (McNemar's exact test), ``reward_difference`` and
+        ``reward_difference_se`` (None when no episode finished in both).
     """
     reference = list(episodes[frozenset()])
     base_correct = [episode_correct(e) for e in reference]
-    base_reward = [e.team_return for e in reference]
     rows = []
     for setting in settings:
         mine = list(episodes[setting.untuned])
@@ -179,15 +184,24 @@ def attribution_rows(
             )
         correct = [episode_correct(e) for e in mine]
         accuracy = paired_comparison(base_correct, correct)
-        reward, reward_se = paired_difference(base_reward, [e.team_return for e in mine])
+        finished = [e for e in mine if failure_kind(e) is None]
+        pairs = [
+            (b.team_return, e.team_return)
+            for b, e in zip(reference, mine, strict=True)
+            if failure_kind(b) is None and failure_kind(e) is None
+        ]
+        reward, reward_se = paired_difference(*zip(*pairs, strict=True)) if pairs else (None, None)
         rows.append(
             {
                 "setting": setting.name,
                 "untuned": sorted(setting.untuned),
                 "episodes": len(mine),
+                "episodes_failed": len(mine) - len(finished),
                 "accuracy": accuracy.after,
                 "accuracy_se": standard_error(accuracy.after, len(mine)),
-                "reward_mean": sum(e.team_return for e in mine) / len(mine),
+                "reward_mean": (
+                    sum(e.team_return for e in finished) / len(finished) if finished else None
+                ),
                 "accuracy_difference": accuracy.difference,
                 "accuracy_difference_se": accuracy.se,
                 "wrong_to_right": accuracy.wrong_to_right,

@@ -161,3 +161,24 @@ def test_an_untuned_agent_acts_with_the_base_model_and_the_others_keep_their_ada
     assert list(base.log_probs) == pytest.approx(reference("actor", base), abs=1e-5)
     assert list(base.log_probs) != pytest.approx(tuned["actor"], abs=1e-3)
     assert log_probs("actor") == tuned["actor"]  # restored after the block
+
+
+def test_failed_episodes_leave_the_reward_means_and_are_counted() -> None:
+    from types import SimpleNamespace
+
+    def episode(index: int, ret: float, error: str | None = None) -> Any:
+        info = {"correct": ret > 0, "calls": {"A": 1}}
+        if error:
+            info["program_error"] = {"type": error}
+        return SimpleNamespace(seed=index, options={"index": index}, team_return=ret, info=info)
+
+    tuned = [episode(0, 1.0), episode(1, 0.0), episode(2, -1.0, "Timeout")]
+    untuned = [episode(0, 0.0), episode(1, 0.0, "ValueError"), episode(2, 1.0)]
+    settings = attribution_settings(["A"])[:2]
+    rows = attribution_rows(settings, {frozenset(): tuned, frozenset({"A"}): untuned})
+    assert [r["episodes_failed"] for r in rows] == [1, 1]
+    assert rows[0]["reward_mean"] == pytest.approx(0.5)  # (1 + 0) / 2, not (1 + 0 - 1) / 3
+    assert rows[1]["reward_mean"] == pytest.approx(0.5)  # (0 + 1) / 2
+    # Paired over episode 0 alone, the only one that finished in both settings: 0 - 1.
+    assert rows[1]["reward_difference"] == pytest.approx(-1.0)
+    assert rows[1]["reward_difference_se"] == 0.0
