@@ -116,6 +116,15 @@ def _agents(args: SFTArguments) -> list[str]:
     return plan_env(args.env, args.env_kwargs).agents
 
 
+def _data_plan(args: SFTArguments) -> dict[str, Any] | None:
+    """The data plan ``marft train --env`` would use (None: no env, or one without data)."""
+    if args.agents or args.env is None:
+        return None
+    from marft_algos.cli.env_plan import plan_env
+
+    return plan_env(args.env, args.env_kwargs).data
+
+
 def parse_sft_args(argv: Sequence[str]) -> tuple[SFTArguments, SFTConfig, list[str], list[str]]:
     """Parse ``marft sft``; returns the arguments, the config, the sources and the agents."""
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
@@ -194,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "agents": agents,
         "env_id": args.env,
         "env_kwargs": args.env_kwargs or {},
+        # The env's data plan, so that marft eval of the run holds out what marft train would.
+        "data": _data_plan(args),
         "sources": [str(s) for s in sources],
         "lora": {"r": args.lora_rank, "alpha": args.lora_alpha},
         "chat_template": template,

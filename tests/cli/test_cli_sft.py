@@ -87,6 +87,10 @@ def test_sft_writes_a_run_folder_of_the_kept_episodes(sft_run):
     assert [r["iteration"] for r in records] == [1, 2]
     assert records[1]["sft/loss/actor"] < records[0]["sft/loss/actor"]
     assert (run_dir / "checkpoint-2" / "adapters" / "policy.json").is_file()
+    # marft eval reads the run as any checkpoint, on the held-out problems marft train would use.
+    metrics = main(["eval", str(run_dir), "--episodes", "4", "--no-before"])
+    assert metrics["eval/episodes"] == 4
+    assert config["run"]["data"]["eval"]["source"] == "builtin:test"
 
 
 def test_rl_starts_from_exactly_the_sft_adapters(sft_run, tiny_path, tmp_path, monkeypatch):
