@@ -70,6 +70,8 @@ def sft_run(tiny_path, tmp_path_factory):
             "2",
             "--learning-rate",
             "1e-2",
+            "--max-new-tokens",
+            "16",
         ]
     )
     return folder / "run", out
@@ -82,7 +84,7 @@ def test_sft_writes_a_run_folder_of_the_kept_episodes(sft_run):
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algorithm"] == "sft" and config["min_reward"] == 1.0
     assert config["run"]["agents"] == ["reasoner", "actor"]
-    assert config["max_new_tokens"] == 256  # marft train's preset budget for a local model
+    assert config["max_new_tokens"] == 16 and config["max_new_tokens_per_agent"] is None
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [1, 2]
     assert records[1]["sft/loss/actor"] < records[0]["sft/loss/actor"]
