@@ -33,6 +33,7 @@ from marft_algos.cli.eval_attribution import ATTRIBUTION_FILE, print_attribution
 from marft_algos.cli.eval_checkpoints import find_checkpoint, open_checkpoint, run_device_and_dtype
 from marft_algos.cli.eval_report import print_headline, print_metrics
 from marft_algos.cli.eval_tasks import held_out_env, recorded_env_kwargs
+from marft_algos.cli.eval_traces import TraceArguments, traced_reports
 from marft_algos.cli.parsing import UsageError, parse_run_command
 from marft_algos.cli.program_failures import reporting_program_failures
 
@@ -54,8 +55,8 @@ ReportFailures = Callable[[Sequence[Any], str], None]
 
 
 @dataclass
-class EvalArguments:
-    """Overrides of what the run recorded (all optional)."""
+class EvalArguments(TraceArguments):
+    """Overrides of what the run recorded (all optional), and where traces go."""
 
     json: str | None = None
     """Write the metrics as a JSON object to this file ('-': standard output)."""
@@ -135,7 +136,7 @@ def evaluate_checkpoint(
     state = read_state(checkpoint)
     config = state.get("config", {})
     filters = {"levels": o.levels, "subjects": o.subjects}
-    _, env_fn = held_out_env(checkpoint, manifest, o.env, o.dataset, filters)
+    env_id, env_fn = held_out_env(checkpoint, manifest, o.env, o.dataset, filters)
     torch.set_num_threads(o.threads or int(run.get("threads") or 1))
     device, dtype = run_device_and_dtype(run, o.device, o.dtype)
     attn = run.get("attn_implementation")  # the run's attention kernel, as it trained
@@ -166,7 +167,9 @@ def evaluate_checkpoint(
                 "leave --rollout-backend at transformers."
             )
         generator = VLLMRolloutBackend(policy)
-    report = _failure_reporter(Path(checkpoint), int(state.get("iteration", 0)))
+    iteration, tracer = int(state.get("iteration", 0)), o.tracer()
+    failures = _failure_reporter(Path(checkpoint), iteration)
+    report = traced_reports(failures, tracer, iteration, env_id)
     try:
         collector = RolloutCollector.from_factory(generator, env_fn, batch, settings, seed=seed)
         requests = evaluation_requests(
@@ -179,6 +182,7 @@ def evaluate_checkpoint(
         else:
             metrics = _summaries(collector.collect(requests, settings), None, o, report)
     finally:
+        tracer.close()  # exports the spans still queued
         if not isinstance(generator, SettingsPolicy):
             generator.close()
     return metrics
