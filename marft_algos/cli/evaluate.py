@@ -276,7 +276,9 @@ def _summaries(
     if o.samples:
         from marft_algos.runs.samples import episode_transcript
 
-        metrics["samples"] = [episode_transcript(e, i) for i, e in enumerate(tuned[: o.samples])]
+        metrics["samples"] = [
+            {"split": "eval", **episode_transcript(e, i)} for i, e in enumerate(tuned[: o.samples])
+        ]
     return metrics
 
 

@@ -1,8 +1,11 @@
 """``marft sft``: fine-tune each agent's adapter on its own replies in recorded transcripts.
 
-    marft sft --from runs/math-dual-v7-action-marft --min-reward 1 --output-dir runs/sft
+    marft train --output-dir runs/dual --trace-file runs/dual.trace.jsonl --trace-content
+    marft sft --from runs/dual.trace.jsonl --env math-dual-v7 --min-reward 1 --output-dir runs/sft
     marft train --init-from runs/sft ...
 
+Episodes recorded in an evaluation (held-out problems) are left out unless ``--allow-held-out``
+(:attr:`~marft_algos.trainers.sft_data.Transcript.held_out`).
 ``--from`` (repeatable) takes a marft run folder (its ``samples.jsonl``), a transcript file, the
 JSON of ``marft eval --samples N --json``, recorded traces (OTLP JSON files, a folder of them) or
 a JSON-lines chat log (:mod:`marft_algos.trainers.sft_data`). Every field of :class:`~marft_algos.trainers.sft.SFTConfig`

@@ -4,7 +4,7 @@ With a real model at 0% accuracy the first question is what the agents said. At 
 the trainer appends the first ``config.eval_samples`` greedy held-out episodes to ``samples.jsonl``
 in the run folder, one JSON object per episode::
 
-    {"iteration": 10, "episode": 0, "seed": 0, "options": {"index": 0}, "correct": false,
+    {"iteration": 10, "split": "eval", "episode": 0, "seed": 0, "options": {"index": 0}, "correct": false,
      "team_return": 0.0, "info": {...},
      "turns": [{"timestep": 0, "agent": "reasoner", "messages": [...], "action": "...",
                 "reward": 0.0, "finished": true}, ...]}
@@ -77,9 +77,11 @@ def episode_transcript(episode: Episode, index: int) -> dict[str, Any]:
 def write_samples(
     folder: str | Path, iteration: int, episodes: Sequence[Episode], count: int
 ) -> list[dict[str, Any]]:
-    """Append the first ``count`` episodes' transcripts, tagged with ``iteration``; returns them."""
+    """Append the first ``count`` held-out episodes' transcripts, tagged with ``iteration`` and
+    ``"split": "eval"`` (``marft sft`` leaves such episodes out); returns them."""
     rows = [
-        {"iteration": iteration, **episode_transcript(e, i)} for i, e in enumerate(episodes[:count])
+        {"iteration": iteration, "split": "eval", **episode_transcript(e, i)}
+        for i, e in enumerate(episodes[:count])
     ]
     if rows:
         with (Path(folder) / SAMPLES_FILE).open("a", encoding="utf-8") as fh:

@@ -67,13 +67,30 @@ class SFTTrainer:
         self.config = config
         self.run_info = dict(run_info or {})
         keep = load_filter(config.filter) if config.filter else None
-        self.kept = keep_transcripts(transcripts, min_reward=config.min_reward, keep=keep)
+        self.kept = keep_transcripts(
+            transcripts,
+            min_reward=config.min_reward,
+            keep=keep,
+            allow_held_out=config.allow_held_out,
+        )
+        held_out = 0 if config.allow_held_out else sum(t.held_out for t in transcripts)
         self.examples, counts = build_examples(
             policy, self.kept, config.generation(), max_length=config.max_length
         )
         self.counts: Counter[str] = Counter(
-            episodes_read=len(transcripts), episodes_kept=len(self.kept), **counts
+            episodes_read=len(transcripts),
+            episodes_held_out=held_out,
+            episodes_kept=len(self.kept),
+            **counts,
         )
+        if held_out and not self.kept:
+            raise ValueError(
+                f"No example to train on: all {held_out} episodes read were recorded in an "
+                f"evaluation (held-out problems: a run's samples.jsonl, marft eval's JSON, trace "
+                f"episodes whose marft.split is not 'train'). Record training episodes instead "
+                f"(marft train --trace-file F --trace-content), or pass --allow-held-out if these "
+                f"problems will never be used to evaluate the tuned team."
+            )
         if not self.examples:
             raise ValueError(
                 f"No example to train on: {len(transcripts)} episodes read, {len(self.kept)} kept "

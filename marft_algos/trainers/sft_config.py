@@ -57,6 +57,10 @@ class SFTConfig:
     filter: str | None = None
     """A 'module:function' called with each Transcript; the episode is kept when it returns True
     (after min_reward). None: no such filter."""
+    allow_held_out: bool = False
+    """Train on episodes recorded in an evaluation too (a run's samples.jsonl, marft eval's JSON,
+    trace episodes whose marft.split is not 'train'). Off: they are left out and counted, since
+    a team tuned on its held-out problems can no longer be evaluated on them."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):

@@ -13,9 +13,10 @@
   root span's ``marft.reward`` attribute, or a chat-log record's ``reward`` field (the records of
   one episode must not disagree); a call whose finish reason is ``length`` was cut at its budget.
 
-:func:`keep_transcripts` applies ``min_reward`` (the team reward, rejection sampling from the
-team's successes) and a user's ``module:function``. A bad line is one error naming the file, the
-line and the field.
+:func:`keep_transcripts` leaves out held-out episodes (:attr:`Transcript.held_out`: what marft
+recorded while evaluating, which a tuned team must not have trained on) unless asked to keep them,
+then applies ``min_reward`` (the team reward, rejection sampling from the team's successes) and a
+user's ``module:function``. A bad line is one error naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -86,6 +87,25 @@ class Transcript:
     correct: bool | None
     source: str
     record: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def split(self) -> str | None:
+        """The split marft recorded the episode in: a transcript row's ``split`` (a row without
+        one is ``"eval"``: marft writes such rows only from evaluations, ``samples.jsonl`` and
+        ``marft eval --json``), a trace's root ``marft.split``, or a chat-log record's ``split``;
+        None when nothing says (a production trace)."""
+        if "turns" in self.record:  # a marft transcript row
+            return str(self.record.get("split", "eval"))
+        split = (self.record.get("attributes") or {}).get("marft.split")
+        for record in self.record.get("records") or ():
+            split = split or record.get("split")
+        return None if split is None else str(split)
+
+    @property
+    def held_out(self) -> bool:
+        """Recorded in an evaluation (any split but ``"train"``): its task belongs to the held-out
+        problems, and training on it would leave no honest evaluation of the tuned team."""
+        return self.split not in (None, "train")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -331,14 +351,18 @@ def keep_transcripts(
     *,
     min_reward: float | None = None,
     keep: Callable[[Transcript], bool] | None = None,
+    allow_held_out: bool = False,
 ) -> list[Transcript]:
-    """The episodes whose team reward is >= ``min_reward`` and for which ``keep`` returns True.
+    """The episodes whose team reward is >= ``min_reward`` and for which ``keep`` returns True,
+    without the held-out ones (:attr:`Transcript.held_out`) unless ``allow_held_out``.
 
     Raises:
         TranscriptError: ``min_reward`` is set and an episode has no recorded reward.
     """
     kept = []
     for transcript in transcripts:
+        if transcript.held_out and not allow_held_out:
+            continue
         if min_reward is not None:
             if transcript.reward is None:
                 raise TranscriptError(

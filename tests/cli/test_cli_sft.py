@@ -24,7 +24,8 @@ ENV = TrainArguments().env  # marft train's default env: the math-dual team
 
 
 def write_transcripts(path: Path) -> Path:
-    """Three recorded episodes of the math-dual team, in samples.jsonl's layout; two solved."""
+    """Three recorded training episodes of the math-dual team, in samples.jsonl's layout; two
+    solved."""
     rows = []
     for i, (a, b, solved) in enumerate([(2, 3, True), (4, 1, True), (1, 1, False)]):
         answer = a + b if solved else a + b + 1
@@ -32,6 +33,7 @@ def write_transcripts(path: Path) -> Path:
         rows.append(
             {
                 "episode": i,
+                "split": "train",
                 "team_return": float(solved),
                 "correct": solved,
                 "turns": [
@@ -145,6 +147,7 @@ def test_rl_starts_from_exactly_the_sft_adapters(sft_run, tiny_path, tmp_path, m
     assert all(isinstance(t.reward, float) for t in traces)
     assert [t.agent for t in traces[0].turns] == ["reasoner", "actor"]
     assert sum(t.record["attributes"]["marft.split"] == "train" for t in traces) == 4
+    assert sum(t.held_out for t in traces) == 8  # marft sft leaves the evaluations' out
 
 
 def test_a_warm_start_for_another_team_or_model_is_refused(sft_run, tiny_path, tmp_path):

@@ -199,3 +199,29 @@ def test_bad_settings_and_empty_data_are_refused(policy):
         SFTTrainer(policy, [episode([turn("solver", "1", "2")], 0.0)], SFTConfig(min_reward=1.0))
     with pytest.raises(TranscriptError, match="agent 'critic' is not in the team"):
         SFTTrainer(policy, [episode([turn("critic", "1", "2")])], SFTConfig())
+
+
+def test_episodes_recorded_in_an_evaluation_are_left_out_unless_allowed(policy):
+    """A marft transcript row without a split (samples.jsonl, marft eval's JSON) and a trace whose
+    marft.split is not 'train' are held-out problems: never trained on unless asked."""
+    turns = [turn("solver", "2+5", "7")]
+    row = {"turns": [], "team_return": 1.0}
+    held_out = [
+        Transcript(turns, 1.0, True, "samples.jsonl:1", dict(row)),
+        Transcript(turns, 1.0, True, "samples.jsonl:2", {**row, "split": "eval"}),
+        Transcript(turns, 1.0, True, "t.jsonl:1", {"attributes": {"marft.split": "eval_sampled"}}),
+    ]
+    training = [
+        Transcript(turns, 1.0, True, "samples.jsonl:3", {**row, "split": "train"}),
+        Transcript(turns, 1.0, True, "t.jsonl:2", {"attributes": {"marft.split": "train"}}),
+        Transcript(turns, 1.0, True, "calls.jsonl:1", {"records": [{"messages": []}]}),  # no split
+    ]
+    assert [t.held_out for t in held_out + training] == [True] * 3 + [False] * 3
+    assert keep_transcripts(held_out + training) == training
+    assert keep_transcripts(held_out + training, allow_held_out=True) == held_out + training
+    trainer = SFTTrainer(policy, held_out + training, SFTConfig())
+    assert trainer.counts["episodes_held_out"] == 3 and trainer.counts["episodes_kept"] == 3
+    with pytest.raises(ValueError, match="all 3 episodes read were recorded in an evaluation"):
+        SFTTrainer(policy, held_out, SFTConfig())
+    allowed = SFTTrainer(policy, held_out, SFTConfig(allow_held_out=True))
+    assert allowed.counts["episodes_kept"] == 3 and allowed.counts["episodes_held_out"] == 0
