@@ -73,7 +73,7 @@ class ServeArguments:
         self.trace_settings()
 
     def trace_settings(self) -> Any:
-        """Where the calls' spans go (:class:`~marft_algos.runs.tracing.TraceSettings`)."""
+        """Where the calls' spans go (:class:`~marft_algos.runs.trace_settings.TraceSettings`)."""
         from marft_algos.runs.tracing import TraceSettings
 
         try:

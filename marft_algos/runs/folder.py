@@ -131,7 +131,7 @@ RESUMABLE_CHANGES = frozenset(
         # Where the base's weights live (sharded or whole), not what the run computes.
         "fsdp",
         "fsdp_replicas",
-        # Where the episodes' spans go (marft_algos.runs.tracing.TRACE_FIELDS).
+        # Where the episodes' spans go (marft_algos.runs.trace_settings.TRACE_FIELDS).
         "trace_otlp",
         "trace_file",
         "trace_content",

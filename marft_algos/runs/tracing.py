@@ -23,16 +23,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from marft_algos.rollout.episodes import Decision, Episode
-from marft_algos.rollout.evaluation import episode_correct
 from marft_algos.rollout.failures import failure_kind
+from marft_algos.runs.trace_attributes import (
+    branch_id,
+    chat_attributes,
+    env_id_of,
+    episode_attributes,
+    genai_messages,
+    output_message,
+)
+from marft_algos.runs.trace_settings import (
+    CAPTURE_CONTENT_VARIABLE,
+    TRACE_FIELDS,
+    TraceSettings,
+    otlp_endpoint,
+)
 
 __all__ = [
     "CAPTURE_CONTENT_VARIABLE",
@@ -44,83 +54,9 @@ __all__ = [
     "genai_messages",
 ]
 
-#: The standard switch for message text in GenAI spans (``true`` turns it on).
-CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-
-#: The trainer's config fields that say where spans go (not what the run computes: a resumed run
-#: may change them).
-TRACE_FIELDS = frozenset({"trace_otlp", "trace_file", "trace_content"})
-
-#: The ``gen_ai.provider.name`` of marft's own model calls.
-PROVIDER = "marft"
-
 #: Spans recorded between two waits for the exporters: half the SDK's default queue of a batch
 #: processor (2048), which drops spans that arrive while it is full (a large evaluation would).
 FLUSH_EVERY = 1024
-
-
-@dataclass(frozen=True)
-class TraceSettings:
-    """Where episode spans go, and whether they hold message text.
-
-    Attributes:
-        otlp: Send spans over OTLP/HTTP: a collector's base URL (``/v1/traces`` is appended
-            unless the URL already ends with it), or ``""`` for the endpoint the standard
-            variables name (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else
-            ``OTEL_EXPORTER_OTLP_ENDPOINT``, else ``http://localhost:4318``); None: not sent.
-        file: Append spans to this JSON-lines file in the OTLP/JSON encoding; None: no file.
-        capture_content: Record message text (``gen_ai.input.messages`` /
-            ``gen_ai.output.messages``); also on when ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
-            is ``true``.
-        service_name: The resource's ``service.name`` (``OTEL_SERVICE_NAME`` overrides it, as the
-            SDK reads it).
-    """
-
-    otlp: str | None = None
-    file: str | None = None
-    capture_content: bool = False
-    service_name: str = "marft"
-
-    def __post_init__(self) -> None:
-        if self.otlp and not self.otlp.startswith(("http://", "https://")):
-            raise ValueError(
-                f"The OTLP endpoint must be an http:// or https:// URL (OTLP/HTTP), got "
-                f"{self.otlp!r}; pass e.g. --trace-otlp http://127.0.0.1:4318, or no URL to use "
-                f"the OTEL_EXPORTER_OTLP_ENDPOINT variable."
-            )
-        if self.file is not None and (not self.file or Path(self.file).is_dir()):
-            raise ValueError(
-                f"The trace file must be a file path, got {self.file!r}; pass e.g. "
-                f"--trace-file runs/traces.jsonl."
-            )
-
-    @property
-    def enabled(self) -> bool:
-        """Whether spans go anywhere."""
-        return self.otlp is not None or self.file is not None
-
-    @property
-    def content(self) -> bool:
-        """Whether message text is recorded (the setting or the standard variable)."""
-        flag = os.environ.get(CAPTURE_CONTENT_VARIABLE, "").strip().lower()
-        return self.capture_content or flag == "true"
-
-    @classmethod
-    def of_config(cls, config: Any) -> TraceSettings:
-        """The settings of a trainer config (its ``trace_otlp``, ``trace_file``, ``trace_content``)."""
-        return cls(
-            otlp=getattr(config, "trace_otlp", None),
-            file=getattr(config, "trace_file", None),
-            capture_content=bool(getattr(config, "trace_content", False)),
-        )
-
-
-def otlp_endpoint(url: str) -> str | None:
-    """The traces URL of a collector's base URL (None for ``""``: the SDK reads the variables)."""
-    if not url:
-        return None
-    url = url.rstrip("/")
-    return url if url.endswith("/v1/traces") else url + "/v1/traces"
 
 
 class NoTracer:
@@ -246,7 +182,7 @@ class EpisodeTracer:
                 the root span's name.
         """
         version = iteration if policy_version is None else policy_version
-        env_id = env if isinstance(env, str) or env is None else _env_id(env)
+        env_id = env if isinstance(env, str) or env is None else env_id_of(env)
         for offset, episode in enumerate(episodes):
             common = {
                 "marft.iteration": iteration,
@@ -272,7 +208,7 @@ class EpisodeTracer:
         root = self.tracer.start_span(
             "episode" if env_id is None else f"episode {env_id}",
             context=context.Context(),  # a new trace, whatever span is current
-            attributes={**common, **_episode_attributes(episode, version, env_id)},
+            attributes={**common, **episode_attributes(episode, version, env_id)},
             start_time=min(start, end),
         )
         kind = failure_kind(episode)
@@ -314,7 +250,7 @@ class EpisodeTracer:
                 genai_messages(d.messages), ensure_ascii=False
             )
             attributes["gen_ai.output.messages"] = json.dumps(
-                [_output_message(d.text, bool(d.finished))], ensure_ascii=False
+                [output_message(d.text, bool(d.finished))], ensure_ascii=False
             )
             if d.tools:
                 attributes["gen_ai.tool.definitions"] = json.dumps(d.tools, ensure_ascii=False)
@@ -362,7 +298,7 @@ class EpisodeTracer:
             )
             if error is None:
                 attributes["gen_ai.output.messages"] = json.dumps(
-                    [_output_message(reply, finished)], ensure_ascii=False
+                    [output_message(reply, finished)], ensure_ascii=False
                 )
         span = self.tracer.start_span(
             f"chat {agent}",
@@ -383,112 +319,6 @@ class EpisodeTracer:
     def close(self) -> None:
         """Export what is left and shut the exporters down (idempotent)."""
         self.provider.shutdown()
-
-
-def chat_attributes(
-    agent: str, input_tokens: int, output_tokens: int, finished: bool
-) -> dict[str, Any]:
-    """The GenAI attributes of one model call of ``agent``."""
-    return {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": PROVIDER,
-        "gen_ai.request.model": agent,
-        "gen_ai.response.model": agent,
-        "gen_ai.agent.name": agent,
-        "gen_ai.usage.input_tokens": input_tokens,
-        "gen_ai.usage.output_tokens": output_tokens,
-        "gen_ai.response.finish_reasons": [_finish_reason(finished)],
-    }
-
-
-def _finish_reason(finished: bool) -> str:
-    return "stop" if finished else "length"
-
-
-def branch_id(branch: Sequence[int]) -> str:
-    """A branch tree node as ``marft.branch.id``: its path, dot-separated (``"0.1.2"``)."""
-    return ".".join(str(i) for i in branch)
-
-
-def _episode_attributes(episode: Episode, version: int, env_id: str | None) -> dict[str, Any]:
-    kind = failure_kind(episode)
-    attributes: dict[str, Any] = {
-        "marft.policy_version": version,
-        "marft.seed": int(episode.seed),
-        "marft.reward": float(episode.team_return),
-        "marft.correct": episode_correct(episode),
-        "marft.failed": kind is not None,
-        "marft.dropped": bool(episode.info.get("drop", False)),
-        "marft.decisions": len(episode.decisions),
-    }
-    if env_id is not None:
-        attributes["marft.env.id"] = env_id
-    if kind is not None:
-        attributes["marft.error.type"] = kind
-    if episode.group is not None:
-        attributes["marft.group"] = int(episode.group)
-    if episode.branch is not None:
-        attributes["marft.branch.id"] = branch_id(episode.branch)
-    for agent, value in sorted(episode.agent_returns.items()):
-        attributes[f"marft.reward.agent.{agent}"] = float(value)
-    parts = episode.info.get("reward_parts")
-    if isinstance(parts, Mapping):
-        for name, value in parts.items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                attributes[f"marft.reward.{name}"] = float(value)
-    return attributes
-
-
-def genai_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages in the GenAI conventions' message shape: ``{"role", "parts": [...]}`` with
-    ``text``, ``tool_call`` and ``tool_call_response`` parts."""
-    out = []
-    for message in messages:
-        role = str(message.get("role", "user"))
-        content = message.get("content")
-        parts: list[dict[str, Any]] = []
-        if role == "tool":
-            parts.append(
-                {
-                    "type": "tool_call_response",
-                    "id": message.get("tool_call_id"),
-                    "response": content,
-                }
-            )
-        elif isinstance(content, str) and content:
-            parts.append({"type": "text", "content": content})
-        elif isinstance(content, list):
-            parts.extend(
-                {"type": "text", "content": str(p.get("text", ""))}
-                for p in content
-                if isinstance(p, Mapping)
-            )
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            parts.append(
-                {
-                    "type": "tool_call",
-                    "id": call.get("id"),
-                    "name": function.get("name"),
-                    "arguments": function.get("arguments"),
-                }
-            )
-        out.append({"role": role, "parts": parts})
-    return out
-
-
-def _output_message(text: str, finished: bool) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "parts": [{"type": "text", "content": text}],
-        "finish_reason": _finish_reason(finished),
-    }
-
-
-def _env_id(env: Any) -> str | None:
-    spec = getattr(getattr(env, "unwrapped", env), "spec", None)
-    name = getattr(spec, "id", None)
-    return str(name) if name is not None else None
 
 
 def _no_span(ctx: Any) -> bool:

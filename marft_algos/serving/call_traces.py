@@ -1,7 +1,7 @@
 """Served calls as OpenTelemetry spans (``marft serve --trace-otlp [URL] --trace-file PATH``).
 
 Each call is one ``chat {agent}`` span with the GenAI attributes of
-:func:`~marft_algos.runs.tracing.chat_attributes` (docs/tracing.md, "Served calls"). A call joins
+:func:`~marft_algos.runs.trace_attributes.chat_attributes` (docs/tracing.md, "Served calls"). A call joins
 its caller's trace when the request carries a W3C ``traceparent`` header; otherwise the calls of
 one session (the ``X-Session-Id`` header, or ``metadata.session_id`` / ``metadata.episode_id`` in
 the body) share a trace, recorded with ``gen_ai.conversation.id``.

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 from marft_algos.common.losses import BEHAVIOUR_WEIGHT_CAP, BEHAVIOUR_WEIGHT_MODES
 from marft_algos.rollout.branch_settings import parse_branch
 from marft_algos.rollout.collector import GenerationSettings
-from marft_algos.runs.tracing import TraceSettings
+from marft_algos.runs.trace_settings import TraceSettings
 from marft_algos.trainers.branched import check_branch
 from marft_algos.trainers.schedule import check_agent_names, check_agent_settings
 
