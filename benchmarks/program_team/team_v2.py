@@ -8,10 +8,11 @@ action             the reply: the router's JSON hand-off, a specialist's answer,
 reward             the team's, paid to every agent: ``success`` alone (see ``WEIGHTS``)
 termination        the program returns (a failed hand-off ends the episode after one call)
 version history    v0 (2026-11-25), v1 (2026-11-27): ``team.py``, ``team_v1.py``.
-                   v2 (2026-11-28): every asked value is a code drawn per ticket that only the
-                   right department's records hold (v1's carriers, statuses, plans could be
+                   v2 (2026-11-28): every asked value is drawn per ticket and only the right
+                   department's records hold it (v1's carriers, statuses, plans could be
                    guessed, its emails were the customer's name); two records per department;
-                   a retry that shows the specialist its rejected answer; reward success only.
+                   the retry continues the specialist's exchange; reward success only;
+                   rollouts at T = 0.5.
 =================  ==========================================================================
 
 Reward parts (``WEIGHTS``; the team reward is ``success`` plus their weighted sum):
@@ -65,8 +66,9 @@ MAX_CALLS = 4
 
 #: Each agent's reply budget in tokens (``max_new_tokens_per_agent``).
 TOKENS = {"router": 12, "billing": 24, "shipping": 24, "accounts": 24, "reviewer": 8}
-#: The rollouts' sampling temperature (v1's; at T = 1 the specialists rarely succeed).
-TEMPERATURE = 0.7
+#: The rollouts' sampling temperature: at v1's 0.7 the specialists' first answers were right on
+#: 33% of 72 training draws, at 0.5 on 60% (README.md, "support-desk-v2: step 1").
+TEMPERATURE = 0.5
 
 # --------------------------------------------------------------------------- the team's prompts
 ROUTER = (
@@ -79,13 +81,14 @@ ROUTER_EXAMPLES = [
     {"role": "assistant", "content": '{"route": "billing"}'},
     {"role": "user", "content": "What is the tracking code of order 7390?"},
     {"role": "assistant", "content": '{"route": "shipping"}'},
-    {"role": "user", "content": "What phone number does Ada Lee have?"},
+    {"role": "user", "content": "What is the member code of Ada Lee?"},
     {"role": "assistant", "content": '{"route": "accounts"}'},
 ]
 SPECIALIST = (
     "You are the {department} desk. Records:\n{records}\nAnswer with the value from the records."
 )
-RETRY = "{request}\nYour answer was: {answer}\nA reviewer said it is wrong. Answer again."
+#: The retry's last turn: the specialist's first call and its answer stay in the transcript.
+RETRY = "Answer again from the records: {request}"
 REVIEWER = (
     "Records:\n{records}\nReply APPROVE if the answer states the value the records give for the "
     "request, else REVISE."
@@ -118,12 +121,16 @@ def router_messages(task: dict[str, Any]) -> Messages:
 
 def specialist_messages(task: dict[str, Any], route: str, rejected: str | None = None) -> Messages:
     """``route``'s specialist's call on ``task``: its own department's records of this ticket
-    only; ``rejected`` is the answer the reviewer sent back (the retry), None on the first try."""
+    only. ``rejected`` is the answer the reviewer sent back: the retry continues that exchange
+    (the first answer as the assistant's turn, then ``RETRY``); None on the first try."""
     system = SPECIALIST.format(department=route, records=task["records"][route])
-    user = task["request"]
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": task["request"]}]
     if rejected is not None:
-        user = RETRY.format(request=task["request"], answer=rejected.strip())
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        messages += [
+            {"role": "assistant", "content": rejected.strip()},
+            {"role": "user", "content": RETRY.format(request=task["request"])},
+        ]
+    return messages
 
 
 def reviewer_messages(task: dict[str, Any], route: str, answer: str) -> Messages:

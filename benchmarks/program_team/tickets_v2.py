@@ -2,7 +2,7 @@
 
 Every ticket draws fresh records: two per department (billing: invoices; shipping: orders;
 accounts: customers). Every field's value is drawn per ticket and none can be worked out from
-the request: amounts, dates, tracking codes, phone numbers, and emails whose digits are random.
+the request: amounts, dates (distinct over the ticket's six records), tracking and member codes.
 So a specialist of the wrong department, which sees only its own department's records, cannot
 state the asked value except by an unlikely guess (v1's carriers, statuses and plans were one of
 four words, and its emails were the customer's name at example.com).
@@ -50,13 +50,13 @@ TEMPLATES: dict[str, dict[tuple[str, str], list[str]]] = {
             "When does order {id} arrive?",
             "What day will order {id} be delivered?",
         ],
-        ("accounts", "email"): [
-            "What email is on file for {name}?",
-            "Which email address does {name} use?",
+        ("accounts", "member"): [
+            "What is the member code of {name}?",
+            "Give me the member code for {name}.",
         ],
-        ("accounts", "phone"): [
-            "What phone number does {name} have?",
-            "How can we call {name}? Phone number?",
+        ("accounts", "renews"): [
+            "When does the plan of {name} renew?",
+            "What's the renewal date for {name}?",
         ],
     },
     "test": {
@@ -76,13 +76,13 @@ TEMPLATES: dict[str, dict[tuple[str, str], list[str]]] = {
             "Order {id} - expected delivery day?",
             "On what date should order {id} reach me?",
         ],
-        ("accounts", "email"): [
-            "Look up the contact address of {name}.",
-            "{name} forgot which email they signed up with.",
+        ("accounts", "member"): [
+            "{name} lost their membership code. What is it?",
+            "Read me the member code on the account of {name}.",
         ],
-        ("accounts", "phone"): [
-            "{name} needs the number we have on file for them.",
-            "Read me the telephone of {name}.",
+        ("accounts", "renews"): [
+            "Until when does the subscription of {name} run?",
+            "On which day is {name} up for renewal?",
         ],
     },
 }
@@ -93,12 +93,10 @@ def _records(rng: np.random.Generator, split: str) -> dict[str, list[dict[str, s
     n = RECORDS_PER_DEPARTMENT
     ids = rng.choice(np.arange(1000, 10000), size=2 * n, replace=False)
     amounts = rng.choice(np.arange(100, 1000), size=n, replace=False)
-    days = rng.choice(np.arange(1, 29), size=2 * n, replace=False)
-    months = rng.choice(MONTHS, size=2 * n)
-    dates = [f"{months[i]} {days[i]}" for i in range(2 * n)]
-    codes = rng.choice(np.arange(10000, 100000), size=n, replace=False)
-    phones = rng.choice(np.arange(1000, 10000), size=n, replace=False)
-    digits = rng.choice(np.arange(10, 100), size=n, replace=False)
+    days = rng.choice(np.arange(1, 29), size=3 * n, replace=False)
+    months = rng.choice(MONTHS, size=3 * n)
+    dates = [f"{months[i]} {days[i]}" for i in range(3 * n)]
+    codes = rng.choice(np.arange(10000, 100000), size=2 * n, replace=False)
     first = rng.choice(FIRST_NAMES[split], size=n, replace=False)
     last = rng.choice(LAST_NAMES[split], size=n, replace=False)
     return {
@@ -112,8 +110,8 @@ def _records(rng: np.random.Generator, split: str) -> dict[str, list[dict[str, s
         "accounts": [
             {
                 "name": f"{first[i]} {last[i]}",
-                "email": f"{first[i].lower()}.{last[i].lower()}{digits[i]}@example.com",
-                "phone": f"555-{phones[i]}",
+                "member": f"AC{codes[n + i]}",
+                "renews": dates[2 * n + i],
             }
             for i in range(n)
         ],
@@ -128,7 +126,9 @@ def records_text(department: str, rows: list[dict[str, str]]) -> str:
         return "\n".join(
             f"- order {r['id']}: tracking {r['tracking']}, arrives {r['arrives']}" for r in rows
         )
-    return "\n".join(f"- {r['name']}: email {r['email']}, phone {r['phone']}" for r in rows)
+    return "\n".join(
+        f"- {r['name']}: member code {r['member']}, renews {r['renews']}" for r in rows
+    )
 
 
 def make_tasks(split: str) -> Callable[[np.random.Generator], dict[str, Any]]:

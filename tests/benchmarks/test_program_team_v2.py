@@ -133,7 +133,8 @@ def test_a_rejected_answer_is_retried_with_the_rejected_answer_shown():
     parts = team_v2.desk(t, client)
     assert client.calls == ["router", t["department"], "reviewer", t["department"]]
     assert parts["success"] == 1.0 and parts["false_rejection"] == 0.0
-    assert "Your answer was: no idea" in seen[-1][1][-1]["content"]
+    assert seen[-1][1][-2] == {"role": "assistant", "content": "no idea"}
+    assert seen[-1][1][-1]["content"] == team_v2.RETRY.format(request=t["request"])
 
 
 def test_an_unparsed_hand_off_ends_the_episode_unpaid():
