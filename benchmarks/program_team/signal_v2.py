@@ -145,7 +145,6 @@ def summary(tickets: list[dict], rows: list[dict], routes: list[list]) -> dict:
     """The signal, the ceilings and the untuned team (sampled) from the continuations."""
     right = [r for r in rows if r["route"] == tickets[r["ticket"]]["department"]]
     wrong = [r for r in rows if r["route"] != tickets[r["ticket"]]["department"]]
-    first_right_on_right = [r for r in right]
     reviewer_right = [(r["verdict"] == "approve") == r["first_right"] for r in right]
     team, team_perfect = [], []
     for t, sampled in enumerate(routes):
@@ -157,7 +156,7 @@ def summary(tickets: list[dict], rows: list[dict], routes: list[list]) -> dict:
     return {
         "success_right_route": rate([r["success"] for r in right]),
         "success_wrong_route": rate([r["success"] for r in wrong]),
-        "first_right_right_route": rate([r["first_right"] for r in first_right_on_right]),
+        "first_right_right_route": rate([r["first_right"] for r in right]),
         "first_right_wrong_route": rate([r["first_right"] for r in wrong]),
         "specialists_ceiling": rate([r["success_perfect_reviewer"] for r in right]),
         "router_parsed": rate([route is not None for _, route in flat]),
