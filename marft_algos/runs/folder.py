@@ -27,11 +27,19 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from marft_algos.common.files import file_sha256
+from marft_algos.runs.checkpoint_folders import (
+    CHECKPOINT_PREFIX,
+    READ_LOCK_SUFFIX,
+    checkpoint_number,
+    is_complete_checkpoint,
+    read_lock,
+    read_lock_path,
+    reading_checkpoint,
+)
 
 __all__ = [
     "RESUMABLE_CHANGES",
@@ -47,11 +55,6 @@ __all__ = [
     "reading_checkpoint",
     "write_atomic",
 ]
-
-CHECKPOINT_PREFIX = "checkpoint-"
-#: ``.checkpoint-N.read`` beside ``checkpoint-N``: readers hold a shared lock on it, pruning an
-#: exclusive one, so a checkpoint being read is never deleted under its reader.
-READ_LOCK_SUFFIX = ".read"
 
 #: Resolved path -> (open lock file, holder count): a process may build several trainers on one
 #: folder (resume after an early stop); other processes are refused.
@@ -162,63 +165,6 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         if full is not None:
             raise full from exc
         raise
-
-
-def checkpoint_number(path: Path) -> int | None:
-    """N of a ``checkpoint-N`` folder, None for anything else."""
-    suffix = path.name[len(CHECKPOINT_PREFIX) :]
-    return int(suffix) if path.name.startswith(CHECKPOINT_PREFIX) and suffix.isdigit() else None
-
-
-def is_complete_checkpoint(path: Path) -> bool:
-    """A checkpoint folder with its manifest and state (what an atomic save always leaves)."""
-    return (path / "manifest.json").is_file() and (path / "state.json").is_file()
-
-
-def _read_lock_path(checkpoint: Path) -> Path:
-    return checkpoint.parent / f".{checkpoint.name}{READ_LOCK_SUFFIX}"
-
-
-@contextlib.contextmanager
-def _read_lock(checkpoint: Path, exclusive: bool) -> Iterator[bool]:
-    """Hold the checkpoint's read lock, shared (waiting for a prune to finish) or exclusive
-    (without waiting). Yields False only when an exclusive lock is refused because someone reads;
-    without flock (Windows) or a writable folder there is nothing to coordinate, and it yields
-    True."""
-    try:
-        import fcntl
-    except ImportError:
-        yield True
-        return
-    try:
-        handle = open(_read_lock_path(checkpoint), "a")  # noqa: SIM115 (closed below)
-    except OSError:
-        yield True
-        return
-    with handle:
-        mode = fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH
-        try:
-            fcntl.flock(handle.fileno(), mode)
-        except OSError:
-            yield False
-            return
-        yield True
-
-
-@contextlib.contextmanager
-def reading_checkpoint(checkpoint: str | os.PathLike[str]) -> Iterator[bool]:
-    """Keep ``checkpoint`` from being pruned while this block reads it.
-
-    A training run prunes old checkpoints as it goes; one being read is left in place until the
-    next prune after the block ends. The checkpoint may have gone between finding it and pinning
-    it, so the block gets whether it is still complete: when not, find the newest again.
-
-    Yields:
-        Whether the checkpoint is still there, complete, under the pin.
-    """
-    path = Path(checkpoint)
-    with _read_lock(path, exclusive=False):
-        yield is_complete_checkpoint(path)
 
 
 class RunDirectory:
@@ -399,11 +345,11 @@ class RunDirectory:
             return []
         deleted = []
         for path in self.checkpoints()[:-keep]:
-            with _read_lock(path, exclusive=True) as free:
+            with read_lock(path, exclusive=True) as free:
                 if not free:
                     continue  # being read: the next prune deletes it
                 self._delete(path)
-                _read_lock_path(path).unlink(missing_ok=True)
+                read_lock_path(path).unlink(missing_ok=True)
             deleted.append(path)
         return deleted
 
