@@ -205,7 +205,9 @@ def main() -> None:
     row = {
         "name": args.name,
         "command": " ".join(sys.argv[1:]),
-        "recipe": {k: str(v) for k, v in settings.items()},
+        # The run folder is scratch (not kept): its name, not the machine's path.
+        "recipe": {k: str(v) for k, v in settings.items() if k != "output_dir"}
+        | {"run_folder": args.name},
         "iterations": per_iteration,
         "eval_on_training_tickets": evaluation(Path(config.output_dir), tasks)
         if args.eval_tickets

@@ -44,14 +44,22 @@ def gsm8k(shared_data):
         ("action-marft", "math-dual-v7", {}),
         # Token-level MARFT and action-level PPO on the real model: -m slow (the suite's time).
         # Both updates run on the built-in model in test_trainers.py, and the real model's
-        # forward, critic and adapters run here under action-level MARFT and GRPO.
+        # forward, critic and adapters run here under action-level MARFT.
         pytest.param("token-marft", "math-dual-v7", {}, marks=pytest.mark.slow),
         pytest.param("ppo", "math-single-v7", {"level": "action"}, marks=pytest.mark.slow),
         # Token-level PPO is token-level MARFT's update with a team of one (above): -m slow.
         pytest.param("ppo", "math-single-v7", {"level": "token"}, marks=pytest.mark.slow),
         # Eight tokens rarely solve a GSM8K problem, so groups are usually flat (zero advantages);
         # the KL and entropy terms make GRPO update all the same (and exercise the reference).
-        ("grpo", "math-dual-v7", {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01}),
+        # -m slow (the suite's time): GRPO's update with its KL to the reference runs in the fast
+        # suite on the built-in team (test_reference_kl.py), and the real model's forward, critic
+        # and adapters under action-level MARFT above.
+        pytest.param(
+            "grpo",
+            "math-dual-v7",
+            {"num_generations": 2, "beta": 0.01, "entropy_coef": 0.01},
+            marks=pytest.mark.slow,
+        ),
         pytest.param(  # the same update as the team's above, on one agent: -m slow
             "grpo",
             "math-single-v7",
