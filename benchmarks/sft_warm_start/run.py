@@ -61,7 +61,7 @@ def collect(seed: int, episodes: int, folder: Path) -> dict[str, Any]:
     finally:
         collector.close()
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [{"split": "train", **episode_transcript(e, i)} for i, e in enumerate(done)]
+    rows = [episode_transcript(e, i, split="train") for i, e in enumerate(done)]
     (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return {
         "episodes": len(done),

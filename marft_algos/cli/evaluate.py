@@ -277,7 +277,7 @@ def _summaries(
         from marft_algos.runs.samples import episode_transcript
 
         metrics["samples"] = [
-            {"split": "eval", **episode_transcript(e, i)} for i, e in enumerate(tuned[: o.samples])
+            episode_transcript(e, i, split="eval") for i, e in enumerate(tuned[: o.samples])
         ]
     return metrics
 

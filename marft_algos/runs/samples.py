@@ -49,10 +49,12 @@ def _jsonable(value: Any) -> Any:
         return repr(value)[:_INFO_CHARS]
 
 
-def episode_transcript(episode: Episode, index: int) -> dict[str, Any]:
+def episode_transcript(episode: Episode, index: int, split: str | None = None) -> dict[str, Any]:
     """One episode as JSON: every decision's observation messages, action, reward and whether the
-    team was right (``info["correct"]``, else a positive return)."""
+    team was right (``info["correct"]``, else a positive return); marked with ``split`` when
+    given (``"eval"``: a held-out episode, which ``marft sft`` leaves out)."""
     return {
+        **({"split": split} if split is not None else {}),
         "episode": index,
         "seed": episode.seed,
         "options": _jsonable(episode.options),
@@ -80,7 +82,7 @@ def write_samples(
     """Append the first ``count`` held-out episodes' transcripts, tagged with ``iteration`` and
     ``"split": "eval"`` (``marft sft`` leaves such episodes out); returns them."""
     rows = [
-        {"iteration": iteration, "split": "eval", **episode_transcript(e, i)}
+        {"iteration": iteration, **episode_transcript(e, i, split="eval")}
         for i, e in enumerate(episodes[:count])
     ]
     if rows:
