@@ -37,14 +37,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team_v1
+from independent import independent_env
 from runner import job_arguments, job_config, run_jobs
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
 from marft_algos.policy import LoraSettings, MultiAgentPolicy
 from marft_algos.runs.outcomes import paired_before_after
-from marft_envs.core.env import Transition
-from marft_envs.programs import ProgramEnv
 
 MODEL = "smollm2-135m-instruct"
 SETTINGS = {
@@ -62,41 +61,14 @@ MAX_CHUNK_TOKENS = 2048
 ROLLOUT_THREADS = 50
 
 
-class IndependentDesk(ProgramEnv):
-    """The v1 desk, each agent paid its own local reward at the episode's end (the team reward
-    is still logged as ``team_reward``)."""
-
-    def _final(self, event: Any) -> Transition:
-        result = super()._final(event)
-        parts = result.info.get("reward_parts")
-        if not parts:
-            return result
-        calls = result.info.get("calls", {})
-        local = {"router": parts["routed"]}
-        for department in team_v1.DEPARTMENTS:
-            if calls.get(department):
-                local[department] = parts["success"]
-        if calls.get("reviewer"):
-            local["reviewer"] = 1.0 - parts["false_approval"] - parts["false_rejection"]
-        return Transition(
-            local, result.terminated, result.info, team_reward=team_v1.team_reward(parts)
-        )
-
-
 def env_id(setting: str) -> str:
     return team_v1.SINGLE_ID if setting == "single" else team_v1.ENV_ID
 
 
 def env_fn(setting: str, split: str) -> Any:
     if setting == "independent" and split == "train":
-        return lambda: IndependentDesk(
-            team_v1.desk,
-            team_v1.AGENTS,
-            team_v1.team.make_tasks("train"),
-            test_tasks=team_v1.test_tasks(),
-            reward_weights=team_v1.WEIGHTS,
-            max_calls=team_v1.MAX_CALLS,
-            credit="team",
+        return lambda: independent_env(
+            team_v1, team_v1.team.make_tasks("train"), team_v1.test_tasks()
         )
     return lambda: marft_envs.make(env_id(setting), split=split)
 

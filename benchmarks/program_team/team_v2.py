@@ -1,7 +1,8 @@
 """The support desk, version 2: v1's team on tickets where the route decides the answer.
 
 =================  ==========================================================================
-agents             router, billing, shipping, accounts, reviewer (``support-desk-v2``)
+agents             router, billing, shipping, accounts, reviewer (``support-desk-v2``); one
+                   agent, ``assistant``, making every call (``support-desk-single-v2``)
 observation        the messages of each call (system prompt, examples, request)
 action             the reply: the router's JSON hand-off, a specialist's answer, the
                    reviewer's verdict
@@ -52,6 +53,9 @@ __all__ = [
     "DEPARTMENTS",
     "ENV_ID",
     "ORACLE_ID",
+    "SINGLE_AGENT",
+    "SINGLE_ID",
+    "SINGLE_TOKENS",
     "check_split",
     "desk",
     "make_tasks",
@@ -61,11 +65,16 @@ __all__ = [
 
 ENV_ID = "support-desk-v2"
 ORACLE_ID = "support-desk-oracle-v2"
+#: One agent making every call of the same program (step 4's single-agent setting).
+SINGLE_ID = "support-desk-single-v2"
 AGENTS = ["router", *DEPARTMENTS, "reviewer"]
+SINGLE_AGENT = "assistant"
 MAX_CALLS = 4
 
 #: Each agent's reply budget in tokens (``max_new_tokens_per_agent``).
 TOKENS = {"router": 12, "billing": 24, "shipping": 24, "accounts": 24, "reviewer": 8}
+#: The single agent gets the largest budget, so it is never short of tokens.
+SINGLE_TOKENS = {SINGLE_AGENT: max(TOKENS.values())}
 #: The rollouts' sampling temperature: at v1's 0.7 the specialists' first answers were right on
 #: 33% of 72 training draws, at 0.5 on 60% (README.md, "support-desk-v2: step 1").
 TEMPERATURE = 0.5
@@ -161,13 +170,21 @@ def _ask(client: Any, agent: str, messages: Messages) -> str:
     return reply.choices[0].message.content or ""
 
 
-def desk(task: dict[str, Any], client: Any, *, oracle_route: bool = False) -> dict[str, float]:
+def desk(
+    task: dict[str, Any], client: Any, *, oracle_route: bool = False, single: bool = False
+) -> dict[str, float]:
     """One ticket through the desk; returns the reward parts.
 
     The router hands the ticket to a department; that specialist answers from its records; the
     reviewer approves the answer or sends it back once, and the specialist's second answer is
     final. ``oracle_route=True`` skips the router and hands the ticket to its department.
+    ``single=True`` makes every call as the one agent ``assistant``: the same prompts, calls and
+    reward, one model doing the whole job.
     """
+
+    def who(role: str) -> str:
+        return SINGLE_AGENT if single else role
+
     parts = dict.fromkeys(
         ("parsed", "verdict_form", "routed", "approved", "false_approval", "false_rejection"),
         0.0,
@@ -175,13 +192,13 @@ def desk(task: dict[str, Any], client: Any, *, oracle_route: bool = False) -> di
     if oracle_route:
         route: str | None = task["department"]
     else:
-        route = parse_route(_ask(client, "router", router_messages(task)))
+        route = parse_route(_ask(client, who("router"), router_messages(task)))
     parts["parsed"] = float(route is not None)
     parts["routed"] = float(route == task["department"])
     answer = ""
     if route is not None:
-        answer = _ask(client, route, specialist_messages(task, route))
-        said = verdict(_ask(client, "reviewer", reviewer_messages(task, route, answer)))
+        answer = _ask(client, who(route), specialist_messages(task, route))
+        said = verdict(_ask(client, who("reviewer"), reviewer_messages(task, route, answer)))
         first_right = grade(answer, task)
         approved = said == "approve"
         parts["verdict_form"] = float(said is not None)
@@ -189,12 +206,16 @@ def desk(task: dict[str, Any], client: Any, *, oracle_route: bool = False) -> di
         parts["false_approval"] = float(approved and not first_right)
         parts["false_rejection"] = float(not approved and first_right)
         if not approved:
-            answer = _ask(client, route, specialist_messages(task, route, rejected=answer))
+            answer = _ask(client, who(route), specialist_messages(task, route, rejected=answer))
     return {"success": float(grade(answer, task)), **parts}
 
 
 def oracle_desk(task: dict[str, Any], client: Any) -> dict[str, float]:
     return desk(task, client, oracle_route=True)
+
+
+def single_desk(task: dict[str, Any], client: Any) -> dict[str, float]:
+    return desk(task, client, single=True)
 
 
 #: The team reward's weights (``success`` is weighted 1); every other part is logged only.
@@ -214,19 +235,20 @@ def team_reward(parts: dict[str, float]) -> float:
 
 
 def register() -> None:
-    """Register ``support-desk-v2`` and ``support-desk-oracle-v2`` (the benchmark's scripts
-    call it; importing this module registers nothing)."""
+    """Register ``support-desk-v2``, ``support-desk-oracle-v2`` and ``support-desk-single-v2``
+    (the benchmark's scripts call it; importing this module registers nothing)."""
     envs = (
-        (ENV_ID, desk, "router -> billing/shipping/accounts specialist -> reviewer"),
-        (ORACLE_ID, oracle_desk, "the right route handed to the specialists"),
+        (ENV_ID, desk, AGENTS, "router -> billing/shipping/accounts specialist -> reviewer"),
+        (ORACLE_ID, oracle_desk, AGENTS, "the right route handed to the specialists"),
+        (SINGLE_ID, single_desk, [SINGLE_AGENT], "one agent makes every call of the desk"),
     )
-    for env_id, program, what in envs:
+    for env_id, program, agents, what in envs:
         if env_id in marft_envs.registry:
             continue
         marft_envs.register_program(
             env_id,
             program,
-            agents=AGENTS,
+            agents=agents,
             tasks=make_tasks("train"),
             test_tasks=test_tasks(),
             reward_weights=WEIGHTS,

@@ -65,13 +65,36 @@ def tickets(count=60, seed=0):
     return [draw(rng) for _ in range(count)]
 
 
-def test_both_envs_register_with_the_desk_agents():
+def test_every_env_registers_with_its_agents():
     team_v2.register()
-    for env_id in (team_v2.ENV_ID, team_v2.ORACLE_ID):
+    for env_id, agents in (
+        (team_v2.ENV_ID, team_v2.AGENTS),
+        (team_v2.ORACLE_ID, team_v2.AGENTS),
+        (team_v2.SINGLE_ID, [team_v2.SINGLE_AGENT]),
+    ):
         assert env_id in marft_envs.registry
         env = marft_envs.make(env_id, split="train")
-        assert env.possible_agents == team_v2.AGENTS
+        assert env.possible_agents == agents
         env.close()
+
+
+def test_the_single_desk_makes_every_call_as_one_agent_with_the_same_prompts():
+    t = tickets(1)[0]
+    team_seen, single_seen = [], []
+
+    def recording(seen):
+        def reply(task, agent, messages):
+            seen.append(messages)
+            role = "router" if len(seen) == 1 else ("reviewer" if len(seen) == 3 else "x")
+            return stub(lambda x: x["department"], verdict="REVISE")(task, role, messages)
+
+        return reply
+
+    team_client, single_client = Client(t, recording(team_seen)), Client(t, recording(single_seen))
+    assert team_v2.desk(t, team_client) == team_v2.single_desk(t, single_client)
+    assert single_client.calls == [team_v2.SINGLE_AGENT] * 4
+    assert team_client.calls == ["router", t["department"], "reviewer", t["department"]]
+    assert single_seen == team_seen
 
 
 def test_the_held_out_split_shares_no_phrasing_or_name():

@@ -1,0 +1,128 @@
+"""support-desk-v2's step-4 runner (benchmarks/program_team/run_v2.py): the protocol's settings
+build valid trainer configs at the fixed budget, the independent setting pays each agent its own
+reward, and the hand-off statistics count what the transcripts show."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "program_team"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+run_v2 = pytest.importorskip("run_v2")
+team_v2 = pytest.importorskip("team_v2")
+handoffs_v2 = pytest.importorskip("handoffs_v2")
+independent = pytest.importorskip("independent")
+
+from marft_algos.cli import ALGORITHMS  # noqa: E402
+from marft_algos.rollout.branch_settings import branch_levels, episodes_per_tree  # noqa: E402
+
+
+def protocol_args(tmp_path):
+    parser = argparse.ArgumentParser()
+    run_v2.job_arguments(
+        parser,
+        run_v2.MODEL,
+        tmp_path,
+        eval_episodes=run_v2.PROTOCOL["eval_episodes"],
+        num_generations=run_v2.PROTOCOL["num_generations"],
+        temperature=run_v2.PROTOCOL["temperature"],
+        **{k: run_v2.PROTOCOL[k] for k in ("iterations", "episodes_per_iteration", "eval_every")},
+    )
+    return parser.parse_args(["--jobs", "marft:0"])
+
+
+@pytest.mark.parametrize("name", sorted(run_v2.SETTINGS))
+def test_every_setting_builds_its_config_at_the_protocols_budget(name, tmp_path):
+    setting = run_v2.SETTINGS[name]
+    settings = run_v2.trainer_settings(name, 1, protocol_args(tmp_path))
+    config = ALGORITHMS[setting.algorithm or "action-marft"][0](**settings)
+    assert config.iterations * config.episodes_per_iteration == 1008
+    assert config.temperature == team_v2.TEMPERATURE and config.seed == 1
+    assert config.eval_episodes == 200 and config.eval_every == 0
+    if setting.branch is not None:
+        assert config.episodes_per_iteration % episodes_per_tree(branch_levels(config.branch)) == 0
+    if name in ("marft", "grpo", "independent"):
+        assert config.agent_learning_rates == {"router": 1e-4, "reviewer": 0.0}
+        assert config.branch == {"router": {"width": 3, "rollouts": 4}}
+    if name == "grpo-plain":
+        assert config.branch is None and config.num_generations == 4
+        assert not config.agent_learning_rates and config.learning_rate == 5e-4
+    if name == "single":
+        assert config.max_new_tokens_per_agent == {team_v2.SINGLE_AGENT: 24}
+
+
+def test_the_independent_desk_pays_each_agent_its_local_reward():
+    env = independent.independent_env(team_v2, team_v2.make_tasks("train"), team_v2.test_tasks())
+    env.reset(seed=5)
+    task = env.unwrapped.task
+    wrong = next(d for d in team_v2.DEPARTMENTS if d != task["department"])
+    replies = {"router": json.dumps({"route": wrong}), "reviewer": "APPROVE"}
+    rewards: dict[str, float] = {}
+    while env.agents:
+        agent = env.agent_selection
+        if env.terminations[agent] or env.truncations[agent]:
+            env.step(None)
+            continue
+        env.step(replies.get(agent, "I do not know."))
+        for name, value in env.rewards.items():
+            rewards[name] = rewards.get(name, 0.0) + value
+    # Wrong route: the router earns 0, the specialist's wrong answer 0, the reviewer approved a
+    # wrong answer (a false approval): 0; nobody else was called.
+    assert rewards["router"] == rewards[wrong] == rewards["reviewer"] == 0.0
+    env.close()
+
+
+def row(route_reply, parts, calls):
+    return {
+        "info": {"reward_parts": parts, "calls": calls},
+        "turns": [{"agent": "router", "action": route_reply}],
+    }
+
+
+def test_the_handoff_statistics_count_routes_verdicts_and_calls():
+    rows = [
+        row(
+            '{"route": "billing"}',
+            {"success": 1.0, "routed": 1.0, "approved": 1.0},
+            {"router": 1, "billing": 1, "reviewer": 1},
+        ),
+        row(
+            '{"route": "shipping"}',
+            {"success": 0.0, "false_rejection": 1.0},
+            {"router": 1, "shipping": 2, "reviewer": 1},
+        ),
+        row("no idea", {"success": 0.0}, {"router": 1}),
+    ]
+    stats = handoffs_v2.handoff_stats(rows)
+    assert stats["episodes"] == 3
+    assert stats["success"] == pytest.approx(1 / 3) and stats["routed"] == pytest.approx(1 / 3)
+    assert stats["false_rejection"] == pytest.approx(1 / 3) and stats["approved"] == pytest.approx(
+        1 / 3
+    )
+    assert stats["route_share"] == pytest.approx(
+        {"None": 1 / 3, "billing": 1 / 3, "shipping": 1 / 3}
+    )
+    assert stats["calls"] == pytest.approx(8 / 3)
+    assert stats["calls_per_agent"]["reviewer"] == pytest.approx(2 / 3)
+    assert handoffs_v2.handoff_stats([]) is None
+
+
+def test_a_dry_run_never_evaluates_on_held_out_tasks(monkeypatch):
+    made = []
+    monkeypatch.setattr(run_v2.marft_envs, "make", lambda env_id, split: made.append(split))
+    for setting in run_v2.SETTINGS.values():
+        run_v2.env_fn(setting, "test", dry_run=True)()
+        if not setting.independent:
+            run_v2.env_fn(setting, "test")()
+    assert made == ["train", "test"] * 5  # the independent desk trains on its own env
+
+
+def test_attribution_is_refused_with_a_dry_run(capsys):
+    with pytest.raises(SystemExit):
+        run_v2.main(["--dry-run", "--attribution", "--jobs", "marft:0"])
+    assert "held-out" in capsys.readouterr().err
