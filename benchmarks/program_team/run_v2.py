@@ -18,7 +18,8 @@ held-out tasks before and after training:
   every call, branched at its first call (the route).
 
 Each job writes ``<out>/<setting>-seed<k>.json``: held-out success before and after, the paired
-McNemar test, the hand-off statistics of both evaluations (``handoffs``), the rollouts' learning
+McNemar test, the hand-off statistics of both evaluations (``handoffs``, as ``summarize.py``
+reads them), the rollouts' learning
 curve, the device's peak memory, and with ``--attribution`` the attribution table (each agent
 alone reverted to the untuned model and alone tuned, as ``marft eval RUN --attribution``). Its
 run folder ``<out>/runs/<setting>-seed<k>`` keeps metrics.jsonl, eval_outcomes.jsonl, the 200
@@ -44,14 +45,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team_v2
-from handoffs_v2 import handoff_stats, samples_by_iteration
 from independent import independent_env
 from runner import job_arguments, job_config, run_jobs
+from summarize import handoffs
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS, build_trainer
 from marft_algos.policy import LoraSettings, MultiAgentPolicy
 from marft_algos.runs.outcomes import paired_before_after
+from marft_algos.runs.samples import read_samples
 
 HERE = Path(__file__).resolve().parent
 MODEL = "smollm2-135m-instruct"
@@ -174,7 +176,9 @@ def run_job(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     evals = [r for r in records if "eval/accuracy" in r]
     first, last = evals[0]["iteration"], evals[-1]["iteration"]
     paired = paired_before_after(folder, first, last) if last != first else None
-    samples = samples_by_iteration(folder)
+    samples: dict[int, list[dict[str, Any]]] = {}
+    for episode in read_samples(folder):
+        samples.setdefault(int(episode["iteration"]), []).append(episode)
     row: dict[str, Any] = {
         "setting": name,
         "algorithm": setting.algorithm,
@@ -194,8 +198,8 @@ def run_job(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "train_episodes": sum(int(r.get("rollout/episodes", 0)) for r in records),
         "eval_episodes": evals[-1]["eval/episodes"],
         "handoffs": {
-            "before": handoff_stats(samples.get(first, [])),
-            "after": handoff_stats(samples.get(last, [])),
+            "before": handoffs(samples[first]) if samples.get(first) else None,
+            "after": handoffs(samples[last]) if samples.get(last) else None,
         },
         "dry_run": args.dry_run,
         "device": str(args.device),

@@ -11,7 +11,9 @@ episodes each:
 - ``routed``: the route was the request's department (of all episodes);
 - ``false_approval`` / ``false_rejection``: of the episodes where the reviewer judged an answer,
   the share where it approved a wrong first answer / sent back a right one;
-- ``calls``: model calls per episode.
+- ``calls``: model calls per episode, and ``calls_per_agent``;
+- ``routes``: the share of episodes whose first reply (the router's, or the single agent's
+  first call) handed the request to each department, and ``None`` where it named none.
 
 A job that stopped before its last iteration is listed with ``status`` and its error, and its
 accuracy is ``null``: it is not counted as a result.
@@ -20,9 +22,14 @@ accuracy is ``null``: it is not counted as a result.
     python benchmarks/program_team/summarize.py benchmarks/program_team/results/v1/runs \
         --task support-desk-v1 --out benchmarks/program_team/results/v1/summary.json
 
-For ``support-desk-v1`` the settings include ``single`` (one agent making every call), and each
-complete job also gets ``paired``: McNemar's exact test of its first and last evaluations on the
-same held-out episodes (``eval_outcomes.jsonl``).
+For ``support-desk-v1`` and ``-v2`` the settings include ``single`` (one agent making every
+call), and each complete job also gets ``paired``: McNemar's exact test of its first and last
+evaluations on the same held-out episodes (``eval_outcomes.jsonl``). ``support-desk-v2`` adds
+``grpo-plain`` (v1's GRPO recipe; ``grpo`` is GRPO with the router branched) and reads the
+untuned team from its ``untuned-seed0`` job when there is one::
+
+    python benchmarks/program_team/summarize.py benchmarks/program_team/results/v2 \
+        --task support-desk-v2
 """
 
 from __future__ import annotations
@@ -34,11 +41,26 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from team import parse_route
+
 from marft_algos.runs.outcomes import paired_before_after
 
 SETTINGS = {"marft": "team_marft", "grpo": "team_critic_free", "independent": "independent"}
 #: support-desk-v1 adds the single-agent reference (the same program, one adapter).
 SETTINGS_V1 = {**SETTINGS, "single": "single_agent"}
+#: support-desk-v2: GRPO with the router branched, and v1's plain GRPO recipe beside it.
+SETTINGS_V2 = {
+    "marft": "team_marft",
+    "grpo": "team_grpo_branched",
+    "grpo-plain": "team_critic_free",
+    "independent": "independent",
+    "single": "single_agent",
+}
+TASK_SETTINGS = {
+    "support-desk-v0": SETTINGS,
+    "support-desk-v1": SETTINGS_V1,
+    "support-desk-v2": SETTINGS_V2,
+}
 DEPARTMENTS = ("billing", "shipping", "accounts")
 
 
@@ -72,13 +94,22 @@ def handoffs(episodes: list[dict[str, Any]]) -> dict[str, float]:
             else None
         ),
         "calls": sum(sum(e["info"]["calls"].values()) for e in episodes) / n,
-        # Where the router sent the requests: the share of episodes whose specialist call went
-        # to each department (none: the hand-off failed).
+        "calls_per_agent": {
+            agent: sum(e["info"]["calls"].get(agent, 0) for e in episodes) / n
+            for agent in sorted({a for e in episodes for a in e["info"]["calls"]})
+        },
+        # Where the first reply sent the requests (None: the hand-off failed).
         "routes": {
-            department: sum(bool(e["info"]["calls"].get(department)) for e in episodes) / n
-            for department in DEPARTMENTS
+            str(department): sum(first_route(e) == department for e in episodes) / n
+            for department in (*DEPARTMENTS, None)
         },
     }
+
+
+def first_route(episode: dict[str, Any]) -> str | None:
+    """The department an episode's first reply handed the request to, or None."""
+    turns = episode.get("turns") or []
+    return parse_route(str(turns[0].get("action", ""))) if turns else None
 
 
 def job(folder: Path) -> dict[str, Any]:
@@ -92,23 +123,28 @@ def job(folder: Path) -> dict[str, Any]:
     evals = [r for r in records if "eval/accuracy" in r]
     last_iteration = max((r.get("iteration", 0) for r in records), default=0)
     error = folder / "error.txt"
-    complete = last_iteration == config["iterations"] and evals[-1]["iteration"] == last_iteration
+    # An ``untuned`` job (support-desk-v2) only evaluates: its one evaluation is before and after.
+    evaluation_only = folder.name.startswith("untuned-")
+    complete = evaluation_only or (
+        last_iteration == config["iterations"] and evals[-1]["iteration"] == last_iteration
+    )
     first, last = min(by_iteration), max(by_iteration)
     paired = paired_before_after(folder, evals[0]["iteration"], evals[-1]["iteration"])
-    # The job's own record beside its folder (run_v1.py: env id, wall time) and, where it was
-    # run, its attribution table (attribution_v1.py).
+    # The job's own record beside its folder (run_v1.py, run_v2.py: env id, wall time) and,
+    # where it was run, its attribution table (attribution_v1.py, run_v2.py --attribution).
     beside = folder.parent / f"{folder.name}.json"
     own = json.loads(beside.read_text()) if beside.is_file() else {}
     attribution = folder.parent / f"attribution-{folder.name}.json"
+    table = own.get("attribution")
+    if attribution.is_file():
+        table = json.loads(attribution.read_text())
+    status = "complete" if complete else f"stopped after iteration {last_iteration}"
     return {
         "env_id": own.get("env_id"),
         "seconds": own.get("seconds"),
-        "attribution": (
-            json.loads(attribution.read_text()).get("attribution")
-            if attribution.is_file()
-            else None
-        ),
-        "status": "complete" if complete else f"stopped after iteration {last_iteration}",
+        "peak_memory_gb": own.get("peak_memory_gb"),
+        "attribution": table.get("attribution") if table else None,
+        "status": "evaluation only" if evaluation_only else status,
         "error": error.read_text().strip()[:200] if error.exists() else None,
         "before": evals[0]["eval/accuracy"],
         "after": evals[-1]["eval/accuracy"] if complete else None,
@@ -132,14 +168,12 @@ def mean_std(values: list[float]) -> dict[str, float | None]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="the folder of <setting>-seed<k> run folders")
     parser.add_argument("--out", type=Path, default=None, help="default: <results>/summary.json")
     parser.add_argument("--device", default="one NVIDIA H100 80GB, bfloat16 weights")
-    parser.add_argument(
-        "--task", default="support-desk-v0", choices=["support-desk-v0", "support-desk-v1"]
-    )
+    parser.add_argument("--task", default="support-desk-v0", choices=sorted(TASK_SETTINGS))
     parser.add_argument(
         "--not-run",
         nargs=2,
@@ -148,7 +182,7 @@ def main() -> None:
         metavar=("JOB", "REASON"),
         help="a planned job that did not run, and why (recorded in summary.json)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     jobs: dict[str, dict[int, dict[str, Any]]] = {}
     for folder in sorted(args.results.glob("*-seed*")):
         if not folder.is_dir() or folder.name.startswith("attribution-"):
@@ -156,7 +190,12 @@ def main() -> None:
         setting, _, seed = folder.name.partition("-seed")
         jobs.setdefault(setting, {})[int(seed)] = job(folder)
     seeds = sorted({s for per in jobs.values() for s in per})
-    untuned = [jobs["marft"][s]["before"] for s in seeds if s in jobs.get("marft", {})]
+    # The untuned team: an ``untuned`` job's evaluation, else the marft jobs' first evaluations
+    # (greedy, adapters at zero: the same team).
+    reference = jobs.get("untuned") or jobs["marft"]
+    untuned = [next(iter(reference.values()))["before"]] * len(seeds)
+    if "untuned" not in jobs:
+        untuned = [jobs["marft"][s]["before"] for s in seeds if s in jobs["marft"]]
     summary: dict[str, Any] = {
         "model": "smollm2-135m-instruct",
         "task": args.task,
@@ -170,8 +209,10 @@ def main() -> None:
         "rates": {},
         "jobs": {},
     }
-    summary["rates"]["team_untuned"] = jobs["marft"][seeds[0]]["handoffs_before"]
-    for setting, key in (SETTINGS_V1 if args.task == "support-desk-v1" else SETTINGS).items():
+    summary["rates"]["team_untuned"] = next(iter(reference.values()))["handoffs_before"]
+    if "untuned" in jobs:
+        summary["jobs"]["untuned"] = jobs["untuned"]
+    for setting, key in TASK_SETTINGS[args.task].items():
         per = jobs.get(setting, {})
         summary["settings"][key] = [per[s]["after"] if s in per else None for s in seeds]
         summary["rates"][key] = {s: per[s]["handoffs_after"] for s in seeds if s in per}

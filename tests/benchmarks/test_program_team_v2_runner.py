@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "pro
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 run_v2 = pytest.importorskip("run_v2")
 team_v2 = pytest.importorskip("team_v2")
-handoffs_v2 = pytest.importorskip("handoffs_v2")
+summarize = pytest.importorskip("summarize")
 independent = pytest.importorskip("independent")
 
 from marft_algos.cli import ALGORITHMS  # noqa: E402
@@ -88,28 +88,31 @@ def test_the_handoff_statistics_count_routes_verdicts_and_calls():
     rows = [
         row(
             '{"route": "billing"}',
-            {"success": 1.0, "routed": 1.0, "approved": 1.0},
+            {"success": 1.0, "parsed": 1.0, "routed": 1.0},
             {"router": 1, "billing": 1, "reviewer": 1},
         ),
         row(
             '{"route": "shipping"}',
-            {"success": 0.0, "false_rejection": 1.0},
+            {"success": 0.0, "parsed": 1.0, "false_rejection": 1.0},
             {"router": 1, "shipping": 2, "reviewer": 1},
         ),
-        row("no idea", {"success": 0.0}, {"router": 1}),
+        row("no idea", {"success": 0.0, "parsed": 0.0}, {"router": 1}),
     ]
-    stats = handoffs_v2.handoff_stats(rows)
-    assert stats["episodes"] == 3
+    stats = summarize.handoffs(rows)
+    assert stats["episodes"] == 3 and stats["reviewed"] == 2
     assert stats["success"] == pytest.approx(1 / 3) and stats["routed"] == pytest.approx(1 / 3)
-    assert stats["false_rejection"] == pytest.approx(1 / 3) and stats["approved"] == pytest.approx(
-        1 / 3
-    )
-    assert stats["route_share"] == pytest.approx(
-        {"None": 1 / 3, "billing": 1 / 3, "shipping": 1 / 3}
+    assert stats["parse_failure"] == pytest.approx(1 / 3)
+    assert stats["false_rejection"] == pytest.approx(1 / 2)  # of the reviewed episodes
+    assert stats["routes"] == pytest.approx(
+        {"billing": 1 / 3, "shipping": 1 / 3, "accounts": 0.0, "None": 1 / 3}
     )
     assert stats["calls"] == pytest.approx(8 / 3)
     assert stats["calls_per_agent"]["reviewer"] == pytest.approx(2 / 3)
-    assert handoffs_v2.handoff_stats([]) is None
+
+
+def test_the_single_agents_routes_are_read_from_its_first_reply():
+    rows = [row('{"route": "accounts"}', {"success": 1.0, "parsed": 1.0}, {"assistant": 3})]
+    assert summarize.handoffs(rows)["routes"]["accounts"] == 1.0
 
 
 def test_a_dry_run_never_evaluates_on_held_out_tasks(monkeypatch):
@@ -126,3 +129,37 @@ def test_attribution_is_refused_with_a_dry_run(capsys):
     with pytest.raises(SystemExit):
         run_v2.main(["--dry-run", "--attribution", "--jobs", "marft:0"])
     assert "held-out" in capsys.readouterr().err
+
+
+def run_folder(root, name, iterations, evals):
+    """A run folder as the trainer writes it: config, metrics, and one transcript an evaluation
+    (``evals``: iteration -> success of its one episode)."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"iterations": iterations}))
+    metrics = [{"iteration": i, "eval/accuracy": ok} for i, ok in evals.items()]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    samples = [
+        {
+            "iteration": i,
+            **row('{"route": "billing"}', {"success": ok, "parsed": 1.0}, {"router": 1}),
+        }
+        for i, ok in evals.items()
+    ]
+    (folder / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+
+
+def test_the_v2_summary_reads_the_untuned_job_and_names_what_did_not_run(tmp_path):
+    run_folder(tmp_path, "untuned-seed0", 21, {0: 0.0})
+    run_folder(tmp_path, "marft-seed0", 21, {0: 0.0, 21: 1.0})
+    run_folder(tmp_path, "grpo-seed0", 21, {0: 0.0, 10: 1.0})  # stopped at iteration 10
+    out = tmp_path / "summary.json"
+    not_run = ["--not-run", "marft:1", "machine time"]
+    summarize.main([str(tmp_path), "--task", "support-desk-v2", "--out", str(out), *not_run])
+    summary = json.loads(out.read_text())
+    assert summary["settings"]["team_untuned"] == [0.0]
+    assert summary["settings"]["team_marft"] == [1.0]
+    assert summary["settings"]["team_grpo_branched"] == [None]  # not counted as a result
+    assert summary["jobs"]["grpo"]["0"]["status"] == "stopped after iteration 10"
+    assert summary["jobs"]["untuned"]["0"]["status"] == "evaluation only"
+    assert summary["not_run"] == {"marft:1": "machine time"}
