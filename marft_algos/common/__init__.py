@@ -4,16 +4,10 @@
 from __future__ import annotations
 
 from marft_algos.common.advantages import (
-    ScaleRewards,
     action_level_gae,
     discounted_returns,
-    flatten_action_tokens,
-    group_advantages,
-    kl_penalized_returns,
-    leave_one_out_advantages,
     normalize_advantages,
     token_level_gae,
-    zero_std_group_mask,
 )
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.branching import (
@@ -25,6 +19,14 @@ from marft_algos.common.branching import (
     monte_carlo_values,
     tree_values,
 )
+from marft_algos.common.critic_free_advantages import (
+    ScaleRewards,
+    group_advantages,
+    kl_penalized_returns,
+    leave_one_out_advantages,
+    zero_std_group_mask,
+)
+from marft_algos.common.layouts import flatten_action_tokens
 from marft_algos.common.losses import (
     KLEstimator,
     LossType,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from marft_algos.common.advantages import ScaleRewards
+from marft_algos.common.critic_free_advantages import ScaleRewards
 
 __all__ = [
     "BranchAdvantages",

@@ -6,7 +6,7 @@ Pure data plumbing (no model, no env). Two layouts, both one row per episode:
   action-level estimators (:func:`marft_algos.common.action_level_gae`);
 - **token layout** ``(E, L)``: one entry per generated token, decisions concatenated in order, for
   the token-level estimator (:func:`marft_algos.common.token_level_gae`). A decision's reward lands
-  on its last token.
+  on its last token. :func:`flatten_action_tokens` lays a per-decision token grid out the same way.
 
 Episodes are assumed complete (the collector runs every episode to its end), so the bootstrap value
 after the last decision is 0. Truncated episodes (a round limit reached) are treated as terminal too:
@@ -27,6 +27,7 @@ __all__ = [
     "DecisionLayout",
     "TokenLayout",
     "decision_layout",
+    "flatten_action_tokens",
     "scatter_rows",
     "token_layout",
 ]
@@ -124,3 +125,69 @@ def scatter_rows(
     for v, (row, col, n) in zip(values, spans, strict=True):
         out[row, col : col + n] = v[:n]
     return out
+
+
+def flatten_action_tokens(
+    token_mask: Tensor,
+    rewards: Tensor,
+    round_end: Tensor,
+    dones: Tensor,
+    valid: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Lay a per-decision token grid out as the flat token sequence :func:`token_level_gae` reads.
+
+    Trainers usually store the tokens of decision ``k`` of env ``b`` at ``[b, k, :]`` of a
+    ``(B, T, L)`` grid, right-padded to ``L`` tokens. Reshaping that grid to ``(B, T·L)`` gives the
+    token sequence in the realised order with pad tokens in between; since padding is transparent to
+    the recursion, only the markers need placing: the decision's reward, ``round_end`` and ``dones``
+    go on its last real token. Per-token values reshape the same way
+    (``values.reshape(B, -1)``) and the advantages back (``adv.reshape(B, T, L)``).
+
+    Args:
+        token_mask: ``(B, T, L)`` bool, ``True`` on generated tokens.
+        rewards: ``(B, T)`` reward of each decision.
+        round_end: ``(B, T)`` bool round ends.
+        dones: ``(B, T)`` bool episode ends.
+        valid: ``(B, T)`` bool, ``False`` on padded decisions (default: all).
+
+    Returns:
+        Dict with ``rewards``, ``action_end``, ``round_end``, ``dones``, ``valid``, each ``(B, T·L)``.
+
+    Raises:
+        ValueError: if a valid decision has no token (its reward would have nowhere to land).
+    """
+    if token_mask.dim() != 3:
+        raise ValueError(f"token_mask must be (B, T, L), got {tuple(token_mask.shape)}")
+    mask = token_mask.bool()
+    batch, steps, length = mask.shape
+    dec_valid = (
+        torch.ones(batch, steps, dtype=torch.bool, device=mask.device)
+        if valid is None
+        else valid.bool()
+    )
+    counts = mask.sum(-1)  # (B, T)
+    empty = dec_valid & (counts == 0)
+    if empty.any():
+        b, k = (int(i) for i in empty.nonzero()[0])
+        raise ValueError(
+            f"decision {k} of env {b} has no generated token; mark it invalid or keep at least one "
+            "token (e.g. the end-of-sequence token) per action"
+        )
+    mask = mask & dec_valid.unsqueeze(-1)
+    # Index of the last real token of each decision: the highest position with mask set.
+    positions = torch.arange(length, device=mask.device).expand_as(mask)
+    last = torch.where(mask, positions, torch.full_like(positions, -1)).amax(-1)  # (B, T)
+    is_last = (positions == last.unsqueeze(-1)) & mask  # (B, T, L)
+
+    def place(x: Tensor) -> Tensor:
+        grid = torch.zeros(batch, steps, length, dtype=x.dtype, device=mask.device)
+        grid[is_last] = x.unsqueeze(-1).expand(batch, steps, length)[is_last]
+        return grid.reshape(batch, -1)
+
+    return {
+        "rewards": place(rewards),
+        "action_end": is_last.reshape(batch, -1),
+        "round_end": place(round_end.bool()),
+        "dones": place(dones.bool()),
+        "valid": mask.reshape(batch, -1),
+    }

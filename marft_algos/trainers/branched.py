@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from marft_algos.common.advantages import ScaleRewards
 from marft_algos.common.batch import RolloutBatch
 from marft_algos.common.branching import (
     BranchPath,
@@ -28,6 +27,7 @@ from marft_algos.common.branching import (
     monte_carlo_values,
     tree_values,
 )
+from marft_algos.common.critic_free_advantages import ScaleRewards
 from marft_algos.rollout.branch_settings import branch_levels, episodes_per_tree
 from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 from marft_algos.rollout.replay_branching import branching_around

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from marft_algos.common.advantages import zero_std_group_mask
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
+from marft_algos.common.critic_free_advantages import zero_std_group_mask
 from marft_algos.common.losses import KLEstimator, kl_penalty
 from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 from marft_algos.trainers.base import Trainer

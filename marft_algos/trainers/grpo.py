@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Literal
 
 from torch import Tensor
 
-from marft_algos.common.advantages import group_advantages
 from marft_algos.common.batch import RolloutBatch
+from marft_algos.common.critic_free_advantages import group_advantages
 from marft_algos.rollout.collector import Episode
 from marft_algos.trainers.base import TrainerConfig
 from marft_algos.trainers.branched import batch_branch_advantages

@@ -28,8 +28,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor
 
-from marft_algos.common.advantages import group_advantages, kl_penalized_returns
 from marft_algos.common.batch import RolloutBatch
+from marft_algos.common.critic_free_advantages import group_advantages, kl_penalized_returns
 from marft_algos.rollout.collector import Episode
 from marft_algos.trainers.base import TrainerConfig
 from marft_algos.trainers.critic_free import CriticFreeLevelConfig, CriticFreeLevelTrainer

@@ -33,8 +33,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor
 
-from marft_algos.common.advantages import leave_one_out_advantages
 from marft_algos.common.batch import RolloutBatch
+from marft_algos.common.critic_free_advantages import leave_one_out_advantages
 from marft_algos.rollout.collector import Episode
 from marft_algos.trainers.base import TrainerConfig
 from marft_algos.trainers.branched import batch_branch_advantages
