@@ -114,8 +114,19 @@ def first_route(episode: dict[str, Any]) -> str | None:
 
 def job(folder: Path) -> dict[str, Any]:
     """One job's status, curve and before/after statistics."""
-    config = json.loads((folder / "config.json").read_text())
-    records = read_jsonl(folder / "metrics.jsonl")
+    # The job's own record beside its folder (run_v1.py, run_v2.py: env id, wall time) and,
+    # where it was run, its attribution table (attribution_v1.py, run_v2.py --attribution).
+    beside = folder.parent / f"{folder.name}.json"
+    own = json.loads(beside.read_text()) if beside.is_file() else {}
+    # An ``untuned`` job (support-desk-v2) only evaluates: no config or metrics are written, and
+    # its one evaluation (in its own record's curve) is both before and after.
+    evaluation_only = folder.name.startswith("untuned-")
+    if evaluation_only:
+        config: dict[str, Any] = {"iterations": 0}
+        records = [{"iteration": i, "eval/accuracy": a} for i, a in own.get("curve", [])]
+    else:
+        config = json.loads((folder / "config.json").read_text())
+        records = read_jsonl(folder / "metrics.jsonl")
     samples_path = next(folder.glob("samples.jsonl*"))
     by_iteration: dict[int, list[dict[str, Any]]] = {}
     for episode in read_jsonl(samples_path):
@@ -123,17 +134,11 @@ def job(folder: Path) -> dict[str, Any]:
     evals = [r for r in records if "eval/accuracy" in r]
     last_iteration = max((r.get("iteration", 0) for r in records), default=0)
     error = folder / "error.txt"
-    # An ``untuned`` job (support-desk-v2) only evaluates: its one evaluation is before and after.
-    evaluation_only = folder.name.startswith("untuned-")
     complete = evaluation_only or (
         last_iteration == config["iterations"] and evals[-1]["iteration"] == last_iteration
     )
     first, last = min(by_iteration), max(by_iteration)
     paired = paired_before_after(folder, evals[0]["iteration"], evals[-1]["iteration"])
-    # The job's own record beside its folder (run_v1.py, run_v2.py: env id, wall time) and,
-    # where it was run, its attribution table (attribution_v1.py, run_v2.py --attribution).
-    beside = folder.parent / f"{folder.name}.json"
-    own = json.loads(beside.read_text()) if beside.is_file() else {}
     attribution = folder.parent / f"attribution-{folder.name}.json"
     table = own.get("attribution")
     if attribution.is_file():

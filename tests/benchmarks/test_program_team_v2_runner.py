@@ -132,13 +132,18 @@ def test_attribution_is_refused_with_a_dry_run(capsys):
 
 
 def run_folder(root, name, iterations, evals):
-    """A run folder as the trainer writes it: config, metrics, and one transcript an evaluation
-    (``evals``: iteration -> success of its one episode)."""
+    """A run folder as run_v2.py leaves it: config, metrics (an untuned job has neither: its
+    record beside the folder holds the curve), and one transcript an evaluation (``evals``:
+    iteration -> success of its one episode)."""
     folder = root / name
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"iterations": iterations}))
     metrics = [{"iteration": i, "eval/accuracy": ok} for i, ok in evals.items()]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    if name.startswith("untuned-"):
+        curve = [[m["iteration"], m["eval/accuracy"]] for m in metrics]
+        (root / f"{name}.json").write_text(json.dumps({"curve": curve}))
+    else:
+        (folder / "config.json").write_text(json.dumps({"iterations": iterations}))
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     samples = [
         {
             "iteration": i,
