@@ -22,6 +22,12 @@ what finished; each step's log is ``<step>.log`` beside them.
 7. ``fsdp``: the main job on 2 processes with ``--fsdp`` (needs 2 GPUs).
 8. ``prefix_sharing``: one support-desk-v1 iteration per trainer before and after sharing prompt
    beginnings (``benchmarks/program_team/prefix_sharing.py``; SmolLM2 shape, random weights).
+9. ``team_v2`` (only when named in ``--steps``): support-desk-v2 step 4's 16 jobs at once
+   (``benchmarks/program_team/gpu_v2.py``, ``steps_team_v2.py``) on the real SmolLM2, carried in
+   parts (``gpu_v2.py --pack-model``; skipped without them): each job's status, seconds and peak
+   memory, and ``team_v2.tar.gz``. It needs most of a 10-minute command, and the steps above
+   about 8 minutes: a session runs it as its own call, before or instead of the rest, after the
+   calls that carry the model (``benchmarks/program_team/README.md``, "step 6, the GPU runner").
 
 A step whose dependency is missing (trl, vllm, the kit) is recorded as skipped with the reason.
 
@@ -31,6 +37,7 @@ Run::
     python benchmarks/gpu/suite.py                                    # on the GPU: about 8 min
     python benchmarks/gpu/suite.py --dry-run --out /tmp/suite         # CPU, tiny settings
     python benchmarks/gpu/suite.py --steps env decode --budget-s 120
+    python benchmarks/gpu/suite.py --steps env team_v2 --budget-s 570 --out /tmp/suite  # own call
 """
 
 from __future__ import annotations
@@ -78,8 +85,13 @@ STEPS = (
         "a support-desk iteration per trainer, before/after sharing prompt beginnings (SmolLM2 "
         "shape, random weights)",
     ),
+    Step("team_v2", 545, "support-desk-v2's 16 jobs at once on the real SmolLM2 (gpu_v2.py)"),
 )
 STEP_NAMES = [s.name for s in STEPS]
+#: Steps run only when named in --steps (``team_v2`` needs a 10-minute command of its own).
+OWN_CALL = ("team_v2",)
+#: Steps whose function is outside steps.py.
+STEP_MODULES = {"team_v2": "steps_team_v2"}
 #: Least time worth starting a step with (interpreter, torch and transformers imports).
 MIN_START_S = 8.0
 
@@ -89,7 +101,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="Results folder (default: results/<time>).")
-    parser.add_argument("--steps", nargs="+", choices=STEP_NAMES, default=STEP_NAMES)
+    parser.add_argument(
+        "--steps",
+        nargs="+",
+        choices=STEP_NAMES,
+        default=[n for n in STEP_NAMES if n not in OWN_CALL],
+        help=f"default: every step but {', '.join(OWN_CALL)}",
+    )
     parser.add_argument("--budget-s", type=float, default=480.0, help="Total time budget.")
     parser.add_argument(
         "--limits", nargs="*", default=[], metavar="STEP=S", help="Override a step's own limit."
@@ -101,6 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--make-kit", default=None, metavar="DIR", help="Write the kit and exit.")
     parser.add_argument("--run-step", default=None, choices=STEP_NAMES, help=argparse.SUPPRESS)
+    parser.add_argument("--step-limit-s", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     args.out = Path(args.out or HERE / "results" / (stamp + ("-dry" if args.dry_run else "")))
@@ -125,6 +144,7 @@ def run_step(args: argparse.Namespace, step: Step, timeout: float) -> dict[str, 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--run-step", step.name]
     cmd += ["--out", str(args.out), "--kit", str(args.kit), "--scratch", str(args.scratch)]
     cmd += ["--dry-run"] if args.dry_run else []
+    cmd += ["--step-limit-s", str(timeout)]
     part = args.out / "steps" / f"{step.name}.json"
     part.unlink(missing_ok=True)
     start = time.perf_counter()
@@ -239,6 +259,8 @@ class Context:
         self.out: Path = args.out
         self.scratch: Path = args.scratch
         self.path = args.out / "steps" / f"{args.run_step}.json"
+        #: The step's time limit (the parent kills it then): a step may end its own work sooner.
+        self.limit_s: float = args.step_limit_s
 
     def save(self, status: str, **fields: Any) -> None:
         """Write the step's record now (a step cut at its limit keeps what it saved)."""
@@ -256,6 +278,8 @@ class Context:
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
     """Run one step in this process and record it."""
+    import importlib
+
     import steps
     import torch
 
@@ -263,7 +287,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     ctx = Context(args)
     start = time.perf_counter()
     try:
-        result = getattr(steps, f"step_{args.run_step}")(ctx)
+        module = importlib.import_module(STEP_MODULES.get(args.run_step, "steps"))
+        result = getattr(module, f"step_{args.run_step}")(ctx)
     except steps.Skip as why:
         ctx.save("skipped", reason=str(why))
         return {}
