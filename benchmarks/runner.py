@@ -28,6 +28,9 @@ __all__ = [
     "commit",
     "data_file",
     "find_data_file",
+    "job_arguments",
+    "job_config",
+    "job_trainer",
     "machine",
     "package_versions",
     "portable_path",
@@ -201,6 +204,34 @@ def job_config(
     else:
         settings.update(critic_learning_rate=args.critic_learning_rate, entropy_coef=0.0)
     return settings
+
+
+def job_trainer(
+    args: Any,
+    algorithm: str,
+    agents: Sequence[str],
+    config: Any,
+    seed: int,
+    env_fn: Callable[[], Any],
+    eval_env_fn: Callable[[], Any],
+) -> Any:
+    """A job's trainer: the untuned policy (``args.model``, one LoRA adapter of rank
+    ``args.lora_rank`` per agent, alpha twice the rank, on ``args.device``) and, for the
+    actor-critic trainers, a critic seeded with ``seed``."""
+    from marft_algos.cli import build_trainer
+    from marft_algos.policy import LoraSettings, MultiAgentPolicy
+
+    policy = MultiAgentPolicy.from_pretrained(
+        args.model,
+        list(agents),
+        lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank),
+        seed=seed,
+        temperature=args.temperature,
+        device=args.device,
+    )
+    return build_trainer(
+        algorithm, policy, env_fn, config, eval_env_fn=eval_env_fn, critic_seed=seed
+    )
 
 
 def job_arguments(parser: Any, model: str, out: Path, **defaults: Any) -> None:

@@ -36,11 +36,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team
-from runner import job_arguments, job_config, run_jobs
+from runner import job_arguments, job_config, job_trainer, run_jobs
 
 import marft_envs
-from marft_algos.cli import ALGORITHMS, build_trainer
-from marft_algos.policy import LoraSettings, MultiAgentPolicy
+from marft_algos.cli import ALGORITHMS
 from marft_algos.rollout.attribution import (
     SettingsPolicy,
     attribution_rows,
@@ -146,22 +145,16 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     settings = job_config(args, setting, seed, algorithm, max_new_tokens=args.max_new_tokens)
     config = ALGORITHMS[algorithm][0](**settings)
     start = time.perf_counter()
-    policy = MultiAgentPolicy.from_pretrained(
-        args.model,
-        team.AGENTS,
-        lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank),
-        seed=seed,
-        temperature=args.temperature,
-        device=args.device,
-    )
-    trainer = build_trainer(
+    trainer = job_trainer(
+        args,
         algorithm,
-        policy,
-        env_fn(setting, "train"),
+        team.AGENTS,
         config,
-        eval_env_fn=env_fn(setting, "test"),
-        critic_seed=seed,
+        seed,
+        env_fn(setting, "train"),
+        env_fn(setting, "test"),
     )
+    policy = trainer.policy
     row: dict[str, Any] = {"setting": setting, "algorithm": algorithm, "seed": seed}
     row["noise_before"] = evaluate(policy, config, args.eval_episodes, seed, noisy=True)
     # A job cut off later still leaves this (the run folder keeps the curve and transcripts).

@@ -38,11 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team_v1
 from independent import independent_env
-from runner import job_arguments, job_config, run_jobs
+from runner import job_arguments, job_config, job_trainer, run_jobs
 
 import marft_envs
-from marft_algos.cli import ALGORITHMS, build_trainer
-from marft_algos.policy import LoraSettings, MultiAgentPolicy
+from marft_algos.cli import ALGORITHMS
 from marft_algos.runs.outcomes import paired_before_after
 
 MODEL = "smollm2-135m-instruct"
@@ -100,21 +99,8 @@ def run_job(setting: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     config = ALGORITHMS[algorithm][0](**settings)
     agents = [team_v1.SINGLE_AGENT] if setting == "single" else team_v1.AGENTS
     start = time.perf_counter()
-    policy = MultiAgentPolicy.from_pretrained(
-        args.model,
-        agents,
-        lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank),
-        seed=seed,
-        temperature=args.temperature,
-        device=args.device,
-    )
-    trainer = build_trainer(
-        algorithm,
-        policy,
-        env_fn(setting, "train"),
-        config,
-        eval_env_fn=env_fn(setting, "test"),
-        critic_seed=seed,
+    trainer = job_trainer(
+        args, algorithm, agents, config, seed, env_fn(setting, "train"), env_fn(setting, "test")
     )
     try:
         records = trainer.train()

@@ -46,12 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team_v2
 from independent import independent_env
-from runner import job_arguments, job_config, run_jobs
+from runner import job_arguments, job_config, job_trainer, run_jobs
 from summarize import handoffs
 
 import marft_envs
-from marft_algos.cli import ALGORITHMS, build_trainer
-from marft_algos.policy import LoraSettings, MultiAgentPolicy
+from marft_algos.cli import ALGORITHMS
 from marft_algos.runs.outcomes import paired_before_after
 from marft_algos.runs.samples import read_samples
 
@@ -149,21 +148,14 @@ def run_job(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     if args.device != "cpu" and torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    policy = MultiAgentPolicy.from_pretrained(
-        args.model,
-        agents,
-        lora=LoraSettings(r=args.lora_rank, alpha=2 * args.lora_rank),
-        seed=seed,
-        temperature=args.temperature,
-        device=args.device,
-    )
-    trainer = build_trainer(
+    trainer = job_trainer(
+        args,
         algorithm,
-        policy,
-        env_fn(setting, "train"),
+        agents,
         config,
-        eval_env_fn=env_fn(setting, "test", args.dry_run),
-        critic_seed=seed,
+        seed,
+        env_fn(setting, "train"),
+        env_fn(setting, "test", args.dry_run),
     )
     try:
         if setting.algorithm is None:
