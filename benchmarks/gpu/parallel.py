@@ -5,7 +5,7 @@ limit and the rest at the deadline, and on every exit path (an exception, Ctrl-C
 into ``SystemExit``) kills every group still running; each child also dies with the launcher
 (``PR_SET_PDEATHSIG``), so a launcher killed by SIGKILL leaves no job behind on a GPU. A job's
 record: ``status`` (``finished``, ``failed``, ``timed out``, ``killed``, ``not started``), wall
-``seconds``, the ``reason`` when it did not finish (``failed`` adds its stderr's tail), and from
+``seconds``, the ``reason`` when it did not finish (and its stderr's tail when it ran), and from
 its result JSON ``peak_memory_gb`` and ``device``. Used by ``program_team/gpu_v2.py``.
 """
 
@@ -132,6 +132,7 @@ def launch(
                         "status": "timed out",
                         "seconds": round(seconds, 1),
                         "reason": f"timed out: cut at {cut} ({limit:.0f} s)",
+                        "stderr_tail": _tail(out / "logs" / f"{job.stem}.err"),
                     }
                 else:
                     records[name] = _ended(job, out, rc, seconds)
@@ -144,12 +145,13 @@ def launch(
         why_stopped = f"the launcher stopped ({type(err).__name__}: {err})"
         raise
     finally:
-        for name, (_, proc, start, _) in running.items():
+        for name, (job, proc, start, _) in running.items():
             _kill(proc)
             records[name] = {
                 "status": "killed",
                 "seconds": round(time.monotonic() - start, 1),
                 "reason": f"killed: {why_stopped}",
+                "stderr_tail": _tail(out / "logs" / f"{job.stem}.err"),
             }
         for job in pending:
             records[job.name] = {"status": "not started", "reason": f"not started: {why_stopped}"}

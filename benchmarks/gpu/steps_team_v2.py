@@ -43,7 +43,7 @@ def step_team_v2(ctx: Any) -> dict[str, Any]:
         except carry.MissingPart as err:
             raise Skip(f"no SmolLM2 model: {err}") from err
         argv = ["--attribution", "marft"]
-    deadline = max(ctx.limit_s - MARGIN_S, 60.0)
+    deadline = round(max(ctx.limit_s - MARGIN_S, 60.0), 1)
     argv += ["--out", str(ctx.scratch / "team_v2"), "--bundle", str(ctx.out / "team_v2.tar.gz")]
     argv += ["--deadline-s", str(deadline), "--limit-s", str(deadline)]
     result = gpu_v2.main(argv)

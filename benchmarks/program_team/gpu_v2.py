@@ -4,7 +4,7 @@ One ``run_v2.py --device cuda --jobs SETTING:SEED`` process a job, all started t
 most ``--max-parallel`` at a time), each under ``--limit-s`` and all under ``--deadline-s``. Every
 child runs in its own process group and dies with this launcher (``PR_SET_PDEATHSIG``); a
 timeout, Ctrl-C, SIGTERM or an exception kills every group still running. ``<out>/gpu_v2.json``
-is rewritten as each job ends: per job its status (``finished``, ``failed`` with its stderr's
+is rewritten as jobs start and end: per job its status (``finished``, ``failed`` with its stderr's
 tail, ``timed out``, ``killed``, ``not started``), the reason when it did not finish (for
 ``summary.json``'s ``not_run``), wall seconds, peak memory (from the job's JSON) and the device.
 Each job's stdout and stderr are ``<out>/logs/<setting>-seed<k>.out`` and ``.err``.
@@ -12,10 +12,12 @@ Each job's stdout and stderr are ``<out>/logs/<setting>-seed<k>.out`` and ``.err
 The model is SmolLM2-135M-Instruct's GGUF (93.8 MiB, above the 64 MiB a device call carries):
 ``--pack-model DIR`` writes it here as parts with their SHA-256s and the wheels the GPU image
 lacks (``benchmarks/gpu/carry.py``); there, the launcher joins the parts, checks the hash,
-installs the wheels, converts the GGUF once and gives every job the converted folder.
+installs the wheels, converts the GGUF once and gives every job the converted folder. The
+README's "step 6, the GPU runner" gives the device calls that carry the parts.
 
     python benchmarks/program_team/gpu_v2.py --pack-model benchmarks/gpu/smollm2_parts  # here
-    python benchmarks/program_team/gpu_v2.py --out OUT --attribution marft  # the GPU: 16 jobs
+    python benchmarks/program_team/gpu_v2.py --prepare-only       # there: join, check, convert
+    python benchmarks/program_team/gpu_v2.py --attribution marft --bundle $OUT/v2.tar.gz  # 16 jobs
     python benchmarks/program_team/gpu_v2.py --dry-run --jobs marft:0 grpo:0 --out /tmp/gpu_v2_dry
 """
 
@@ -36,11 +38,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-sys.path.insert(1, str(ROOT / "benchmarks"))  # the shared runner
-sys.path.insert(2, str(ROOT))
+sys.path.insert(1, str(ROOT))
 import carry  # noqa: E402
 from parallel import TAIL_CHARS, Job, launch  # noqa: E402
-from runner import portable_path  # noqa: E402
 from suite import child_env  # noqa: E402
 
 RUN_V2 = HERE / "run_v2.py"
@@ -80,8 +80,9 @@ def prepare_model(
     )
     if done.returncode:
         raise SystemExit(f"converting {gguf} failed:\n{done.stderr[-TAIL_CHARS:]}")
-    # Relative to the repository (the jobs run there): no machine's folders in the results.
-    return portable_path(done.stdout.strip().splitlines()[-1]), env
+    folder = Path(done.stdout.strip().splitlines()[-1]).resolve()
+    # Inside the repository (the jobs' folder), relative: no machine's folders in the results.
+    return str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder), env
 
 
 def device_name(dry_run: bool) -> str:
@@ -127,6 +128,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     if args.dry_run and args.attribution:
         parser.error("--attribution evaluates on held-out tasks; a --dry-run never draws one")
     args.jobs = args.jobs or (DRY_RUN_JOBS if args.dry_run else PROTOCOL_JOBS)
+    # The jobs run in the repository's root: paths given relative to here, made absolute.
+    args.out, args.model_dir, args.runner = (
+        p.resolve() for p in (args.out, args.model_dir, args.runner)
+    )
+    if args.model and Path(args.model).exists():
+        args.model = str(Path(args.model).resolve())
     # A GPU command runs at most 10 minutes; a dry run's jobs take 4-7 minutes on a busy CPU.
     args.limit_s = args.limit_s or (1200.0 if args.dry_run else 540.0)
     args.deadline_s = args.deadline_s or (1200.0 if args.dry_run else 560.0)
