@@ -1,5 +1,6 @@
 """The ``team_v2`` step of ``suite.py``: support-desk-v2 step 4's 16 jobs at once on one GPU
-(``benchmarks/program_team/gpu_v2.py``), ``--attribution`` for the three ``marft`` jobs.
+(``benchmarks/program_team/gpu_v2.py``), ``--attribution`` for the three ``marft`` jobs and seed 0
+of every other tuned setting (the protocol's attribution tables).
 
 The model is the packed SmolLM2-135M-Instruct GGUF (``gpu_v2.py --pack-model``, carried in parts:
 README, step 6); without its parts the step is skipped with the reason. The jobs write under the
@@ -42,7 +43,9 @@ def step_team_v2(ctx: Any) -> dict[str, Any]:
             carry.join_parts(gpu_v2.PARTS)
         except carry.MissingPart as err:
             raise Skip(f"no SmolLM2 model: {err}") from err
-        argv = ["--attribution", "marft"]
+        # The protocol's attribution tables: every marft seed, one seed of every other setting
+        # (the adapters cannot come back from the machine, so it runs inside the jobs).
+        argv = ["--attribution", "marft", "grpo:0", "grpo-plain:0", "independent:0", "single:0"]
     deadline = round(max(ctx.limit_s - MARGIN_S, 60.0), 1)
     argv += ["--out", str(ctx.scratch / "team_v2"), "--bundle", str(ctx.out / "team_v2.tar.gz")]
     argv += ["--deadline-s", str(deadline), "--limit-s", str(deadline)]
