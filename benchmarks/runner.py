@@ -35,6 +35,7 @@ __all__ = [
     "package_versions",
     "portable_path",
     "run_info",
+    "write_job_row",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,12 +168,21 @@ def run_jobs(
                 f"--jobs {job!r}: expected setting:seed with a setting in {sorted(settings)}"
             )
         row = run_job(setting, int(seed), args)
-        row["args"] = {
-            k: portable_path(v) if isinstance(v, Path) else v for k, v in vars(args).items()
-        }
-        row["run_info"] = run_info(env_ids(setting))
-        (args.out / f"{setting}-seed{seed}.json").write_text(json.dumps(row, indent=1) + "\n")
+        write_job_row(args, setting, int(seed), row, env_ids(setting))
         print(json.dumps({k: v for k, v in row.items() if k != "args"}), flush=True)
+
+
+def write_job_row(
+    args: Any, setting: str, seed: int, row: dict[str, Any], env_ids: Sequence[str]
+) -> Path:
+    """Write a job's row, with the arguments and :func:`run_info`, to
+    ``<args.out>/<setting>-seed<seed>.json`` (a job may write it early, before a long last
+    phase, so that a cut-off job keeps what it finished)."""
+    row["args"] = {k: portable_path(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    row["run_info"] = run_info(env_ids)
+    path = args.out / f"{setting}-seed{seed}.json"
+    path.write_text(json.dumps(row, indent=1) + "\n")
+    return path
 
 
 def job_config(

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team_v2
 from independent import independent_env
-from runner import job_arguments, job_config, job_trainer, run_jobs
+from runner import job_arguments, job_config, job_trainer, run_jobs, write_job_row
 from summarize import handoffs
 
 import marft_envs
@@ -199,6 +199,8 @@ def run_job(name: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "train_seconds": round(time.perf_counter() - start, 1),
     }
     if args.attribution and setting.algorithm is not None:
+        # The row first: a job cut off in its attribution keeps its training and evaluations.
+        write_job_row(args, name, seed, {**row, "attribution": "not finished"}, [setting.env_id])
         row["attribution"] = attribution(folder, args)
     row["seconds"] = round(time.perf_counter() - start, 1)
     return row

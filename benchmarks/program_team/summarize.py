@@ -116,8 +116,13 @@ def job(folder: Path) -> dict[str, Any]:
     """One job's status, curve and before/after statistics."""
     # The job's own record beside its folder (run_v1.py, run_v2.py: env id, wall time) and,
     # where it was run, its attribution table (attribution_v1.py, run_v2.py --attribution).
-    beside = folder.parent / f"{folder.name}.json"
-    own = json.loads(beside.read_text()) if beside.is_file() else {}
+    # run_v2.py keeps its run folders in ``<out>/runs/``, its records in ``<out>/``.
+    records_at = (
+        folder.parent / f"{folder.name}.json",
+        folder.parent.parent / f"{folder.name}.json",
+    )
+    beside = next((p for p in records_at if p.is_file()), None)
+    own = json.loads(beside.read_text()) if beside is not None else {}
     # An ``untuned`` job (support-desk-v2) only evaluates: no config or metrics are written, and
     # its one evaluation (in its own record's curve) is both before and after.
     evaluation_only = folder.name.startswith("untuned-")
@@ -148,7 +153,8 @@ def job(folder: Path) -> dict[str, Any]:
         "env_id": own.get("env_id"),
         "seconds": own.get("seconds"),
         "peak_memory_gb": own.get("peak_memory_gb"),
-        "attribution": table.get("attribution") if table else None,
+        # run_v2.py writes "not finished" first, then the table once it is done.
+        "attribution": table.get("attribution") if isinstance(table, dict) else table,
         "status": "evaluation only" if evaluation_only else status,
         "error": error.read_text().strip()[:200] if error.exists() else None,
         "before": evals[0]["eval/accuracy"],
