@@ -10,6 +10,7 @@ from marft_algos.common.advantages import (
     token_level_gae,
 )
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
+from marft_algos.common.behaviour_weights import behaviour_weights
 from marft_algos.common.branching import (
     BranchAdvantages,
     BranchPath,
@@ -27,20 +28,21 @@ from marft_algos.common.critic_free_advantages import (
     zero_std_group_mask,
 )
 from marft_algos.common.layouts import flatten_action_tokens
-from marft_algos.common.losses import (
+from marft_algos.common.log_probs import (
     KLEstimator,
-    LossType,
-    Normalizer,
     action_log_prob,
-    aggregate_loss,
     approx_kl,
-    behaviour_weights,
-    clipped_surrogate,
     entropy_from_log_probs,
     entropy_from_logits,
     kl_k3,
     kl_penalty,
     masked_mean,
+)
+from marft_algos.common.losses import (
+    LossType,
+    Normalizer,
+    aggregate_loss,
+    clipped_surrogate,
     ppo_clip_loss,
     sequence_weights,
     value_loss,

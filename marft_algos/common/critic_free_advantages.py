@@ -137,7 +137,7 @@ def kl_penalized_returns(
     KL penalties of this token and every later token of the sequence.
 
     A_t = R − β · Σ_{i ≥ t} KL(i), where KL(i) is a per-token estimate of KL(π_old ‖ π_ref) (see
-    :func:`~marft_algos.common.losses.kl_penalty`). This is the undiscounted return of the
+    :func:`~marft_algos.common.log_probs.kl_penalty`). This is the undiscounted return of the
     token-level reward r_i = −β·KL(i), plus R on the sequence's last token (γ = 1, as the paper
     writes it).
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from marft_algos.common.losses import entropy_from_log_probs
+from marft_algos.common.log_probs import entropy_from_log_probs
 
 __all__ = [
     "PackedBatch",

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from marft_algos.common.losses import BEHAVIOUR_WEIGHT_CAP, BEHAVIOUR_WEIGHT_MODES
+from marft_algos.common.behaviour_weights import BEHAVIOUR_WEIGHT_CAP, BEHAVIOUR_WEIGHT_MODES
 from marft_algos.rollout.branch_settings import parse_branch
 from marft_algos.rollout.collector import GenerationSettings
 from marft_algos.runs.trace_settings import TraceSettings

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from marft_algos.common.batch import RolloutBatch, build_rollout_batch
 from marft_algos.common.critic_free_advantages import zero_std_group_mask
-from marft_algos.common.losses import KLEstimator, kl_penalty
+from marft_algos.common.log_probs import KLEstimator, kl_penalty
 from marft_algos.rollout.collector import Decision, Episode, EpisodeRequest
 from marft_algos.trainers.base import Trainer
 from marft_algos.trainers.branched import BranchCollecting, without_copies

@@ -31,14 +31,12 @@ import torch
 from torch import Tensor
 
 from marft_algos.common.batch import RolloutBatch
+from marft_algos.common.behaviour_weights import BEHAVIOUR_WEIGHT_CAP, BehaviourWeightMode
+from marft_algos.common.log_probs import action_log_prob, kl_k3
 from marft_algos.common.losses import (
-    BEHAVIOUR_WEIGHT_CAP,
-    BehaviourWeightMode,
     ImportanceSamplingLevel,
     Normalizer,
-    action_log_prob,
     clipped_surrogate,
-    kl_k3,
     sequence_weights,
 )
 from marft_algos.distributed import DistributedContext
@@ -67,7 +65,7 @@ class Objective:
         behaviour_weight_cap: Stale decisions, or an engine's (a batch with proximal
             log-probs): bound of the decoupled objective's importance weight π_prox/π_behav.
         behaviour_weight_mode: How that weight is formed and bounded
-            (:func:`~marft_algos.common.losses.behaviour_weights`).
+            (:func:`~marft_algos.common.behaviour_weights.behaviour_weights`).
         importance_sampling_level: Token level: one ratio per token (``"token"``) or one per
             sequence, the geometric mean of its tokens' (``"sequence"``, GSPO).
     """

@@ -6,7 +6,7 @@ Two kinds of decisions need them. Stale ones (asynchronous training) were sample
 adapters; decisions from another engine or precision (vLLM, 16-bit weights) carry that engine's
 log-probs, which differ from the update's recomputation even at equal weights. Either way the
 update takes its ratio against π_prox and weights each entry by π_prox/π_behav, bounded
-(:func:`~marft_algos.common.losses.behaviour_weights`).
+(:func:`~marft_algos.common.behaviour_weights.behaviour_weights`).
 
 :func:`attach_proximal` gives decisions those log-probs: from one forward pass without gradient,
 or, where the update takes one optimizer step per agent and no mismatch is measured, from the

@@ -15,7 +15,7 @@ from recording import train_recording
 from test_stale_objective import _assert_same_step
 from test_trainers import build
 
-from marft_algos.common.losses import behaviour_weights
+from marft_algos.common.behaviour_weights import behaviour_weights
 from marft_algos.policy import MultiAgentPolicy
 from marft_algos.trainers.proximal import correct_engine, corrects_engine
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 from test_trainers import build
 
-from marft_algos.common.losses import action_log_prob, clipped_surrogate
+from marft_algos.common.log_probs import action_log_prob
+from marft_algos.common.losses import clipped_surrogate
 
 
 def _hand_loss(new, prox, behav, adv, *, eps_low, eps_high, cap):

@@ -14,7 +14,7 @@ from trainer_envs import DigitsEnv
 
 from marft_algos.common.advantages import normalize_advantages, token_level_gae
 from marft_algos.common.layouts import token_layout
-from marft_algos.common.losses import entropy_from_logits
+from marft_algos.common.log_probs import entropy_from_logits
 from marft_algos.policy import AgentSpec, MultiAgentPolicy, tiny_model_path
 from marft_algos.policy.critic import Critic
 from marft_algos.policy.forward import action_logits, pack
