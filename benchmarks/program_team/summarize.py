@@ -164,6 +164,10 @@ def job(folder: Path) -> dict[str, Any]:
         "rollout_parsed": [
             r["rollout/reward/parsed"] for r in records if "rollout/reward/parsed" in r
         ],
+        # The learning curve's right route (the router's own part of it).
+        "rollout_routed": [
+            r["rollout/reward/routed"] for r in records if "rollout/reward/routed" in r
+        ],
         "handoffs_before": handoffs(by_iteration[first]),
         "handoffs_after": handoffs(by_iteration[last]) if complete else None,
         "paired": paired.__dict__ if paired and complete else None,
