@@ -8,7 +8,9 @@ the last. The hand-off statistics are read off the transcripts of those evaluati
 episodes each:
 
 - ``parse_failure``: the router's reply held no JSON object with a known route;
-- ``routed``: the route was the request's department (of all episodes);
+- ``routed``: the route was the request's department (of all episodes), and
+  ``success_given_right_route``: the success of those episodes (the specialists' and reviewer's
+  part);
 - ``false_approval`` / ``false_rejection``: of the episodes where the reviewer judged an answer,
   the share where it approved a wrong first answer / sent back a right one;
 - ``calls``: model calls per episode, and ``calls_per_agent``;
@@ -76,12 +78,17 @@ def handoffs(episodes: list[dict[str, Any]]) -> dict[str, float]:
     reviewed = [
         p for e, p in zip(episodes, parts, strict=True) if e["info"]["calls"].get("reviewer")
     ]
+    right = [p for p in parts if p.get("routed")]
     n = len(episodes)
     return {
         "episodes": n,
         "success": sum(p.get("success", 0.0) for p in parts) / n,
         "parse_failure": 1 - sum(p.get("parsed", 0.0) for p in parts) / n,
         "routed": sum(p.get("routed", 0.0) for p in parts) / n,
+        # The specialists' and reviewer's part: success where the route was right.
+        "success_given_right_route": (
+            sum(p.get("success", 0.0) for p in right) / len(right) if right else None
+        ),
         "reviewed": len(reviewed),
         "false_approval": (
             sum(p.get("false_approval", 0.0) for p in reviewed) / len(reviewed)

@@ -102,6 +102,7 @@ def test_the_handoff_statistics_count_routes_verdicts_and_calls():
     assert stats["episodes"] == 3 and stats["reviewed"] == 2
     assert stats["success"] == pytest.approx(1 / 3) and stats["routed"] == pytest.approx(1 / 3)
     assert stats["parse_failure"] == pytest.approx(1 / 3)
+    assert stats["success_given_right_route"] == 1.0  # the one right route succeeded
     assert stats["false_rejection"] == pytest.approx(1 / 2)  # of the reviewed episodes
     assert stats["routes"] == pytest.approx(
         {"billing": 1 / 3, "shipping": 1 / 3, "accounts": 0.0, "None": 1 / 3}
