@@ -209,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
     for folder in sorted(args.results.glob("*-seed*")):
         if not folder.is_dir() or folder.name.startswith("attribution-"):
             continue
+        if not folder.name.startswith("untuned-") and not (folder / "metrics.jsonl").is_file():
+            print(f"{folder.name}: no metrics.jsonl yet (a job still running?); left out")
+            continue
         setting, _, seed = folder.name.partition("-seed")
         jobs.setdefault(setting, {})[int(seed)] = job(folder)
     seeds = sorted({s for per in jobs.values() for s in per})
