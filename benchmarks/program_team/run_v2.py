@@ -18,12 +18,11 @@ held-out tasks before and after training:
   every call, branched at its first call (the route).
 
 Each job writes ``<out>/<setting>-seed<k>.json``: held-out success before and after, the paired
-McNemar test, the hand-off statistics of both evaluations (``handoffs``, as ``summarize.py``
-reads them), the rollouts' learning
-curve, the device's peak memory, and with ``--attribution`` the attribution table (each agent
-alone reverted to the untuned model and alone tuned, as ``marft eval RUN --attribution``). Its
-run folder ``<out>/runs/<setting>-seed<k>`` keeps metrics.jsonl, eval_outcomes.jsonl, the 200
-greedy transcripts of each evaluation and the final adapters.
+McNemar test, the hand-off statistics of both evaluations (``handoffs``, ``desk_handoffs.py``),
+the rollouts' learning curve, the device's peak memory, and with ``--attribution`` the
+attribution table (each agent alone reverted to the untuned model and alone tuned, as ``marft
+eval RUN --attribution``). Its run folder ``<out>/runs/<setting>-seed<k>`` keeps metrics.jsonl,
+eval_outcomes.jsonl, the 200 greedy transcripts of each evaluation and the final adapters.
 
     python benchmarks/program_team/run_v2.py --jobs untuned:0 marft:0
     python benchmarks/program_team/run_v2.py --device cuda --jobs grpo:1 --attribution
@@ -45,9 +44,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared runner
 import team_v2
+from desk_handoffs import handoffs
 from independent import independent_env
 from runner import job_arguments, job_config, job_trainer, run_jobs, write_job_row
-from summarize import handoffs
 
 import marft_envs
 from marft_algos.cli import ALGORITHMS

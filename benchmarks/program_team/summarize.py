@@ -43,7 +43,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from team import parse_route
+from desk_handoffs import handoffs
 
 from marft_algos.runs.outcomes import paired_before_after
 
@@ -63,60 +63,12 @@ TASK_SETTINGS = {
     "support-desk-v1": SETTINGS_V1,
     "support-desk-v2": SETTINGS_V2,
 }
-DEPARTMENTS = ("billing", "shipping", "accounts")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:
         return [json.loads(line) for line in handle if line.strip()]
-
-
-def handoffs(episodes: list[dict[str, Any]]) -> dict[str, float]:
-    """Hand-off, routing, reviewer and call statistics of one evaluation's transcripts."""
-    parts = [e["info"].get("reward_parts", {}) for e in episodes]
-    reviewed = [
-        p for e, p in zip(episodes, parts, strict=True) if e["info"]["calls"].get("reviewer")
-    ]
-    right = [p for p in parts if p.get("routed")]
-    n = len(episodes)
-    return {
-        "episodes": n,
-        "success": sum(p.get("success", 0.0) for p in parts) / n,
-        "parse_failure": 1 - sum(p.get("parsed", 0.0) for p in parts) / n,
-        "routed": sum(p.get("routed", 0.0) for p in parts) / n,
-        # The specialists' and reviewer's part: success where the route was right.
-        "success_given_right_route": (
-            sum(p.get("success", 0.0) for p in right) / len(right) if right else None
-        ),
-        "reviewed": len(reviewed),
-        "false_approval": (
-            sum(p.get("false_approval", 0.0) for p in reviewed) / len(reviewed)
-            if reviewed
-            else None
-        ),
-        "false_rejection": (
-            sum(p.get("false_rejection", 0.0) for p in reviewed) / len(reviewed)
-            if reviewed
-            else None
-        ),
-        "calls": sum(sum(e["info"]["calls"].values()) for e in episodes) / n,
-        "calls_per_agent": {
-            agent: sum(e["info"]["calls"].get(agent, 0) for e in episodes) / n
-            for agent in sorted({a for e in episodes for a in e["info"]["calls"]})
-        },
-        # Where the first reply sent the requests (None: the hand-off failed).
-        "routes": {
-            str(department): sum(first_route(e) == department for e in episodes) / n
-            for department in (*DEPARTMENTS, None)
-        },
-    }
-
-
-def first_route(episode: dict[str, Any]) -> str | None:
-    """The department an episode's first reply handed the request to, or None."""
-    turns = episode.get("turns") or []
-    return parse_route(str(turns[0].get("action", ""))) if turns else None
 
 
 def job(folder: Path) -> dict[str, Any]:

@@ -13,9 +13,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "program_team"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+# benchmarks/real_team has a ``summarize`` module too: import this folder's, then leave the name
+# as it was, so neither test module gets the other's.
+_theirs = sys.modules.pop("summarize", None)
 run_v2 = pytest.importorskip("run_v2")
-team_v2 = pytest.importorskip("team_v2")
 summarize = pytest.importorskip("summarize")
+del sys.modules["summarize"]
+if _theirs is not None:
+    sys.modules["summarize"] = _theirs
+team_v2 = pytest.importorskip("team_v2")
+desk_handoffs = pytest.importorskip("desk_handoffs")
 independent = pytest.importorskip("independent")
 
 from marft_algos.cli import ALGORITHMS  # noqa: E402
@@ -98,7 +105,7 @@ def test_the_handoff_statistics_count_routes_verdicts_and_calls():
         ),
         row("no idea", {"success": 0.0, "parsed": 0.0}, {"router": 1}),
     ]
-    stats = summarize.handoffs(rows)
+    stats = desk_handoffs.handoffs(rows)
     assert stats["episodes"] == 3 and stats["reviewed"] == 2
     assert stats["success"] == pytest.approx(1 / 3) and stats["routed"] == pytest.approx(1 / 3)
     assert stats["parse_failure"] == pytest.approx(1 / 3)
@@ -113,7 +120,7 @@ def test_the_handoff_statistics_count_routes_verdicts_and_calls():
 
 def test_the_single_agents_routes_are_read_from_its_first_reply():
     rows = [row('{"route": "accounts"}', {"success": 1.0, "parsed": 1.0}, {"assistant": 3})]
-    assert summarize.handoffs(rows)["routes"]["accounts"] == 1.0
+    assert desk_handoffs.handoffs(rows)["routes"]["accounts"] == 1.0
 
 
 def test_a_dry_run_never_evaluates_on_held_out_tasks(monkeypatch):
