@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "benchmarks" / "gpu" / "suite.py"
 STEPS = [
@@ -33,6 +35,7 @@ def run_suite(out: Path, *extra: str) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow  # about 70 s on two cores; test_a_step_cut_at_its_limit_... runs the suite too
 def test_dry_run_records_every_step_and_the_table(tmp_path: Path) -> None:
     # The sharded step launches 2 processes: on a loaded CPU its dry run needs more than the
     # GPU limit.
