@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "pro
 team_v2 = pytest.importorskip("team_v2")
 team = pytest.importorskip("team")
 
+from desk_episodes import play_rewards  # noqa: E402
+
 import marft_envs  # noqa: E402
 
 
@@ -175,14 +177,6 @@ def test_the_env_pays_the_team_reward_at_the_episode_end():
     env.reset(seed=3)
     task = env.unwrapped.task
     reply = stub(lambda x: x["department"])
-    rewards: dict[str, float] = {}
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent] or env.truncations[agent]:
-            env.step(None)
-            continue
-        env.step(reply(task, agent, env.observe(agent)["messages"]))
-        for name, value in env.rewards.items():
-            rewards[name] = rewards.get(name, 0.0) + value
+    rewards = play_rewards(env, lambda agent, messages: reply(task, agent, messages))
     assert rewards["router"] == rewards["reviewer"] == rewards[task["department"]] == 1.0
     env.close()

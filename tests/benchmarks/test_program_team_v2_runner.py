@@ -25,6 +25,8 @@ team_v2 = pytest.importorskip("team_v2")
 desk_handoffs = pytest.importorskip("desk_handoffs")
 independent = pytest.importorskip("independent")
 
+from desk_episodes import play_rewards  # noqa: E402
+
 from marft_algos.cli import ALGORITHMS  # noqa: E402
 from marft_algos.rollout.branch_settings import branch_levels, episodes_per_tree  # noqa: E402
 
@@ -69,15 +71,7 @@ def test_the_independent_desk_pays_each_agent_its_local_reward():
     task = env.unwrapped.task
     wrong = next(d for d in team_v2.DEPARTMENTS if d != task["department"])
     replies = {"router": json.dumps({"route": wrong}), "reviewer": "APPROVE"}
-    rewards: dict[str, float] = {}
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent] or env.truncations[agent]:
-            env.step(None)
-            continue
-        env.step(replies.get(agent, "I do not know."))
-        for name, value in env.rewards.items():
-            rewards[name] = rewards.get(name, 0.0) + value
+    rewards = play_rewards(env, lambda agent, messages: replies.get(agent, "I do not know."))
     # Wrong route: the router earns 0, the specialist's wrong answer 0, the reviewer approved a
     # wrong answer (a false approval): 0; nobody else was called.
     assert rewards["router"] == rewards[wrong] == rewards["reviewer"] == 0.0
